@@ -1,0 +1,301 @@
+# vase: one GNU Makefile for the whole tree (no recursive make).
+#
+#   make                 install missing Debian packages, then build everything
+#   make check           build and run every test and the vector runner
+#   make check-valgrind  the same tests under valgrind
+#   make bench           the kernel benchmark table (every policy and dtype, Qwen3-4B shape)
+#   make SANITIZE=address,undefined check
+#   make V=1             show full commands
+
+OPT ?= -O2 -g
+KERNEL_OPT ?= -O3
+SANITIZE ?=
+USE_CUDA ?= auto
+BUILD ?= build$(if $(SANITIZE),-san)
+VECTORS ?= ../shared/vectors
+PYTHON ?= /usr/bin/python3
+
+ifeq ($(V),1)
+Q :=
+say = @true
+else
+Q := @
+say = @printf '  %-7s %s\n' $(1) $(2)
+endif
+
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+BLAS_INC := /usr/include/$(MULTIARCH)/openblas-pthread
+BLAS_LIB := /usr/lib/$(MULTIARCH)/openblas-pthread
+
+NVCC ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+ifeq ($(USE_CUDA),auto)
+HAVE_CUDA := $(if $(NVCC),1,0)
+else
+HAVE_CUDA := $(USE_CUDA)
+endif
+
+WARN := -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wpointer-arith -Werror=implicit-function-declaration
+CPPFLAGS += -D_GNU_SOURCE -MMD -MP -Ikernels -Iclient -Iproto -I$(BUILD)/proto -I$(BLAS_INC)
+CFLAGS += $(OPT) $(WARN) -fPIC -pthread
+LDFLAGS += -pthread
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+BLAS_LIBS := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas
+LIBM := -lm
+
+# ---- Debian packages -------------------------------------------------------------------
+
+DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
+                libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
+                python3-numpy valgrind
+DEPS_STAMP := $(BUILD)/.deps-$(shell echo $(DEB_PACKAGES) | cksum | cut -d' ' -f1)
+
+$(DEPS_STAMP):
+	$(Q)mkdir -p $(BUILD)
+	$(Q)missing=$$(for p in $(DEB_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
+	  done); \
+	if [ -n "$$missing" ]; then \
+	  echo "  APT     installing:" $$missing; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	  elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	  else echo "error: missing Debian packages: $$missing (run as root, or install them: apt-get install $$missing)" >&2; exit 1; fi; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || \
+	    { echo "error: apt-get install $$missing failed" >&2; exit 1; }; \
+	fi
+	$(Q)touch $@
+
+deps: $(DEPS_STAMP)
+
+# ---- kernels/ -------------------------------------------------------------------------
+
+KERNEL_SRCS := $(wildcard kernels/*.c)
+KERNEL_OBJS := $(KERNEL_SRCS:%.c=$(BUILD)/%.o)
+KERNEL_LIB := $(BUILD)/libvasekernels.a
+
+$(BUILD)/kernels/%.o: CFLAGS += $(KERNEL_OPT)
+
+$(KERNEL_LIB): $(KERNEL_OBJS)
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+# ---- proto/ --------------------------------------------------------------------------
+
+PROTO_C := $(BUILD)/proto/vase.pb-c.c
+PROTO_H := $(BUILD)/proto/vase.pb-c.h
+PROTO_OBJ := $(BUILD)/proto/vase.pb-c.o
+WIRE_OBJ := $(BUILD)/proto/wire.o
+
+$(PROTO_H): proto/vase.proto | $(DEPS_STAMP)
+	$(call say,PROTOC,$<)
+	$(Q)mkdir -p $(BUILD)/proto
+	$(Q)protoc-c --c_out=$(BUILD)/proto -Iproto $<
+$(PROTO_C): $(PROTO_H)
+	@true
+
+$(PROTO_OBJ): $(PROTO_C)
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(filter-out -Wmissing-prototypes,$(CFLAGS)) -c -o $@ $<
+
+# Everything outside kernels/ may include the generated header.
+GENERATED_HEADERS := $(PROTO_H)
+
+ZMQ_LIBS := -lzmq
+PROTOBUF_LIBS := -lprotobuf-c
+SYSTEMD_LIBS := -lsystemd
+INIH_LIBS := -linih
+
+# ---- client/: libvase and vasectl --------------------------------------------------------
+
+# libvase needs only the kernels that carry no BLAS: views, compaction and policy names.
+LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o)
+LIBVASE_SRCS := $(filter-out client/vasectl.c,$(wildcard client/*.c))
+LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)
+LIBVASE_A := $(BUILD)/libvase.a
+LIBVASE_SO := $(BUILD)/libvase.so
+LIBVASE_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) -lm
+VASECTL := $(BUILD)/vasectl
+
+$(LIBVASE_A): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS)
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(LIBVASE_SO): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libvase.so.0 -o $@ $^ $(LIBVASE_LIBS)
+
+$(VASECTL): $(BUILD)/client/vasectl.o $(LIBVASE_A)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
+
+# ---- daemon/: vased -------------------------------------------------------------------
+
+DAEMON_SRCS := $(wildcard daemon/*.c)
+DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
+DAEMON_LIB := $(BUILD)/libvased.a
+VASED := $(BUILD)/vased
+DAEMON_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) $(INIH_LIBS) $(BLAS_LIBS) -lm
+
+# Everything but main() goes into an archive the unit tests link against.
+$(DAEMON_LIB): $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJS)) $(PROTO_OBJ) $(WIRE_OBJ)
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(VASED): $(BUILD)/daemon/main.o $(DAEMON_LIB) $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
+
+# ---- examples/ ------------------------------------------------------------------------
+
+EXAMPLE_SRCS := $(wildcard examples/*.c)
+EXAMPLES := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
+
+$(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/tests/npy.o $(LIBVASE_A)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
+
+# ---- tests/ ---------------------------------------------------------------------------
+
+KERNEL_MODULES := view philox select score plan compact
+KERNEL_TESTS := $(KERNEL_MODULES:%=$(BUILD)/tests/test_%)
+TEST_SUPPORT_OBJS := $(BUILD)/tests/npy.o
+RUN_VECTORS := $(BUILD)/tests/run_vectors
+BENCH_KERNELS := $(BUILD)/tests/bench_kernels
+# Daemon module tests link the daemon archive; client tests libvase; integration tests start a
+# real vased and use the real library.
+DAEMON_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_daemon_*.c))
+CLIENT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_client_*.c))
+INTEGRATION_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_integration_*.c))
+TEST_PROGS := $(KERNEL_TESTS) $(DAEMON_TESTS) $(CLIENT_TESTS) $(INTEGRATION_TESTS)
+
+$(DAEMON_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(DAEMON_LIB) $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS)
+
+$(CLIENT_TESTS) $(INTEGRATION_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBVASE_A)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LIBVASE_LIBS)
+
+# Integration tests need the programs they start.
+$(INTEGRATION_TESTS): | $(VASED) $(VASECTL) $(EXAMPLES)
+
+$(KERNEL_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(BLAS_LIBS) $(LIBM)
+
+$(RUN_VECTORS): $(BUILD)/tests/run_vectors.o $(TEST_SUPPORT_OBJS) $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(BLAS_LIBS) $(LIBM)
+
+$(BENCH_KERNELS): $(BUILD)/tests/bench_kernels.o $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(BLAS_LIBS) $(LIBM)
+
+# ---- run, demo, systemd (examples/systemd owner) ----
+
+# make run: vased in the foreground on the host arena, its sockets in ./run (RUN_DIR);
+# RUN_FLAGS adds settings (RUN_FLAGS=--arena-bytes=1G). No configuration file is read.
+RUN_DIR ?= $(CURDIR)/run
+RUN_FLAGS ?=
+SYNTHETIC_ENGINE := $(BUILD)/examples/synthetic_engine
+REPLAY_ENGINE := $(BUILD)/examples/replay_engine
+BENCH_SERVICE := $(BUILD)/tests/bench_service
+WITH_VASED := examples/with_vased.sh
+REPLAY_VECTORS := $(BUILD)/vectors-replay
+
+# The examples link tests/npy.o (see examples/ above); replay_engine includes its header.
+$(BUILD)/examples/%.o: CPPFLAGS += -Itests
+
+$(BENCH_SERVICE): $(BUILD)/tests/bench_service.o $(LIBVASE_A)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
+
+# The service benchmark is built with everything else, so that it cannot rot; it runs only on
+# demand (make bench-service).
+all: $(if $(LIBVASE_SRCS),$(BENCH_SERVICE))
+
+run: $(VASED) $(VASECTL) $(EXAMPLES)
+	$(Q)mkdir -p $(RUN_DIR)
+	@echo "vased: host arena, sockets in $(RUN_DIR); Ctrl-C stops it. From another shell:"
+	@echo "  $(SYNTHETIC_ENGINE) --runtime-dir=$(RUN_DIR) --seqs=2 --duration=30"
+	@echo "  VASE_RUNTIME_DIR=$(RUN_DIR) $(VASECTL) status    (also: clients, seqs, config)"
+	$(Q)VASE_RUNTIME_DIR=$(RUN_DIR) exec $(VASED) --config=/dev/null --runtime-dir=$(RUN_DIR) $(RUN_FLAGS)
+
+# Two engines of different models share one private daemon; nothing is left running.
+demo: $(VASED) $(VASECTL) $(SYNTHETIC_ENGINE)
+	$(Q)$(WITH_VASED) $(VASED) --arena-bytes=256M -- examples/demo.sh $(SYNTHETIC_ENGINE) $(VASECTL)
+
+# The reference traces, shipped and generated, replayed through a private daemon.
+check-replay: $(VASED) $(REPLAY_ENGINE)
+	$(Q)rm -rf $(REPLAY_VECTORS) && $(PYTHON) tests/vectors/gen_vectors.py $(REPLAY_VECTORS) >/dev/null
+	$(Q)$(WITH_VASED) $(VASED) -- $(REPLAY_ENGINE) $$(ls -d $(VECTORS)/trace_*/ $(REPLAY_VECTORS)/trace_*/)
+
+# The unit, sysusers and tmpfiles files parse, and vased.conf is what the daemon dumps.
+check-systemd: $(VASED)
+	$(Q)systemd/check.sh $(VASED)
+
+# Rewrites systemd/vased.conf after a change to the daemon's settings table.
+update-vased-conf: $(VASED)
+	$(Q)$(VASED) --config=/dev/null --dump-config >systemd/vased.conf
+
+bench-service: $(VASED) $(BENCH_SERVICE)
+	$(Q)VASED=$(VASED) BENCH=$(BENCH_SERVICE) tests/bench_service.sh
+
+.PHONY: run demo check-replay check-systemd update-vased-conf bench-service
+
+# ---- end run, demo, systemd ----
+
+# ---- generic rules --------------------------------------------------------------------
+
+$(BUILD)/kernels/%.o: kernels/%.c | $(DEPS_STAMP)
+	$(call say,CC,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.c | $(DEPS_STAMP) $(GENERATED_HEADERS)
+	$(call say,CC,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+ALL := $(KERNEL_LIB) $(TEST_PROGS) $(RUN_VECTORS) $(BENCH_KERNELS) \
+       $(if $(DAEMON_SRCS),$(VASED)) $(if $(LIBVASE_SRCS),$(LIBVASE_A) $(LIBVASE_SO)) \
+       $(if $(wildcard client/vasectl.c),$(VASECTL)) $(EXAMPLES)
+
+all: $(ALL)
+
+GEN_VECTORS := $(BUILD)/vectors-gen
+
+# Runs every unit-test binary, the vector runner on the shipped vectors and on cases generated
+# by the independent NumPy implementation, and ends with one "check: N passed, N failed" line.
+check: all
+	$(Q)pass=0; fail=0; \
+	result() { if [ "$$1" = 0 ]; then pass=$$((pass + 1)); else fail=$$((fail + 1)); echo "FAILED: $$2" >&2; fi; }; \
+	for t in $(TEST_PROGS); do \
+	  echo "  TEST    $$t"; $(TEST_WRAPPER) $$t; result $$? $$t; \
+	done; \
+	echo "  VECTORS $(VECTORS)"; \
+	if [ -d "$(VECTORS)" ]; then $(TEST_WRAPPER) $(RUN_VECTORS) $$(ls -d $(VECTORS)/*/); result $$? "vectors $(VECTORS)"; \
+	else echo "error: no test vectors at $(VECTORS) (set VECTORS=DIR)" >&2; result 1 "vectors $(VECTORS)"; fi; \
+	echo "  VECTORS generated by tests/vectors/gen_vectors.py"; \
+	rm -rf $(GEN_VECTORS) && $(PYTHON) tests/vectors/gen_vectors.py $(GEN_VECTORS) >/dev/null && \
+	  $(TEST_WRAPPER) $(RUN_VECTORS) $$(ls -d $(GEN_VECTORS)/*/); result $$? "generated vectors"; \
+	echo "check: $$pass passed, $$fail failed"; [ $$fail = 0 ]
+
+VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect
+check-valgrind: all
+	$(Q)$(MAKE) --no-print-directory check TEST_WRAPPER="$(VALGRIND)"
+
+bench: $(BENCH_KERNELS)
+	$(Q)BENCH=$(BENCH_KERNELS) tests/bench_table.sh
+
+clean:
+	$(Q)rm -rf $(BUILD) build build-san
+
+.PHONY: all check check-valgrind bench clean deps
+.DEFAULT_GOAL := all
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * libvase: the engine's side of vase. An engine connects to vased, registers its model
+ * geometry, opens sequences, writes keys, values (and, for attention policies, queries) for
+ * each new token straight into the shared arena, and calls vase_seq_append() and
+ * vase_seq_poll() at step boundaries; libvase talks to the daemon and applies eviction plans
+ * with the kernels' compaction.
+ *
+ * Errors: every fallible call returns >= 0 on success and a negative errno (or -VASE_E*) on
+ * failure; vase_strerror() names it. A call never blocks longer than the client's timeout
+ * (default 5 s); if the daemon is gone the call fails with -ECONNRESET, and if it restarted
+ * with -VASE_ESTALE; the client must then be freed and may reconnect.
+ *
+ * Threads: a client and its sequences are protected by one mutex, so calls from several
+ * threads are safe but serialised. Each call on a sequence must come from code that owns the
+ * sequence (the library does not reorder calls on one sequence).
+ *
+ * Ordering (host arena): the engine's stores to the arena are complete when
+ * vase_seq_append() is called, because the call itself is a synchronisation point (a system
+ * call follows); the daemon writes plans before it replies, and libvase reads them after it
+ * received the reply.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vase_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VASE_PROTOCOL_VERSION 1
+
+/* vase-specific error codes, returned negated like errno values. */
+#define VASE_EPROTOVERSION 1000 /* the peer speaks another protocol version */
+#define VASE_ESTALE 1001        /* the daemon restarted: its incarnation changed */
+
+/* The message for a negative return value (or a positive code). Never NULL. */
+const char *vase_strerror(int err);
+
+struct vase_client;
+struct vase_model;
+struct vase_seq;
+
+struct vase_connect_options {
+    const char *runtime_dir; /* NULL: $VASE_RUNTIME_DIR, else /run/vase if it exists, else ./run */
+    const char *name;        /* shown by vasectl; NULL: the program name */
+    int timeout_ms;          /* bound on every wait for the daemon; 0: 5000 */
+};
+
+/* Connects to vased: session handshake, arena mapping, control socket. On success *ret owns
+ * the connection. -ENOENT (no daemon socket), -EACCES/-EPERM (refused by the allow-list),
+ * -ECONNREFUSED, -ETIMEDOUT, -VASE_EPROTOVERSION. */
+int vase_connect(const struct vase_connect_options *opts, struct vase_client **ret);
+/* Closes every sequence, unmaps the arenas, closes the sockets; accepts NULL. Returns NULL. */
+struct vase_client *vase_disconnect(struct vase_client *c);
+
+/* The daemon's incarnation and the client id it assigned. */
+uint64_t vase_client_incarnation(const struct vase_client *c);
+uint32_t vase_client_id(const struct vase_client *c);
+/* Round trip of a Ping, for health checks and benchmarks. 0 or -errno. */
+int vase_ping(struct vase_client *c);
+
+struct vase_geometry {
+    const char *name;
+    uint32_t layers, q_heads, kv_heads, head_dim;
+    enum vase_dtype dtype;
+    uint32_t align; /* token alignment of the engine's attention kernel; 0 or 1: none */
+    uint32_t arena; /* arena id, 0 = the first */
+};
+
+/* Registers a model geometry; *ret is owned by the client (freed with it). -EINVAL for a
+ * geometry the arena cannot lay out. */
+int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
+                        struct vase_model **ret);
+/* Tokens per page of the model's layout. */
+uint32_t vase_model_tokens_per_page(const struct vase_model *m);
+
+enum vase_mode {
+    VASE_MODE_ASYNC = 0,
+    VASE_MODE_SYNC = 1,
+};
+
+struct vase_seq_config {
+    enum vase_policy policy;
+    struct vase_params params; /* vase_params_default(budget) and adjust */
+    uint32_t prompt_len;       /* tokens the engine will prefill */
+    uint64_t seed;
+    enum vase_mode mode;
+    int32_t slack;             /* steps the engine may run ahead of a plan; -1: window */
+};
+
+/* Opens a sequence: reserves all its pages at once, or fails whole with -ENOSPC (the arena is
+ * full) or -EDQUOT (the client's quota). *ret is owned by the client. */
+int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase_seq_config *cfg,
+                  struct vase_seq **ret);
+/* Ends a sequence and returns its pages; accepts NULL. 0 or -errno (the local state is freed
+ * either way). */
+int vase_seq_close(struct vase_seq *s);
+
+uint32_t vase_seq_id(const struct vase_seq *s);
+/* Slots filled now. */
+uint32_t vase_seq_len(const struct vase_seq *s);
+/* Slots the block table holds now (shrinks after the first eviction of a long prompt). */
+uint32_t vase_seq_capacity(const struct vase_seq *s);
+/* Tokens appended since the open, prompt included. */
+uint64_t vase_seq_position(const struct vase_seq *s);
+/* Eviction rounds applied. */
+uint32_t vase_seq_rounds(const struct vase_seq *s);
+
+enum vase_kv {
+    VASE_K = 0,
+    VASE_V = 1,
+};
+
+/* A view of one layer's K or V, every slot of the sequence, for the engine's kernels and for
+ * its writes (vase_view_row() gives the address of a slot). The view stays valid until the
+ * next vase_seq_poll()/vase_seq_append() that applies a plan (the block table may change). */
+int vase_seq_kv_view(const struct vase_seq *s, uint32_t layer, enum vase_kv kv,
+                     struct vase_view *ret);
+/* Address of (slot, kv_head) of layer's K or V; NULL if out of range. */
+void *vase_seq_kv_ptr(const struct vase_seq *s, uint32_t layer, enum vase_kv kv, uint32_t slot,
+                      uint32_t kv_head);
+/* Address where the engine writes the query of q_head for the token at position pos (the
+ * position the next vase_seq_append() will count); NULL if the policy reads no queries. */
+void *vase_seq_query_ptr(const struct vase_seq *s, uint32_t layer, uint64_t pos, uint32_t q_head);
+
+/*
+ * Counts n tokens the engine has written at slots len .. len + n - 1 (and their queries).
+ * During the prompt (position < prompt_len) nothing is evicted; after it, a token that makes
+ * len > budget and len % window == 0 starts an eviction: sync mode waits for the plan and
+ * applies it before returning; async mode sends the request and returns. If the sequence is
+ * full it first waits for and applies the pending plan. Returns 0, 1 if a plan was applied,
+ * -ENOSPC if n tokens do not fit even after that, or -errno.
+ */
+int vase_seq_append(struct vase_seq *s, uint32_t n);
+/* Injects the draws of the next eviction request, for exact replays: exp_draws
+ * [layers][kv_heads][len - window] Exp(1) draws (n_exp floats) and gauss [head_dim][rank]
+ * standard normals (n_gauss floats); either may be NULL/0. Copied; used once. */
+int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp,
+                       const float *gauss, size_t n_gauss);
+/* Applies a ready plan, if any, without waiting. 1 if applied, 0 if none, -errno. */
+int vase_seq_poll(struct vase_seq *s);
+/* Waits for the pending plan, if any, and applies it. 1 if applied, 0 if none pending. */
+int vase_seq_wait(struct vase_seq *s);
+
+enum vase_stats_kind {
+    VASE_STATS_ACC_ADD = 0,       /* attention received per slot: added to the h2o accumulator */
+    VASE_STATS_WINDOW_SCORES = 1, /* window scores replacing the computed ones at the next plan */
+};
+
+/* Pushes statistics for one layer: values [kv_heads][len], len <= the sequence's len. Not
+ * acknowledged: a refusal arrives as an error on a later call. */
+int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind kind,
+                        const float *values, uint32_t len);
+
+/* Counters of what the library did for one sequence. */
+struct vase_seq_stats {
+    uint64_t evictions;        /* plans applied */
+    uint64_t stalls;           /* appends that had to wait for a plan */
+    double stall_seconds;      /* total time waited in those */
+    double compact_seconds;    /* total time spent compacting */
+    double last_plan_seconds;  /* the daemon's time for the last plan */
+};
+void vase_seq_get_stats(const struct vase_seq *s, struct vase_seq_stats *ret);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * The eviction kernels: scoring, selection, compaction and random draws for every policy of
+ * ALGORITHM.md. One C interface with no CUDA types; the CPU implementation is the reference.
+ *
+ * Every fallible function returns >= 0 on success and -errno on failure (-EINVAL for bad
+ * parameters and for NaN or Inf in the data a policy reads, -ENOMEM when scratch memory cannot
+ * be had). On failure a plan or a compaction writes nothing: a plan is either complete or
+ * absent. The score functions, exposed for tests, leave their output undefined on failure.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Hard limits: what a plan may be asked to read, so that no request can make a kernel
+ * allocate without bound. */
+#define VASE_MAX_DIM 1024       /* head dim */
+#define VASE_MAX_HEADS 1024     /* query or KV heads of a layer */
+#define VASE_MAX_TOKENS (1u << 22) /* candidates of one plan */
+#define VASE_MAX_BUDGET (1u << 22)
+#define VASE_MAX_RANK 256       /* sketch rank */
+#define VASE_MAX_SMOOTH 63      /* box filter width */
+
+enum vase_dtype {
+    VASE_DTYPE_F32 = 0,
+    VASE_DTYPE_F16 = 1,
+    VASE_DTYPE_BF16 = 2,
+    _VASE_DTYPE_MAX,
+};
+
+/* Bytes per element, or 0 for an invalid dtype. */
+size_t vase_dtype_size(enum vase_dtype dtype);
+/* "f32", "f16", "bf16"; NULL for an invalid dtype. */
+const char *vase_dtype_to_string(enum vase_dtype dtype);
+/* Parses "f32"/"float32", "f16"/"float16", "bf16"/"bfloat16". 0 or -EINVAL. */
+int vase_dtype_from_string(const char *s, enum vase_dtype *ret);
+
+/* Scalar conversions (round to nearest even), exposed for tests and the client library. */
+float vase_f16_to_f32(uint16_t h);
+uint16_t vase_f32_to_f16(float f);
+float vase_bf16_to_f32(uint16_t h);
+uint16_t vase_f32_to_bf16(float f);
+
+enum vase_policy {
+    VASE_POLICY_VASE_ATTNV = 0, /* range_sink_sample_attn (default) */
+    VASE_POLICY_VASE_DKV,       /* cur_resample_gauss */
+    VASE_POLICY_CURDKV,         /* cur_fixed_gauss */
+    VASE_POLICY_SNAPKV,         /* attn */
+    VASE_POLICY_RKV,            /* attn_rkv */
+    VASE_POLICY_STREAMING,
+    VASE_POLICY_RANDOM,
+    VASE_POLICY_H2O,
+    /* Ablations. */
+    VASE_POLICY_ATTN_SAMPLE,       /* attn_sample */
+    VASE_POLICY_RANGE_ATTN,        /* range_attn */
+    VASE_POLICY_RANGE_SAMPLE_ATTN, /* range_sample_attn */
+    VASE_POLICY_EVICT_LARGE_RANGE, /* evict_large_range */
+    _VASE_POLICY_MAX,
+};
+
+/* Value-magnitude metric m[j] (ALGORITHM.md, "Value magnitude"). */
+enum vase_metric {
+    VASE_METRIC_RANGE = 0,
+    VASE_METRIC_L2,
+    VASE_METRIC_VAR,
+    VASE_METRIC_ABSMAX,
+    _VASE_METRIC_MAX,
+};
+
+/* Policy names as vase spells them ("vase-attnv", "snapkv", ...); NULL if invalid. */
+const char *vase_policy_to_string(enum vase_policy p);
+/* Parses a vase policy name. 0 or -EINVAL. */
+int vase_policy_from_string(const char *s, enum vase_policy *ret);
+/* Parses a reference mode name ("range_sink_sample_attn", "l2_sink_sample_attn",
+ * "cur_fixed_gauss", ...) into a policy and the value metric it implies. 0 or -EINVAL. */
+int vase_policy_from_mode(const char *mode, enum vase_policy *ret_policy,
+                          enum vase_metric *ret_metric);
+const char *vase_metric_to_string(enum vase_metric m);
+int vase_metric_from_string(const char *s, enum vase_metric *ret);
+
+/* What a policy reads. */
+#define VASE_NEEDS_K (1u << 0)     /* candidate keys */
+#define VASE_NEEDS_V (1u << 1)     /* candidate values */
+#define VASE_NEEDS_Q (1u << 2)     /* the window's queries (windowed attention) */
+#define VASE_NEEDS_ACC (1u << 3)   /* accumulated attention pushed by the engine (h2o) */
+#define VASE_NEEDS_EXP (1u << 4)   /* Exp(1) draws, one per candidate and KV head */
+#define VASE_NEEDS_GAUSS (1u << 5) /* a D x r Gaussian sketch */
+unsigned vase_policy_needs(enum vase_policy p);
+
+struct vase_params {
+    uint32_t budget;      /* slots kept after an eviction; multiple of window, > window */
+    uint32_t window;      /* W */
+    uint32_t n_sink;      /* first slots treated as sinks */
+    uint32_t n_large;     /* slots reserved for large values (vase-attnv and ablations) */
+    float temperature;    /* T > 0 */
+    uint32_t rank;        /* r >= 1, sketch rank (vase-dkv, curdkv) */
+    float lambda;         /* R-KV mixing weight in [0, 1] */
+    uint32_t smooth;      /* box filter width, odd, 1 = off */
+    enum vase_metric metric;
+};
+
+/* The defaults of ALGORITHM.md for a budget: W 64, 4 sinks, n_large budget/4, T 1, r 20,
+ * lambda 0.5, smooth 5, range. */
+struct vase_params vase_params_default(uint32_t budget);
+/* 0 if the parameters are valid for the policy, else -EINVAL. */
+int vase_params_check(const struct vase_params *p, enum vase_policy policy);
+
+/*
+ * A strided view of one layer's K, V or query rows, read (or, for compaction, written) in
+ * place. Row r is the r-th token; its physical slot is r, or (first + r) % ring for a ring.
+ * Slot s lives in page pages[s / tokens_per_page] (page s / tokens_per_page when pages is
+ * NULL) at token s % tokens_per_page. The element (row, head, d) of that token is at
+ *
+ *     base + page * page_stride + token * token_stride + head * head_stride + d * elem_size
+ *
+ * so each head's dim elements are contiguous. tokens_per_page 0 means a single page. For the
+ * arena layout [layer][K,V][token][kv_head][dim] of a page, a layer's K has
+ * base = page 0 + layer * 2 * tpp * Hkv * D * es, token_stride = Hkv * D * es,
+ * head_stride = D * es and page_stride = page_bytes; V is tpp * Hkv * D * es further.
+ */
+struct vase_view {
+    void *base;
+    const uint32_t *pages;    /* block table, or NULL for consecutive pages */
+    uint32_t tokens_per_page; /* 0: every row on one page */
+    uint32_t ring;            /* 0: row r is slot r; else slot (first + r) % ring */
+    uint32_t first;
+    uint32_t heads;
+    uint32_t dim;
+    enum vase_dtype dtype;
+    int64_t page_stride; /* bytes */
+    int64_t token_stride;
+    int64_t head_stride;
+};
+
+/* A view of a contiguous [heads][rows][dim] array, the layout of the test vectors. */
+struct vase_view vase_view_contiguous(void *base, enum vase_dtype dtype, uint32_t heads,
+                                      uint32_t rows, uint32_t dim);
+/* Address of element (row, head, 0). No checks. */
+void *vase_view_row(const struct vase_view *v, uint32_t row, uint32_t head);
+/* Reads one row of one head as float32 into out[dim]; returns 0, or -EINVAL if a value is
+ * NaN or Inf (out is written either way). */
+int vase_view_read_row(const struct vase_view *v, uint32_t row, uint32_t head, float *out);
+
+/* ---- Random draws: Philox4x32-10 ---- */
+
+/* One Philox4x32-10 block: ten rounds of the counter under the key. */
+void vase_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* The key of a draw stream. Sequence ids are 32-bit; layer < 65536, kv_head < 4095. */
+struct vase_rng {
+    uint64_t seed;
+    uint32_t sequence;
+    uint32_t layer;
+    uint32_t round;
+};
+
+#define VASE_RNG_HEAD_SHARED 0xfffu /* kv_head of draws shared by a layer's heads */
+
+/* n Exp(1) draws (-log u, u in (0,1]) for (rng, kv_head). */
+void vase_rng_exp(const struct vase_rng *rng, uint32_t kv_head, float *out, size_t n);
+/* n standard normal draws by Box-Muller for (rng, kv_head). */
+void vase_rng_normal(const struct vase_rng *rng, uint32_t kv_head, float *out, size_t n);
+/* n uniform draws in (0, 1] for (rng, kv_head, stream); exposed for distribution tests. */
+void vase_rng_uniform(const struct vase_rng *rng, uint32_t kv_head, uint32_t stream, float *out,
+                      size_t n);
+
+/* ---- Primitives ---- */
+
+/* The n largest of x[0..len) in descending order, ties in ascending index. x must hold no NaN.
+ * Writes n indices to out. 0 or -EINVAL (n > len). */
+int vase_topk(const float *x, uint32_t len, uint32_t n, uint32_t *out);
+/* The exponential race: n distinct indices drawn without replacement with probability
+ * proportional to w (>= 0), given one Exp(1) draw per index; keys w/E in descending order,
+ * zero weights last in ascending index. Indices with exclude[i] != 0 (exclude may be NULL) are
+ * never drawn. 0, or -EINVAL if n exceeds the indices available or a weight is negative/NaN. */
+int vase_sample(const float *w, const float *exp_draws, const uint8_t *exclude, uint32_t len,
+                uint32_t n, uint32_t *out);
+
+/* Value magnitude of rows [0, n) of one head. 0 or -EINVAL (NaN/Inf). */
+int vase_value_metric(const struct vase_view *v, uint32_t head, uint32_t n, enum vase_metric m,
+                      float *out);
+
+/* ---- Scores (exposed for tests; vase_plan_heads() uses them) ---- */
+
+struct vase_plan_input;
+struct vase_workspace;
+
+/* Windowed attention score s[0..n) of one KV head (ALGORITHM.md "Scores"): softmax over the
+ * candidates per query, mean over the window, box filter, mean over the group. Uses
+ * in->scores instead when it is set. 0 or -EINVAL (NaN/Inf in K or Q) / -ENOMEM. */
+int vase_score_attention(const struct vase_plan_input *in, uint32_t head,
+                         struct vase_workspace *ws, float *out);
+/* The sketch gm [D][r]: gauss (injected standard normals, [D][r]) or draws keyed by rng with
+ * VASE_RNG_HEAD_SHARED, divided by sqrt(r). */
+void vase_sketch(const struct vase_rng *rng, const float *gauss, uint32_t dim, uint32_t r,
+                 float *gm);
+/* Sketched leverage c[0..n) of one KV head: k2 v2 / sum(k2 v2), with gm from vase_sketch().
+ * 0 or -EINVAL / -ENOMEM. */
+int vase_score_leverage(const struct vase_view *k, const struct vase_view *v, uint32_t head,
+                        uint32_t n, const float *gm, uint32_t r, struct vase_workspace *ws,
+                        float *out);
+/* R-KV redundancy red[0..n) of one KV head: softmax_j(mean_i C[i,j]), C the cosine
+ * similarity of keys with a zero diagonal. 0 or -EINVAL / -ENOMEM. */
+int vase_score_redundancy(const struct vase_view *k, uint32_t head, uint32_t n,
+                          struct vase_workspace *ws, float *out);
+
+/* ---- Plans ---- */
+
+/* Everything one layer's plan reads. Candidates are rows [0, n) of k and v. */
+struct vase_plan_input {
+    enum vase_policy policy;
+    struct vase_params params;
+    uint32_t n;             /* candidates N = len - W */
+    uint32_t hq;            /* query heads; a multiple of k.heads */
+    struct vase_view k;     /* rows >= n, heads Hkv */
+    struct vase_view v;     /* rows >= n, heads Hkv, same dim as k */
+    struct vase_view q;     /* rows >= W (the window's queries, any order), heads hq */
+    const float *acc;       /* [Hkv][n] accumulated attention (h2o), else NULL */
+    const float *scores;    /* [Hkv][n] pushed window scores replacing the computed s, or NULL */
+    struct vase_rng rng;    /* draws when the injected ones below are NULL */
+    const float *exp_draws; /* injected [Hkv][n] Exp(1) draws, or NULL */
+    const float *gauss;     /* injected [D][r] standard normals, or NULL */
+};
+
+/* Scratch memory for plans; one per thread. Grows as needed, freed by vase_workspace_free(). */
+struct vase_workspace;
+int vase_workspace_new(struct vase_workspace **ret);
+struct vase_workspace *vase_workspace_free(struct vase_workspace *ws);
+
+/* K = budget - window: the number of candidates each KV head keeps. */
+uint32_t vase_plan_keep_count(const struct vase_params *p);
+
+/*
+ * Computes the plan of KV heads [h0, h1) of one layer: keep[(h - h0) * K + i], K from
+ * vase_plan_keep_count(). ws may be NULL (scratch is then allocated for the call).
+ * Returns 0; -EINVAL for invalid parameters or views, or NaN/Inf in what the policy reads
+ * (nothing is written then); -ENOMEM.
+ */
+int vase_plan_heads(const struct vase_plan_input *in, uint32_t h0, uint32_t h1,
+                    struct vase_workspace *ws, uint32_t *keep);
+/* The whole layer, keep [Hkv][K], its KV heads spread over nthreads threads (>= 1). ws is
+ * NULL or an array of nthreads workspaces, one per thread. Same returns as vase_plan_heads(). */
+int vase_plan(const struct vase_plan_input *in, unsigned nthreads, struct vase_workspace **ws,
+              uint32_t *keep);
+
+/* ---- Compaction ---- */
+
+/*
+ * Applies a plan to one view (a layer's K or V, all heads): for each head, slot i < K receives
+ * candidate keep[head * K + i] and slots K .. K + len - n - 1 receive old slots n .. len - 1 in
+ * order. Reads every source before it overwrites any. keep must be distinct values below n,
+ * K <= n <= len. Returns the new length K + len - n, or -EINVAL (nothing moved) / -ENOMEM.
+ */
+int vase_compact(struct vase_view *view, const uint32_t *keep, uint32_t K, uint32_t n,
+                 uint32_t len);
+/* The same move on a [heads][stride] float array (per-slot statistics such as h2o's
+ * accumulated attention); entries past the new length are zeroed. Returns the new length. */
+int vase_compact_f32(float *data, uint32_t heads, size_t stride, const uint32_t *keep, uint32_t K,
+                     uint32_t n, uint32_t len);
+
+/* Validates a plan: every head's K entries distinct and below n. 0 or -EINVAL. */
+int vase_plan_validate(const uint32_t *keep, uint32_t heads, uint32_t K, uint32_t n);
+
+#ifdef __cplusplus
+}
+#endif
