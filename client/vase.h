@@ -61,6 +61,10 @@ struct vase_client *vase_disconnect(struct vase_client *c);
 /* The daemon's incarnation and the client id it assigned. */
 uint64_t vase_client_incarnation(const struct vase_client *c);
 uint32_t vase_client_id(const struct vase_client *c);
+/* The daemon's message for the last error it reported to this client ("" if none), e.g. "NaN or
+ * Inf in the keys of layer 3 of sequence 7": the errno of a failed call says only the kind of
+ * failure. The string is the client's; it changes with the next call. */
+const char *vase_last_error(struct vase_client *c);
 /* Round trip of a Ping, for health checks and benchmarks. 0 or -errno. */
 int vase_ping(struct vase_client *c);
 
@@ -73,7 +77,9 @@ struct vase_geometry {
 };
 
 /* Registers a model geometry; *ret is owned by the client (freed with it). -EINVAL for a
- * geometry the arena cannot lay out. */
+ * geometry the arena cannot lay out or an unknown arena id, -EOPNOTSUPP for a device (cuda)
+ * arena, which this library does not map, -EPROTO if the daemon's layout differs from the one
+ * PROTOCOL.md prescribes. */
 int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
                         struct vase_model **ret);
 /* Tokens per page of the model's layout. */
@@ -135,16 +141,31 @@ void *vase_seq_query_ptr(const struct vase_seq *s, uint32_t layer, uint64_t pos,
  * applies it before returning; async mode sends the request and returns. If the sequence is
  * full it first waits for and applies the pending plan. Returns 0, 1 if a plan was applied,
  * -ENOSPC if n tokens do not fit even after that, or -errno.
+ *
+ * Details (PROTOCOL.md, "Decisions libvase made"): when several of the n tokens fire the
+ * trigger, only the last one starts an eviction. A plan still pending when the trigger fires is
+ * applied first. In async mode the call also waits for the pending plan before returning when
+ * the sequence is full or, for policies with a query ring, once window tokens were appended
+ * since the request (the next query would overwrite one the daemon may still read); such waits
+ * count as stalls. The n tokens are counted even when the eviction fails (it is retried at the
+ * next trigger); they are not counted when the call fails first: -ENOSPC, a dead client, a
+ * broken sequence, or a deferred error (vase_seq_push_stats()).
+ *
+ * A sequence whose plan could not be applied whole (an invalid plan: -EPROTO; or a failed
+ * commit) no longer matches the daemon's view: every later call on it returns that error, and
+ * it can only be closed.
  */
 int vase_seq_append(struct vase_seq *s, uint32_t n);
 /* Injects the draws of the next eviction request, for exact replays: exp_draws
  * [layers][kv_heads][len - window] Exp(1) draws (n_exp floats) and gauss [head_dim][rank]
- * standard normals (n_gauss floats); either may be NULL/0. Copied; used once. */
+ * standard normals (n_gauss floats); either may be NULL/0. Copied; used once. -EINVAL for a
+ * negative or non-finite draw. */
 int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp,
                        const float *gauss, size_t n_gauss);
 /* Applies a ready plan, if any, without waiting. 1 if applied, 0 if none, -errno. */
 int vase_seq_poll(struct vase_seq *s);
-/* Waits for the pending plan, if any, and applies it. 1 if applied, 0 if none pending. */
+/* Waits for the pending plan, if any, and applies it. 1 if applied, 0 if none pending,
+ * -ETIMEDOUT if it did not come within the client's timeout (it stays pending), -errno. */
 int vase_seq_wait(struct vase_seq *s);
 
 enum vase_stats_kind {
@@ -152,15 +173,18 @@ enum vase_stats_kind {
     VASE_STATS_WINDOW_SCORES = 1, /* window scores replacing the computed ones at the next plan */
 };
 
-/* Pushes statistics for one layer: values [kv_heads][len], len <= the sequence's len. Not
- * acknowledged: a refusal arrives as an error on a later call. */
+/* Pushes statistics for one layer: values [kv_heads][len], 1 <= len <= the sequence's len,
+ * all finite (-EINVAL otherwise, nothing sent). values is copied. Not acknowledged: a refusal
+ * by the daemon is returned, once, by the next vase_seq_append(), vase_seq_poll(),
+ * vase_seq_wait() or vase_seq_push_stats() on this sequence, which then does nothing else. */
 int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind kind,
                         const float *values, uint32_t len);
 
 /* Counters of what the library did for one sequence. */
 struct vase_seq_stats {
     uint64_t evictions;        /* plans applied */
-    uint64_t stalls;           /* appends that had to wait for a plan */
+    uint64_t stalls;           /* appends that had to wait for a plan (the waits of sync mode,
+                                  which wait by design, are not counted) */
     double stall_seconds;      /* total time waited in those */
     double compact_seconds;    /* total time spent compacting */
     double last_plan_seconds;  /* the daemon's time for the last plan */

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * The client: one session, one control channel, the models and sequences opened through them,
+ * and one mutex that serialises every call. The client owns its models and sequences; freeing
+ * it frees them. Once the daemon is seen to be gone or restarted, the client is dead and every
+ * call returns that error without touching a socket: its memory is valid only for the
+ * incarnation that handed it out (LESSONS.md, "Liveness").
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "wire.h"
+
+#define DEFAULT_TIMEOUT_MS 5000
+
+int vase__client_check(struct vase_client *c, int r) {
+    if (r == -ECONNRESET || r == -VASE_ESTALE)
+        c->dead = r;
+    return r;
+}
+
+int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
+                      Vase__Envelope **ret) {
+    return vase__client_check(c, vase__chan_call(c->chan, e, expect, ret));
+}
+
+void vase__client_note_stats(struct vase_client *c, uint64_t request_id, uint32_t seq_id) {
+    c->stats_ids[c->stats_next] = request_id;
+    c->stats_seqs[c->stats_next] = seq_id;
+    c->stats_next = (c->stats_next + 1) % VASE__STATS_RING;
+}
+
+bool vase__client_unclaimed(void *userdata, const Vase__Envelope *e) {
+    struct vase_client *c = userdata;
+
+    for (struct vase_seq *s = c->seqs; s; s = s->next)
+        if (s->pending && s->pending_id == e->request_id)
+            return true;
+    if (e->body_case != VASE__ENVELOPE__BODY_ERROR || e->request_id == 0)
+        return false;
+    /* A refused stats push: the sequence learns of it on its next call. */
+    int err = vase__error_code(e->error);
+    vase__client_check(c, err);
+    for (size_t i = 0; i < VASE__STATS_RING; i++) {
+        if (c->stats_ids[i] != e->request_id)
+            continue;
+        for (struct vase_seq *s = c->seqs; s; s = s->next)
+            if (s->id == c->stats_seqs[i] && s->deferred_error == 0)
+                s->deferred_error = err;
+        break;
+    }
+    return false;
+}
+
+void vase__client_free_objects(struct vase_client *c) {
+    while (c->seqs) {
+        struct vase_seq *s = c->seqs;
+        c->seqs = s->next;
+        vase__seq_free(s);
+    }
+    while (c->models) {
+        struct vase_model *m = c->models;
+        c->models = m->next;
+        vase__model_free(m);
+    }
+}
+
+int vase_connect(const struct vase_connect_options *opts, struct vase_client **ret) {
+    struct vase_connect_options o = opts ? *opts : (struct vase_connect_options){0};
+    char dir[4096];
+    int r;
+
+    if (!ret || o.timeout_ms < 0)
+        return -EINVAL;
+    if (o.timeout_ms == 0)
+        o.timeout_ms = DEFAULT_TIMEOUT_MS;
+    if (!o.name)
+        o.name = program_invocation_short_name;
+    r = vase__runtime_dir(o.runtime_dir, dir, sizeof(dir));
+    if (r < 0)
+        return r;
+
+    struct vase_client *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->timeout_ms = o.timeout_ms;
+    vase__session_init(&c->session);
+    r = -pthread_mutex_init(&c->lock, NULL);
+    if (r < 0)
+        goto fail_client;
+
+    r = vase__session_open(dir, o.name, o.timeout_ms, &c->session);
+    if (r < 0)
+        goto fail_lock;
+
+    struct vase__chan_options co = {
+        .endpoint = c->session.control_endpoint,
+        .routing_id = c->session.token,
+        .routing_id_len = c->session.token_len,
+        .timeout_ms = o.timeout_ms,
+        .max_message_bytes = c->session.max_message_bytes,
+        .session_fd = c->session.fd,
+        .unclaimed = vase__client_unclaimed,
+        .userdata = c,
+    };
+    r = vase__chan_new(&co, &c->chan);
+    if (r < 0)
+        goto fail_session;
+    vase__chan_set_incarnation(c->chan, c->session.incarnation);
+
+    /* The session proves who we are; a Ping proves the control path works before the engine
+     * relies on it. */
+    r = vase_ping(c);
+    if (r < 0)
+        goto fail_chan;
+    *ret = c;
+    return 0;
+
+fail_chan:
+    vase__chan_free(c->chan);
+fail_session:
+    vase__session_close(&c->session);
+fail_lock:
+    pthread_mutex_destroy(&c->lock);
+fail_client:
+    free(c);
+    return r;
+}
+
+struct vase_client *vase_disconnect(struct vase_client *c) {
+    if (!c)
+        return NULL;
+    /* The daemon ends every sequence of a client whose session closes, so no CloseSeq is sent:
+     * the local state is freed, the arenas unmapped, and then the session closed. */
+    vase__chan_free(c->chan);
+    vase__client_free_objects(c);
+    vase__session_close(&c->session);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    return NULL;
+}
+
+uint64_t vase_client_incarnation(const struct vase_client *c) {
+    return c ? c->session.incarnation : 0;
+}
+
+uint32_t vase_client_id(const struct vase_client *c) {
+    return c ? c->session.client_id : 0;
+}
+
+const char *vase_last_error(struct vase_client *c) {
+    if (!c)
+        return "";
+    pthread_mutex_lock(&c->lock);
+    const char *m = c->chan ? vase__chan_last_error(c->chan) : "";
+    pthread_mutex_unlock(&c->lock);
+    return m;
+}
+
+int vase_ping(struct vase_client *c) {
+    Vase__Ping ping = VASE__PING__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    Vase__Envelope *reply;
+    uint8_t payload[8];
+    int r;
+
+    if (!c)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    if (c->dead) {
+        r = c->dead;
+        goto out;
+    }
+    /* A payload unique to this ping, so an echo of another one cannot pass for it. */
+    uint64_t tag = ++c->pings;
+    memcpy(payload, &tag, sizeof(payload));
+    ping.payload = (ProtobufCBinaryData){.len = sizeof(payload), .data = payload};
+    e.body_case = VASE__ENVELOPE__BODY_PING;
+    e.ping = &ping;
+    r = vase__client_call(c, &e, VASE__ENVELOPE__BODY_PONG, &reply);
+    if (r < 0)
+        goto out;
+    if (reply->pong->payload.len != sizeof(payload) ||
+        memcmp(reply->pong->payload.data, payload, sizeof(payload)) != 0)
+        r = -EPROTO;
+    vase__envelope__free_unpacked(reply, NULL);
+out:
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}

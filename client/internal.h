@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* libvase's private state: the client, its models and sequences, shared by client.c, model.c
+ * and seq.c. Nothing outside client/ includes this. */
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chan.h"
+#include "layout.h"
+#include "session.h"
+#include "vase.h"
+
+/* Stats pushes remembered so that a refusal (an Error with the push's request id) reaches its
+ * sequence; a refusal older than this many pushes is dropped. */
+#define VASE__STATS_RING 256
+
+struct vase_model {
+    struct vase_client *client;
+    struct vase_model *next;
+    uint32_t id;
+    struct vase__arena *arena;
+    struct vase__layout layout;
+};
+
+struct vase_seq {
+    struct vase_client *client;
+    struct vase_model *model;
+    struct vase_seq *next;
+
+    uint32_t id;
+    enum vase_policy policy;
+    enum vase_mode mode;
+    uint32_t budget, window, keep, slack, prompt_len;
+    uint32_t capacity;
+    uint32_t len;
+    uint64_t position;
+    uint32_t rounds;
+
+    uint32_t *pages; /* block table, capacity / tokens_per_page entries or more */
+    size_t n_pages;
+    uint32_t *ring_pages;
+    size_t n_ring_pages;
+    uint32_t *plan_pages;
+    size_t n_plan_pages;
+    uint32_t plans_per_page;
+
+    /* The request in flight, if any: its id, and the len and position it was sent with. */
+    bool pending;
+    uint64_t pending_id;
+    uint32_t req_len;
+    uint64_t req_position;
+
+    /* Draws injected for the next request (vase_seq_set_draws), owned here. */
+    float *exp_draws;
+    size_t n_exp;
+    float *gauss;
+    size_t n_gauss;
+
+    /* An error that arrived for this sequence out of band (a refused stats push), returned by
+     * its next call. A sequence whose memory may no longer match the daemon's view is broken:
+     * every later call returns broken. */
+    int deferred_error;
+    int broken;
+
+    uint32_t *keep_buf; /* [layers][kv_heads][keep], the copied plan */
+    struct vase_seq_stats stats;
+};
+
+struct vase_client {
+    pthread_mutex_t lock;
+    struct vase__session session;
+    struct vase__chan *chan;
+    int timeout_ms;
+    /* Once the daemon is known to be gone (-ECONNRESET) or restarted (-VASE_ESTALE), every
+     * call fails with that error at once. */
+    int dead;
+
+    struct vase_model *models;
+    struct vase_seq *seqs;
+
+    uint64_t stats_ids[VASE__STATS_RING];
+    uint32_t stats_seqs[VASE__STATS_RING];
+    size_t stats_next;
+    uint64_t pings;
+};
+
+/* Remembers the client as dead if r says the daemon is gone; returns r. */
+int vase__client_check(struct vase_client *c, int r);
+/* Sends e and waits for a reply of body case expect, recording daemon death. Lock held. */
+int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
+                      Vase__Envelope **ret);
+/* Frees every model and sequence of the client locally (no messages). Lock held. */
+void vase__client_free_objects(struct vase_client *c);
+/* Remembers that stats push request_id belongs to seq_id. Lock held. */
+void vase__client_note_stats(struct vase_client *c, uint64_t request_id, uint32_t seq_id);
+
+/* The unclaimed-reply callback of an engine client: keeps plans someone waits for, routes
+ * refused stats pushes to their sequence, drops the rest. */
+bool vase__client_unclaimed(void *userdata, const Vase__Envelope *e);
+
+/* Frees a sequence's local state (no message); accepts NULL. */
+struct vase_seq *vase__seq_free(struct vase_seq *s);
+/* Frees a model's local state; accepts NULL. */
+struct vase_model *vase__model_free(struct vase_model *m);

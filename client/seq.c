@@ -1,0 +1,669 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * Sequences: the engine's side of the eviction cycle (ARCHITECTURE.md, PROTOCOL.md "The eviction
+ * cycle"). A sequence counts the tokens the engine appends, sends an EvictRequest when the
+ * trigger of ALGORITHM.md fires, and applies the plan the daemon writes into the plan area:
+ * compaction of every layer's K and V, then EvictCommit, whose reply carries the block table
+ * from then on.
+ *
+ * Invariants: at most one request per sequence is in flight (pending); the daemon reads only
+ * candidate slots [0, req_len - window) and the window's queries while it plans, and the engine
+ * writes only slots >= req_len and ring entries of later positions, so both sides work at the
+ * same time without a lock. Two limits keep that true in async mode: the engine can never
+ * write past capacity, and, for policies with a query ring, never more than window tokens past
+ * the request (the next query would overwrite the oldest of the window's): when either limit is
+ * reached, vase_seq_append() waits for the plan before it returns (a stall).
+ *
+ * A plan is validated whole before the first byte moves; if the memory might no longer match
+ * what the daemon believes (a compaction or commit failed half way), the sequence is marked
+ * broken and every later call on it fails with that error.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
+static void clear_draws(struct vase_seq *s) {
+    free(s->exp_draws);
+    free(s->gauss);
+    s->exp_draws = s->gauss = NULL;
+    s->n_exp = s->n_gauss = 0;
+}
+
+struct vase_seq *vase__seq_free(struct vase_seq *s) {
+    if (!s)
+        return NULL;
+    clear_draws(s);
+    free(s->pages);
+    free(s->ring_pages);
+    free(s->plan_pages);
+    free(s);
+    return NULL;
+}
+
+/* Copies a page list after checking every page lies inside the arena. */
+static int copy_pages(const uint32_t *src, size_t n, const struct vase__arena *a, uint32_t **ret) {
+    for (size_t i = 0; i < n; i++)
+        if (src[i] >= a->num_pages)
+            return -EPROTO;
+    uint32_t *p = malloc((n ? n : 1) * sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    if (n)
+        memcpy(p, src, n * sizeof(*p));
+    *ret = p;
+    return 0;
+}
+
+/* The error a call on s returns before doing anything: the client is dead (also found out
+ * here, with one non-blocking look at the session socket, so that even a call that sends
+ * nothing never pretends a sequence of a dead daemon lives on), the sequence is broken, or a
+ * refusal arrived for it (returned once). Lock held. */
+static int precheck(struct vase_seq *s) {
+    if (!s->client->dead && vase__session_closed(s->client->session.fd))
+        vase__client_check(s->client, -ECONNRESET);
+    if (s->client->dead)
+        return s->client->dead;
+    if (s->broken)
+        return s->broken;
+    int r = s->deferred_error;
+    s->deferred_error = 0;
+    return r;
+}
+
+static void unlink_seq(struct vase_seq *s) {
+    for (struct vase_seq **p = &s->client->seqs; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            return;
+        }
+}
+
+static int close_remote(struct vase_client *c, uint32_t id) {
+    Vase__CloseSeq cs = VASE__CLOSE_SEQ__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    Vase__Envelope *reply;
+
+    cs.seq_id = id;
+    e.body_case = VASE__ENVELOPE__BODY_CLOSE_SEQ;
+    e.close_seq = &cs;
+    int r = vase__client_call(c, &e, VASE__ENVELOPE__BODY_OK, &reply);
+    if (r < 0)
+        return r;
+    vase__envelope__free_unpacked(reply, NULL);
+    return 0;
+}
+
+/* Checks a SeqLayout against what was asked and what the model's layout allows. */
+static int check_layout(const struct vase_model *m, const struct vase_seq_config *cfg,
+                        const Vase__SeqLayout *sl) {
+    const struct vase__layout *l = &m->layout;
+    uint32_t keep = vase_plan_keep_count(&cfg->params);
+    uint64_t need =
+        (uint64_t)(cfg->prompt_len > cfg->params.budget ? cfg->prompt_len : cfg->params.budget) +
+        cfg->params.window;
+    uint64_t lists = (uint64_t)l->layers * l->kv_heads;
+
+    if (sl->window != cfg->params.window || sl->budget != cfg->params.budget || sl->keep != keep ||
+        sl->capacity < need || (uint64_t)sl->n_pages * l->tokens_per_page < sl->capacity)
+        return -EPROTO;
+    if (cfg->slack >= 0 && sl->slack != (uint32_t)cfg->slack)
+        return -EPROTO;
+    if (sl->plans_per_page == 0 ||
+        sl->plans_per_page != vase__plans_per_page(l->page_bytes, sl->keep) ||
+        (uint64_t)sl->n_plan_pages * sl->plans_per_page < lists)
+        return -EPROTO;
+    if (sl->n_ring_pages &&
+        (l->ring_rows_per_page == 0 || sl->n_ring_pages < vase__layout_ring_pages(l, sl->window)))
+        return -EPROTO;
+    return 0;
+}
+
+static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *cfg,
+                           const Vase__SeqLayout *sl, struct vase_seq **ret) {
+    int r;
+
+    struct vase_seq *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    *s = (struct vase_seq){
+        .client = m->client,
+        .model = m,
+        .id = sl->seq_id,
+        .policy = cfg->policy,
+        .mode = cfg->mode,
+        .budget = sl->budget,
+        .window = sl->window,
+        .keep = sl->keep,
+        .slack = sl->slack,
+        .prompt_len = cfg->prompt_len,
+        .capacity = sl->capacity,
+        .plans_per_page = sl->plans_per_page,
+        .n_pages = sl->n_pages,
+        .n_ring_pages = sl->n_ring_pages,
+        .n_plan_pages = sl->n_plan_pages,
+    };
+    if ((r = copy_pages(sl->pages, sl->n_pages, m->arena, &s->pages)) < 0 ||
+        (r = copy_pages(sl->ring_pages, sl->n_ring_pages, m->arena, &s->ring_pages)) < 0 ||
+        (r = copy_pages(sl->plan_pages, sl->n_plan_pages, m->arena, &s->plan_pages)) < 0) {
+        vase__seq_free(s);
+        return r;
+    }
+    *ret = s;
+    return 0;
+}
+
+int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase_seq_config *cfg,
+                  struct vase_seq **ret) {
+    Vase__SeqParams params = VASE__SEQ_PARAMS__INIT;
+    Vase__OpenSeq open = VASE__OPEN_SEQ__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    Vase__Envelope *reply = NULL;
+    struct vase_seq *s;
+    int r;
+
+    if (!c || !m || !cfg || !ret || m->client != c)
+        return -EINVAL;
+    if (vase_params_check(&cfg->params, cfg->policy) < 0 ||
+        (cfg->mode != VASE_MODE_ASYNC && cfg->mode != VASE_MODE_SYNC) || cfg->slack < -1 ||
+        cfg->params.n_sink > INT32_MAX || cfg->params.n_large > INT32_MAX)
+        return -EINVAL;
+
+    pthread_mutex_lock(&c->lock);
+    if (c->dead) {
+        r = c->dead;
+        goto out;
+    }
+    /* Every parameter is sent explicitly, so the daemon's defaults never decide silently. */
+    params.policy = (char *)vase_policy_to_string(cfg->policy);
+    params.budget = cfg->params.budget;
+    params.window = cfg->params.window;
+    params.n_sink = (int32_t)cfg->params.n_sink;
+    params.n_large = (int32_t)cfg->params.n_large;
+    params.temperature = cfg->params.temperature;
+    params.rank = cfg->params.rank;
+    params.lambda = cfg->params.lambda;
+    params.smooth = cfg->params.smooth;
+    params.metric = (char *)vase_metric_to_string(cfg->params.metric);
+    open.model_id = m->id;
+    open.params = &params;
+    open.prompt_len = cfg->prompt_len;
+    open.seed = cfg->seed;
+    open.mode = cfg->mode == VASE_MODE_SYNC ? VASE__MODE__MODE_SYNC : VASE__MODE__MODE_ASYNC;
+    open.slack = cfg->slack;
+    e.body_case = VASE__ENVELOPE__BODY_OPEN_SEQ;
+    e.open_seq = &open;
+    r = vase__client_call(c, &e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, &reply);
+    if (r < 0)
+        goto out;
+
+    r = check_layout(m, cfg, reply->seq_layout);
+    if (r == 0)
+        r = seq_from_layout(m, cfg, reply->seq_layout, &s);
+    if (r < 0) {
+        /* The daemon reserved pages for a sequence we will not use: give them back. */
+        (void)close_remote(c, reply->seq_layout->seq_id);
+        goto out;
+    }
+    s->next = c->seqs;
+    c->seqs = s;
+    *ret = s;
+out:
+    if (reply)
+        vase__envelope__free_unpacked(reply, NULL);
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
+int vase_seq_close(struct vase_seq *s) {
+    if (!s)
+        return 0;
+    struct vase_client *c = s->client;
+    int r;
+
+    pthread_mutex_lock(&c->lock);
+    unlink_seq(s);
+    if (s->pending)
+        vase__chan_drop(c->chan, s->pending_id);
+    r = c->dead ? c->dead : close_remote(c, s->id);
+    vase__seq_free(s);
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
+/* ---- getters ---- */
+
+#define SEQ_GETTER(type, name, expr)                                                               \
+    type vase_seq_##name(const struct vase_seq *s) {                                               \
+        if (!s)                                                                                    \
+            return 0;                                                                              \
+        pthread_mutex_lock(&s->client->lock);                                                      \
+        type v = (expr);                                                                           \
+        pthread_mutex_unlock(&s->client->lock);                                                    \
+        return v;                                                                                  \
+    }
+
+SEQ_GETTER(uint32_t, id, s->id)
+SEQ_GETTER(uint32_t, len, s->len)
+SEQ_GETTER(uint32_t, capacity, s->capacity)
+SEQ_GETTER(uint64_t, position, s->position)
+SEQ_GETTER(uint32_t, rounds, s->rounds)
+
+void vase_seq_get_stats(const struct vase_seq *s, struct vase_seq_stats *ret) {
+    if (!s || !ret)
+        return;
+    pthread_mutex_lock(&s->client->lock);
+    *ret = s->stats;
+    pthread_mutex_unlock(&s->client->lock);
+}
+
+/* ---- views ---- */
+
+int vase_seq_kv_view(const struct vase_seq *s, uint32_t layer, enum vase_kv kv,
+                     struct vase_view *ret) {
+    if (!s || !ret || (kv != VASE_K && kv != VASE_V) || layer >= s->model->layout.layers)
+        return -EINVAL;
+    pthread_mutex_lock(&s->client->lock);
+    *ret = vase__layout_kv_view(&s->model->layout, s->model->arena->map, s->pages, layer, kv);
+    pthread_mutex_unlock(&s->client->lock);
+    return 0;
+}
+
+void *vase_seq_kv_ptr(const struct vase_seq *s, uint32_t layer, enum vase_kv kv, uint32_t slot,
+                      uint32_t kv_head) {
+    if (!s || (kv != VASE_K && kv != VASE_V))
+        return NULL;
+    const struct vase__layout *l = &s->model->layout;
+    if (layer >= l->layers || kv_head >= l->kv_heads)
+        return NULL;
+    void *p = NULL;
+    pthread_mutex_lock(&s->client->lock);
+    if (slot < s->capacity)
+        p = (char *)s->model->arena->map +
+            vase__layout_kv_offset(l, s->pages, layer, kv, slot, kv_head);
+    pthread_mutex_unlock(&s->client->lock);
+    return p;
+}
+
+void *vase_seq_query_ptr(const struct vase_seq *s, uint32_t layer, uint64_t pos, uint32_t q_head) {
+    if (!s || s->n_ring_pages == 0)
+        return NULL;
+    const struct vase__layout *l = &s->model->layout;
+    if (layer >= l->layers || q_head >= l->q_heads)
+        return NULL;
+    /* The ring pages never change after the open: no lock needed. */
+    return (char *)s->model->arena->map +
+           vase__layout_query_offset(l, s->ring_pages, s->window, layer, pos, q_head);
+}
+
+/* ---- the eviction cycle ---- */
+
+static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
+    Vase__EvictRequest req = VASE__EVICT_REQUEST__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    uint64_t id;
+
+    req.seq_id = s->id;
+    req.len = len;
+    req.ring_first = vase__ring_first(position, s->window);
+    req.position = position;
+    req.n_exp_draws = s->n_exp;
+    req.exp_draws = s->exp_draws;
+    req.n_gauss = s->n_gauss;
+    req.gauss = s->gauss;
+    e.body_case = VASE__ENVELOPE__BODY_EVICT_REQUEST;
+    e.evict_request = &req;
+    int r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));
+    /* Draws are used once; draws too large to ever be sent are dropped too. */
+    if (r == 0 || r == -EMSGSIZE)
+        clear_draws(s);
+    if (r < 0)
+        return r;
+    s->pending = true;
+    s->pending_id = id;
+    s->req_len = len;
+    s->req_position = position;
+    return 0;
+}
+
+static int commit(struct vase_seq *s, uint32_t round) {
+    Vase__EvictCommit ec = VASE__EVICT_COMMIT__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    Vase__Envelope *reply;
+    const struct vase__layout *l = &s->model->layout;
+
+    ec.seq_id = s->id;
+    ec.round = round;
+    ec.new_len = s->len;
+    e.body_case = VASE__ENVELOPE__BODY_EVICT_COMMIT;
+    e.evict_commit = &ec;
+    int r = vase__client_call(s->client, &e, VASE__ENVELOPE__BODY_COMMIT_REPLY, &reply);
+    if (r < 0)
+        return r;
+    const Vase__CommitReply *cr = reply->commit_reply;
+    uint32_t *pages = NULL;
+    if (cr->seq_id != s->id || cr->capacity < s->len ||
+        (uint64_t)cr->n_pages * l->tokens_per_page < cr->capacity)
+        r = -EPROTO;
+    else
+        r = copy_pages(cr->pages, cr->n_pages, s->model->arena, &pages);
+    if (r == 0) {
+        free(s->pages);
+        s->pages = pages;
+        s->n_pages = cr->n_pages;
+        s->capacity = cr->capacity;
+    }
+    vase__envelope__free_unpacked(reply, NULL);
+    return r;
+}
+
+/* Copies the keep lists of every layer out of the plan area and checks them all. */
+static int read_plan(struct vase_seq *s, uint32_t n, uint32_t **ret) {
+    const struct vase__layout *l = &s->model->layout;
+    size_t lists = (size_t)l->layers * l->kv_heads;
+    char *map = s->model->arena->map;
+
+    uint32_t *keep = malloc(lists * s->keep * sizeof(*keep) + 1);
+    if (!keep)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < lists; i++)
+        memcpy(keep + (size_t)i * s->keep,
+               map + vase__plan_offset(l->page_bytes, s->plan_pages, s->plans_per_page, s->keep, i),
+               (size_t)s->keep * sizeof(*keep));
+    for (uint32_t layer = 0; layer < l->layers; layer++) {
+        int r = vase_plan_validate(keep + (size_t)layer * l->kv_heads * s->keep, l->kv_heads,
+                                   s->keep, n);
+        if (r < 0) {
+            free(keep);
+            return r == -EINVAL ? -EPROTO : r;
+        }
+    }
+    *ret = keep;
+    return 0;
+}
+
+/* Applies the reply to the pending request. 1 if a plan was applied; the daemon's error if it
+ * could not plan (the request is over then); -errno. */
+static int apply(struct vase_seq *s, Vase__Envelope *e) {
+    const struct vase__layout *l = &s->model->layout;
+    uint32_t *keep = NULL;
+    int r;
+
+    s->pending = false;
+    if (e->body_case == VASE__ENVELOPE__BODY_ERROR)
+        return vase__client_check(s->client, vase__error_code(e->error));
+    const Vase__EvictPlan *p =
+        e->body_case == VASE__ENVELOPE__BODY_EVICT_PLAN ? e->evict_plan : NULL;
+    uint32_t n = s->req_len - s->window;
+    if (!p || p->seq_id != s->id || p->len != s->req_len || p->n != n || p->keep != s->keep) {
+        r = -EPROTO;
+        goto broken;
+    }
+    /* Even a plan that cannot be read for want of memory breaks the sequence: the reply is
+     * consumed, and the daemon keeps waiting for a commit that will not come. */
+    r = read_plan(s, n, &keep);
+    if (r < 0)
+        goto broken;
+
+    double t0 = now_seconds();
+    int new_len = 0;
+    for (uint32_t layer = 0; layer < l->layers; layer++) {
+        const uint32_t *k = keep + (size_t)layer * l->kv_heads * s->keep;
+        for (int kv = VASE_K; kv <= VASE_V; kv++) {
+            struct vase_view v =
+                vase__layout_kv_view(l, s->model->arena->map, s->pages, layer, (enum vase_kv)kv);
+            new_len = vase_compact(&v, k, s->keep, n, s->len);
+            if (new_len < 0) {
+                r = new_len;
+                goto broken;
+            }
+        }
+    }
+    s->stats.compact_seconds += now_seconds() - t0;
+    free(keep);
+    keep = NULL;
+
+    s->len = (uint32_t)new_len;
+    s->rounds++;
+    s->stats.evictions++;
+    s->stats.last_plan_seconds = p->plan_seconds;
+    r = commit(s, p->round);
+    if (r < 0)
+        goto broken;
+    return 1;
+
+broken:
+    free(keep);
+    s->broken = r;
+    return r;
+}
+
+/* Waits (at most the client's timeout) for the pending plan and applies it. A wait counted as a
+ * stall adds to the sequence's stall statistics. Lock held. */
+static int wait_and_apply(struct vase_seq *s, bool stall) {
+    Vase__Envelope *e;
+    double t0 = now_seconds();
+
+    int r = vase__client_check(s->client, vase__chan_wait(s->client->chan, s->pending_id, -1, &e));
+    if (stall) {
+        s->stats.stalls++;
+        s->stats.stall_seconds += now_seconds() - t0;
+    }
+    if (r < 0)
+        return r;
+    r = apply(s, e);
+    vase__envelope__free_unpacked(e, NULL);
+    return r;
+}
+
+/* The last of the n tokens just counted whose append fires the trigger, as the number of tokens
+ * counted after it; -1 if none does. */
+static int64_t last_trigger(const struct vase_seq *s, uint32_t n) {
+    for (uint32_t after = 0; after < n; after++) {
+        uint64_t pos = s->position - 1 - after;
+        if (pos < s->prompt_len)
+            break;
+        if (vase__evict_due(pos, s->prompt_len, s->len - after, s->budget, s->window))
+            return after;
+    }
+    return -1;
+}
+
+int vase_seq_append(struct vase_seq *s, uint32_t n) {
+    int r, applied = 0;
+
+    if (!s)
+        return -EINVAL;
+    pthread_mutex_lock(&s->client->lock);
+    r = precheck(s);
+    if (r < 0 || n == 0)
+        goto out;
+    if ((uint64_t)s->len + n > s->capacity && s->pending) {
+        r = wait_and_apply(s, true);
+        if (r < 0)
+            goto out;
+        applied = 1;
+    }
+    if ((uint64_t)s->len + n > s->capacity) {
+        r = -ENOSPC;
+        goto out;
+    }
+    s->len += n;
+    s->position += n;
+
+    int64_t after = last_trigger(s, n);
+    if (after >= 0) {
+        /* Never two requests in flight: the pending plan goes first. Compaction keeps len
+         * modulo the window and moves the tail as a block, so the trigger still holds for the
+         * same token, now at len - after. */
+        if (s->pending) {
+            r = wait_and_apply(s, true);
+            if (r < 0)
+                goto out;
+            applied = 1;
+        }
+        r = send_request(s, s->len - (uint32_t)after, s->position - (uint64_t)after);
+        if (r < 0)
+            goto out;
+        /* Sync mode waits by design: a stall is an async engine outrunning its plan. */
+        if (s->mode == VASE_MODE_SYNC) {
+            r = wait_and_apply(s, false);
+            if (r < 0)
+                goto out;
+            applied = 1;
+        }
+    }
+    /* The engine's next write must not land where the daemon may still read: a full block
+     * table, or a query ring about to wrap onto the window's queries. */
+    if (s->pending && (s->len >= s->capacity ||
+                       (s->n_ring_pages && s->position - s->req_position >= s->window))) {
+        r = wait_and_apply(s, true);
+        if (r < 0)
+            goto out;
+        applied = 1;
+    }
+    r = applied;
+out:
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
+int vase_seq_poll(struct vase_seq *s) {
+    Vase__Envelope *e;
+    int r;
+
+    if (!s)
+        return -EINVAL;
+    pthread_mutex_lock(&s->client->lock);
+    r = precheck(s);
+    if (r < 0)
+        goto out;
+    if (s->pending) {
+        r = vase__client_check(s->client, vase__chan_wait(s->client->chan, s->pending_id, 0, &e));
+        if (r == 0) {
+            r = apply(s, e);
+            vase__envelope__free_unpacked(e, NULL);
+        } else if (r == -EAGAIN)
+            r = 0;
+    } else
+        r = vase__client_check(s->client, vase__chan_drain(s->client->chan));
+    /* A refusal that arrived just now is reported now rather than one step later. */
+    if (r == 0 && s->deferred_error) {
+        r = s->deferred_error;
+        s->deferred_error = 0;
+    }
+out:
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
+int vase_seq_wait(struct vase_seq *s) {
+    int r;
+
+    if (!s)
+        return -EINVAL;
+    pthread_mutex_lock(&s->client->lock);
+    r = precheck(s);
+    if (r == 0 && s->pending)
+        r = wait_and_apply(s, false);
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
+int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp, const float *gauss,
+                       size_t n_gauss) {
+    float *e = NULL, *g = NULL;
+
+    if (!s || (!exp_draws && n_exp) || (!gauss && n_gauss))
+        return -EINVAL;
+    /* Exp(1) draws are -log(u) with u in (0, 1]: finite and non-negative (0 when u is 1);
+     * normals are merely finite. */
+    for (size_t i = 0; i < n_exp; i++)
+        if (!(exp_draws[i] >= 0.0f) || !isfinite(exp_draws[i]))
+            return -EINVAL;
+    if (!all_finite(gauss, n_gauss))
+        return -EINVAL;
+    if ((n_exp && !(e = malloc(n_exp * sizeof(*e)))) ||
+        (n_gauss && !(g = malloc(n_gauss * sizeof(*g))))) {
+        free(e);
+        return -ENOMEM;
+    }
+    if (n_exp)
+        memcpy(e, exp_draws, n_exp * sizeof(*e));
+    if (n_gauss)
+        memcpy(g, gauss, n_gauss * sizeof(*g));
+    pthread_mutex_lock(&s->client->lock);
+    clear_draws(s);
+    s->exp_draws = e;
+    s->n_exp = n_exp;
+    s->gauss = g;
+    s->n_gauss = n_gauss;
+    pthread_mutex_unlock(&s->client->lock);
+    return 0;
+}
+
+int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind kind,
+                        const float *values, uint32_t len) {
+    Vase__AttnStats st = VASE__ATTN_STATS__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    uint64_t id;
+    int r;
+
+    if (!s || !values || len == 0 ||
+        (kind != VASE_STATS_ACC_ADD && kind != VASE_STATS_WINDOW_SCORES))
+        return -EINVAL;
+    const struct vase__layout *l = &s->model->layout;
+    size_t count = (size_t)l->kv_heads * len;
+    if (layer >= l->layers || !all_finite(values, count))
+        return -EINVAL;
+
+    pthread_mutex_lock(&s->client->lock);
+    r = precheck(s);
+    if (r < 0)
+        goto out;
+    if (len > s->len) {
+        r = -EINVAL;
+        goto out;
+    }
+    /* Sorting what has arrived keeps refusals of earlier pushes flowing back even when the
+     * engine never polls. */
+    r = vase__client_check(s->client, vase__chan_drain(s->client->chan));
+    if (r < 0)
+        goto out;
+    r = precheck(s);
+    if (r < 0)
+        goto out;
+    st.seq_id = s->id;
+    st.layer = layer;
+    st.kind = kind == VASE_STATS_ACC_ADD ? VASE__STATS_KIND__STATS_ACC_ADD
+                                         : VASE__STATS_KIND__STATS_WINDOW_SCORES;
+    st.len = len;
+    st.n_values = count;
+    st.values = (float *)values;
+    e.body_case = VASE__ENVELOPE__BODY_ATTN_STATS;
+    e.attn_stats = &st;
+    r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));
+    if (r == 0)
+        vase__client_note_stats(s->client, id, s->id);
+out:
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * The arena interface and the host backend. A host arena is a memfd sealed against shrinking
+ * and growing, so that a client which maps it can never be made to fault by a truncate, and
+ * sealed against further sealing so that no client can change that; the daemon maps it
+ * MAP_SHARED and passes the fd to clients. The memory lives until the daemon frees the arena
+ * at exit, after every session is gone (LESSONS.md, "Memory that other processes have
+ * mapped").
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "log.h"
+
+static int host_create(struct vase_arena *a) {
+    char name[32];
+    snprintf(name, sizeof(name), "vase-arena-%u", a->id);
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return log_error_errno(-errno, "Failed to create memfd for arena %u: %m", a->id);
+    if (ftruncate(fd, (off_t)a->size) < 0) {
+        int r = log_error_errno(-errno, "Failed to size arena %u to %llu bytes: %m", a->id,
+                                (unsigned long long)a->size);
+        close(fd);
+        return r;
+    }
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        int r = log_error_errno(-errno, "Failed to seal arena %u: %m", a->id);
+        close(fd);
+        return r;
+    }
+    void *map = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        int r = log_error_errno(-errno, "Failed to map arena %u: %m", a->id);
+        close(fd);
+        return r;
+    }
+    a->fd = fd;
+    a->map = map;
+    return 0;
+}
+
+static int host_export_fd(const struct vase_arena *a, int *ret_fd) {
+    if (a->fd < 0)
+        return -EBADF;
+    *ret_fd = a->fd;
+    return 0;
+}
+
+static void host_destroy(struct vase_arena *a) {
+    if (a->map)
+        munmap(a->map, a->size);
+    a->map = NULL;
+    if (a->fd >= 0)
+        close(a->fd);
+    a->fd = -1;
+}
+
+const struct vase_arena_ops vase_arena_host_ops = {
+    .share = "memfd",
+    .create = host_create,
+    .export_fd = host_export_fd,
+    .destroy = host_destroy,
+};
+
+int vase_arena_new(uint32_t id, const char *spec, uint64_t size, uint64_t page_bytes,
+                   struct vase_arena **ret) {
+    const struct vase_arena_ops *ops;
+    int r;
+
+    if (!spec || !ret)
+        return -EINVAL;
+    if (strcmp(spec, "host") == 0)
+        ops = &vase_arena_host_ops;
+    else if (strncmp(spec, "cuda:", 5) == 0)
+        return log_error_errno(-EOPNOTSUPP,
+                               "Arena \"%s\": CUDA arenas are not available in this build.",
+                               spec);
+    else
+        return log_error_errno(-EINVAL, "Unknown arena \"%s\" (expected \"host\" or \"cuda:N\").",
+                               spec);
+    if (page_bytes < 4096 || page_bytes % 4096 != 0 || size == 0 || size % page_bytes != 0 ||
+        size / page_bytes > INT32_MAX)
+        return log_error_errno(-EINVAL,
+                               "Arena \"%s\": %llu bytes cannot be cut into pages of %llu bytes.",
+                               spec, (unsigned long long)size, (unsigned long long)page_bytes);
+
+    struct vase_arena *a = calloc(1, sizeof(*a));
+    if (!a)
+        return log_oom();
+    *a = (struct vase_arena){
+        .id = id,
+        .ops = ops,
+        .size = size,
+        .page_bytes = page_bytes,
+        .num_pages = (uint32_t)(size / page_bytes),
+        .fd = -1,
+    };
+    a->kind = strdup(spec);
+    if (!a->kind) {
+        r = log_oom();
+        goto free_arena;
+    }
+    r = ops->create(a);
+    if (r < 0)
+        goto free_arena;
+    *ret = a;
+    return 0;
+
+free_arena:
+    vase_arena_free(a);
+    return r;
+}
+
+struct vase_arena *vase_arena_free(struct vase_arena *a) {
+    if (!a)
+        return NULL;
+    if (a->ops)
+        a->ops->destroy(a);
+    free(a->kind);
+    free(a);
+    return NULL;
+}
+
+void *vase_arena_page(const struct vase_arena *a, uint32_t p) {
+    return (char *)a->map + (uint64_t)p * a->page_bytes;
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * The control socket: a ZeroMQ ROUTER at ipc://RUNTIME/control.sock. Frames are checked
+ * (size before unpacking, version, body, incarnation, session, client_seq) by pure functions
+ * that the tests call without sockets, then dispatched to the handlers of PROTOCOL.md.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vase.pb-c.h"
+
+struct vased;
+struct vase_plan_run;
+struct vase_client;
+struct vase_seq;
+
+/* An error reply to be sent: a positive errno or vase code, and what was wrong. */
+struct vase_control_error {
+    int code;
+    uint64_t request_id;
+    char message[256];
+};
+
+/*
+ * Checks and unpacks one frame: -EMSGSIZE if len > max (before anything is parsed), -EBADMSG
+ * if it does not unpack, -VASE_WIRE_EPROTOVERSION for another version, -EINVAL for no body or a
+ * body that is not a request. On failure *err says what to reply (request_id echoed where the
+ * frame could be read) and nothing is returned in *ret; on success *ret must be freed with
+ * vase__envelope__free_unpacked().
+ */
+int vase_control_unpack(const void *buf, size_t len, size_t max, Vase__Envelope **ret,
+                        struct vase_control_error *err);
+
+/* True for requests any peer may send (Ping, Status, List*, GetSeq, Config*). */
+bool vase_control_is_admin(Vase__Envelope__BodyCase body);
+/* True for bodies a peer may send at all (requests). */
+bool vase_control_is_request(Vase__Envelope__BodyCase body);
+
+/*
+ * The peer checks of PROTOCOL.md "Control" for an unpacked envelope: incarnation (0 or the
+ * daemon's for admin requests, the daemon's for the others: VASE_WIRE_ESTALE), a live session
+ * for engine requests (ENOTCONN; has_session false), and for a peer with a session a client_seq
+ * larger than *last_client_seq (EPROTO), which is then advanced. 0, or -code with *err filled.
+ */
+int vase_control_check_peer(const Vase__Envelope *e, uint64_t incarnation, bool has_session,
+                            uint64_t *last_client_seq, struct vase_control_error *err);
+
+/* Creates and binds the ROUTER (linger 0, bounded send timeout, ROUTER_MANDATORY off, inbound
+ * size cut off at max_message_bytes plus a margin). 0 or -errno, logged. */
+int vase_control_open(void *zmq_ctx, const char *endpoint, uint64_t max_message_bytes,
+                      void **ret);
+
+/* Handles the messages waiting on the ROUTER (a bounded number per call). */
+void vase_control_process(struct vased *d);
+/* Handles a finished plan: EvictPlan or Error to the client, or frees an orphan. */
+void vase_control_plan_done(struct vased *d, struct vase_plan_run *run);
+
+/* Fill info messages from registry objects (strings point into the objects). */
+void vase_control_client_info(const struct vased *d, const struct vase_client *c,
+                              Vase__ClientInfo *ret);
+void vase_control_seq_info(const struct vase_seq *s, Vase__SeqInfo *ret);

@@ -1,0 +1,361 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * The evictor thread pool. Invariants: a job belongs to the queue, then to one thread, then to
+ * the results pipe, then to the main thread, which frees it; a run's fields that threads read
+ * do not change while any of its jobs is queued or running, and each thread writes only the
+ * keep lists and plan-page entries of its own layers. The queue is the only shared structure
+ * and the only thing the mutex guards. Jobs travel back as a pointer in a message over an
+ * inproc PUSH/PULL pair with unlimited high-water marks, so a thread never blocks on the main
+ * thread.
+ */
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "evictor.h"
+#include "log.h"
+
+struct job {
+    struct vase_plan_run *run;
+    uint32_t l0, l1;
+    int result;
+    uint32_t bad_layer;
+    struct job *next;
+};
+
+struct vase_evictor {
+    void *zmq_ctx;
+    void *pull;
+    unsigned nthreads;
+    struct worker *workers;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct job *head, *tail; /* guarded by lock */
+    bool stop;               /* guarded by lock */
+};
+
+int vase_plan_run_new(struct vase_plan_run **ret) {
+    struct vase_plan_run *run = calloc(1, sizeof(*run));
+    if (!run)
+        return -ENOMEM;
+    *ret = run;
+    return 0;
+}
+
+struct vase_plan_run *vase_plan_run_free(struct vase_plan_run *run) {
+    if (!run)
+        return NULL;
+    free(run->pages);
+    free(run->ring_pages);
+    free(run->plan_pages);
+    free(run->acc);
+    if (run->scores)
+        for (uint32_t l = 0; l < run->layers; l++)
+            free(run->scores[l]);
+    free(run->scores);
+    free(run->exp_draws);
+    free(run->gauss);
+    free(run->keep_lists);
+    free(run);
+    return NULL;
+}
+
+/* The plan input of one layer: views over the arena through the run's copied page lists. */
+static void layer_input(const struct vase_plan_run *run, uint32_t layer,
+                        struct vase_plan_input *in) {
+    size_t es = vase_dtype_size(run->dtype);
+    char *base = run->arena_base;
+
+    *in = (struct vase_plan_input){
+        .policy = run->policy,
+        .params = run->params,
+        .n = run->n,
+        .hq = run->q_heads,
+        .k = {
+            .base = base + layer * run->layer_stride,
+            .pages = run->pages,
+            .tokens_per_page = run->tokens_per_page,
+            .heads = run->kv_heads,
+            .dim = run->head_dim,
+            .dtype = run->dtype,
+            .page_stride = (int64_t)run->page_bytes,
+            .token_stride = (int64_t)run->token_stride,
+            .head_stride = (int64_t)(run->head_dim * es),
+        },
+        .rng = {.seed = run->seed, .sequence = run->seq_id, .layer = layer, .round = run->round},
+    };
+    in->v = in->k;
+    in->v.base = base + layer * run->layer_stride + run->kv_stride;
+    if (run->ring_pages && run->ring_rows_per_page) {
+        in->q = (struct vase_view){
+            .base = base + layer * run->ring_layer_stride,
+            .pages = run->ring_pages,
+            .tokens_per_page = run->ring_rows_per_page,
+            .ring = 2 * run->params.window,
+            .first = run->ring_first,
+            .heads = run->q_heads,
+            .dim = run->head_dim,
+            .dtype = run->dtype,
+            .page_stride = (int64_t)run->page_bytes,
+            .token_stride = (int64_t)run->ring_row_stride,
+            .head_stride = (int64_t)(run->head_dim * es),
+        };
+    }
+    size_t per_layer = (size_t)run->kv_heads * run->n;
+    if (run->acc)
+        in->acc = run->acc + layer * per_layer;
+    if (run->scores && run->scores[layer])
+        in->scores = run->scores[layer];
+    if (run->exp_draws)
+        in->exp_draws = run->exp_draws + layer * per_layer;
+    in->gauss = run->gauss;
+}
+
+int vase_plan_run_layers(struct vase_plan_run *run, uint32_t l0, uint32_t l1,
+                         struct vase_workspace *ws, uint32_t *ret_bad_layer) {
+    size_t list = (size_t)run->kv_heads * run->keep;
+    int r = 0;
+
+    for (uint32_t l = l0; l < l1; l++) {
+        struct vase_plan_input in;
+        layer_input(run, l, &in);
+        r = vase_plan_heads(&in, 0, run->kv_heads, ws, run->keep_lists + l * list);
+        if (r < 0) {
+            if (ret_bad_layer)
+                *ret_bad_layer = l;
+            return r;
+        }
+    }
+    /* Every layer of this range is planned: publish its keep lists in the plan pages, where
+     * the engine reads them after the EvictPlan reply. */
+    size_t bytes = (size_t)run->keep * sizeof(uint32_t);
+    for (uint32_t l = l0; l < l1; l++)
+        for (uint32_t h = 0; h < run->kv_heads; h++) {
+            uint32_t i = l * run->kv_heads + h;
+            char *dst = (char *)run->arena_base +
+                        (uint64_t)run->plan_pages[i / run->plans_per_page] * run->page_bytes +
+                        (uint64_t)(i % run->plans_per_page) * bytes;
+            memcpy(dst, run->keep_lists + (size_t)i * run->keep, bytes);
+        }
+    return 0;
+}
+
+struct worker {
+    struct vase_evictor *ev;
+    void *push; /* made by vase_evictor_new(), used only by this worker's thread until joined */
+    pthread_t thread;
+    bool started;
+};
+
+static void *thread_main(void *arg) {
+    struct worker *w = arg;
+    struct vase_evictor *ev = w->ev;
+    struct vase_workspace *ws = NULL;
+
+    /* Without a workspace every plan allocates its own scratch; slower, still correct. */
+    if (vase_workspace_new(&ws) < 0)
+        ws = NULL;
+
+    for (;;) {
+        pthread_mutex_lock(&ev->lock);
+        while (!ev->stop && !ev->head)
+            pthread_cond_wait(&ev->cond, &ev->lock);
+        if (ev->stop) {
+            pthread_mutex_unlock(&ev->lock);
+            break;
+        }
+        struct job *j = ev->head;
+        ev->head = j->next;
+        if (!ev->head)
+            ev->tail = NULL;
+        pthread_mutex_unlock(&ev->lock);
+
+        j->next = NULL;
+        j->result = vase_plan_run_layers(j->run, j->l0, j->l1, ws, &j->bad_layer);
+        /* With no high-water mark an inproc send only fails on EINTR or a terminated
+         * context; the main thread must not lose a job, or it never learns the run is done. */
+        while (zmq_send(w->push, &j, sizeof(j), 0) < 0 && zmq_errno() == EINTR)
+            ;
+    }
+    vase_workspace_free(ws);
+    return NULL;
+}
+
+int vase_evictor_new(void *zmq_ctx, unsigned nthreads, struct vase_evictor **ret) {
+    int zero = 0, r;
+
+    if (!zmq_ctx || nthreads == 0 || !ret)
+        return -EINVAL;
+    struct vase_evictor *ev = calloc(1, sizeof(*ev));
+    if (!ev)
+        return -ENOMEM;
+    ev->zmq_ctx = zmq_ctx;
+    ev->nthreads = nthreads;
+    pthread_mutex_init(&ev->lock, NULL);
+    pthread_cond_init(&ev->cond, NULL);
+
+    ev->pull = zmq_socket(zmq_ctx, ZMQ_PULL);
+    if (!ev->pull) {
+        r = log_error_errno(-zmq_errno(), "Failed to create the evictor results socket: %m");
+        goto free_evictor;
+    }
+    zmq_setsockopt(ev->pull, ZMQ_RCVHWM, &zero, sizeof(zero));
+    zmq_setsockopt(ev->pull, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_bind(ev->pull, VASE_EVICTOR_ENDPOINT) < 0) {
+        r = log_error_errno(-zmq_errno(), "Failed to bind %s: %m", VASE_EVICTOR_ENDPOINT);
+        goto free_evictor;
+    }
+    ev->workers = calloc(nthreads, sizeof(struct worker));
+    if (!ev->workers) {
+        r = log_oom();
+        goto free_evictor;
+    }
+    for (unsigned i = 0; i < nthreads; i++) {
+        struct worker *w = &ev->workers[i];
+        w->ev = ev;
+        w->push = zmq_socket(zmq_ctx, ZMQ_PUSH);
+        if (!w->push) {
+            r = log_error_errno(-zmq_errno(), "Failed to create an evictor socket: %m");
+            goto free_evictor;
+        }
+        zmq_setsockopt(w->push, ZMQ_SNDHWM, &zero, sizeof(zero));
+        zmq_setsockopt(w->push, ZMQ_LINGER, &zero, sizeof(zero));
+        if (zmq_connect(w->push, VASE_EVICTOR_ENDPOINT) < 0) {
+            r = log_error_errno(-zmq_errno(), "Failed to connect %s: %m", VASE_EVICTOR_ENDPOINT);
+            goto free_evictor;
+        }
+    }
+    /* Sockets first, threads second: pthread_create() is the memory barrier ZeroMQ asks for
+     * when a socket moves to another thread. */
+    for (unsigned i = 0; i < nthreads; i++) {
+        r = pthread_create(&ev->workers[i].thread, NULL, thread_main, &ev->workers[i]);
+        if (r != 0) {
+            r = log_error_errno(-r, "Failed to start evictor thread %u: %m", i);
+            goto free_evictor;
+        }
+        ev->workers[i].started = true;
+    }
+    *ret = ev;
+    return 0;
+
+free_evictor:
+    vase_evictor_free(ev);
+    return r;
+}
+
+struct vase_evictor *vase_evictor_free(struct vase_evictor *ev) {
+    if (!ev)
+        return NULL;
+    pthread_mutex_lock(&ev->lock);
+    ev->stop = true;
+    pthread_cond_broadcast(&ev->cond);
+    pthread_mutex_unlock(&ev->lock);
+    for (unsigned i = 0; ev->workers && i < ev->nthreads; i++) {
+        if (ev->workers[i].started)
+            pthread_join(ev->workers[i].thread, NULL);
+        if (ev->workers[i].push)
+            zmq_close(ev->workers[i].push);
+    }
+    free(ev->workers);
+
+    /* Jobs nobody started, then jobs finished but not yet received. */
+    while (ev->head) {
+        struct job *j = ev->head;
+        ev->head = j->next;
+        free(j);
+    }
+    if (ev->pull) {
+        struct job *j;
+        while (zmq_recv(ev->pull, &j, sizeof(j), ZMQ_DONTWAIT) == (int)sizeof(j))
+            free(j);
+        zmq_close(ev->pull);
+    }
+    pthread_cond_destroy(&ev->cond);
+    pthread_mutex_destroy(&ev->lock);
+    free(ev);
+    return NULL;
+}
+
+void *vase_evictor_socket(struct vase_evictor *ev) {
+    return ev->pull;
+}
+
+unsigned vase_evictor_threads(const struct vase_evictor *ev) {
+    return ev->nthreads;
+}
+
+static double now_monotonic(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run) {
+    /* One job per thread, but never fewer than a few layers per job: a job has a fixed cost
+     * (a message, a wake-up) that a single small layer would not repay. */
+    uint32_t layers = run->layers;
+    uint32_t njobs = ev->nthreads < layers ? ev->nthreads : layers;
+    struct job *first = NULL, *last = NULL;
+
+    if (njobs == 0)
+        return -EINVAL;
+    for (uint32_t i = 0; i < njobs; i++) {
+        struct job *j = calloc(1, sizeof(*j));
+        if (!j) {
+            while (first) {
+                struct job *n = first->next;
+                free(first);
+                first = n;
+            }
+            return -ENOMEM;
+        }
+        j->run = run;
+        j->l0 = (uint32_t)((uint64_t)layers * i / njobs);
+        j->l1 = (uint32_t)((uint64_t)layers * (i + 1) / njobs);
+        if (last)
+            last->next = j;
+        else
+            first = j;
+        last = j;
+    }
+    run->jobs_total = njobs;
+    run->jobs_done = 0;
+    run->error = 0;
+    run->started = now_monotonic();
+
+    pthread_mutex_lock(&ev->lock);
+    if (ev->tail)
+        ev->tail->next = first;
+    else
+        ev->head = first;
+    ev->tail = last;
+    pthread_cond_broadcast(&ev->cond);
+    pthread_mutex_unlock(&ev->lock);
+    return 0;
+}
+
+int vase_evictor_receive(struct vase_evictor *ev, struct vase_plan_run **ret_run) {
+    struct job *j;
+    int n = zmq_recv(ev->pull, &j, sizeof(j), ZMQ_DONTWAIT);
+    if (n < 0)
+        return zmq_errno() == EAGAIN ? -EAGAIN : -zmq_errno();
+    if (n != (int)sizeof(j))
+        return 0; /* Not ours: only evictor threads connect to this inproc endpoint. */
+
+    struct vase_plan_run *run = j->run;
+    if (j->result < 0 && (!run->error || j->bad_layer < run->error_layer)) {
+        run->error = j->result;
+        run->error_layer = j->bad_layer;
+    }
+    free(j);
+    if (++run->jobs_done < run->jobs_total)
+        return 0;
+    run->seconds = now_monotonic() - run->started;
+    *ret_run = run;
+    return 1;
+}

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * The evictor: a pool of threads that compute eviction plans. The main thread describes one
+ * eviction as a struct vase_plan_run holding copies of everything the plan reads besides the
+ * arena itself; the evictor cuts it into layer-range jobs, threads compute them with
+ * vase_plan_heads() and write the keep lists into the sequence's plan pages, and each finished
+ * job is posted back to the main thread over an inproc ZeroMQ PUSH/PULL pair. No lock guards
+ * the registry: threads never see it.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vase_kernels.h"
+
+#define VASE_EVICTOR_ENDPOINT "inproc://vase-evictor"
+
+struct vase_plan_run {
+    /* Filled by the main thread before submission; read-only while jobs are in flight. */
+    uint32_t seq_id;
+    uint32_t round;
+    uint32_t len;    /* len of the request */
+    uint32_t n;      /* candidates: len - window */
+    uint32_t keep;   /* K */
+    uint32_t layers, kv_heads, q_heads, head_dim;
+    enum vase_dtype dtype;
+    enum vase_policy policy;
+    struct vase_params params;
+    uint64_t seed;
+    void *arena_base;
+    uint64_t page_bytes;
+    uint32_t tokens_per_page;
+    uint64_t layer_stride, kv_stride, token_stride;
+    uint32_t *pages; /* copies of the block table, ring and plan pages */
+    uint32_t n_pages;
+    uint32_t *ring_pages;
+    uint32_t ring_rows_per_page, ring_first;
+    uint64_t ring_layer_stride, ring_row_stride;
+    uint32_t *plan_pages;
+    uint32_t n_plan_pages, plans_per_page;
+    float *acc;        /* [layers][kv_heads][n] snapshot (h2o), or NULL */
+    float **scores;    /* [layers] -> [kv_heads][n] pushed window scores or NULL; array may be NULL */
+    float *exp_draws;  /* injected [layers][kv_heads][n], or NULL */
+    float *gauss;      /* injected [head_dim][rank], or NULL */
+    /* Written by the threads, each its own layers. */
+    uint32_t *keep_lists; /* [layers][kv_heads][K] */
+    /* Main thread only. */
+    void *owner; /* the sequence the plan is for */
+    uint8_t routing_id[256];
+    size_t routing_id_len;
+    uint64_t request_id;
+    double started; /* CLOCK_MONOTONIC seconds */
+    double seconds;
+    unsigned jobs_total, jobs_done;
+    int error;          /* the first failing layer's -errno, or 0 */
+    uint32_t error_layer;
+};
+
+/* Allocates an empty run (zeroed). 0 or -ENOMEM. */
+int vase_plan_run_new(struct vase_plan_run **ret);
+struct vase_plan_run *vase_plan_run_free(struct vase_plan_run *run);
+
+struct vase_evictor;
+
+/* Starts nthreads (>= 1) threads; the results socket (PULL) lives in zmq_ctx. 0 or -errno. */
+int vase_evictor_new(void *zmq_ctx, unsigned nthreads, struct vase_evictor **ret);
+/* Stops the threads after their current job, drops queued jobs, joins, frees the jobs. Runs
+ * are not freed (their owners do that). Accepts NULL. */
+struct vase_evictor *vase_evictor_free(struct vase_evictor *ev);
+
+/* The PULL socket the main thread polls for finished jobs. */
+void *vase_evictor_socket(struct vase_evictor *ev);
+unsigned vase_evictor_threads(const struct vase_evictor *ev);
+
+/* Queues a run, cut into layer ranges so that several threads share it. 0 or -ENOMEM
+ * (nothing queued). */
+int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run);
+
+/*
+ * Takes one finished job from the results socket without blocking. Returns 1 and *ret_run when
+ * that job was its run's last (the run is complete: run->error tells how it went), 0 when a job
+ * finished but its run is not complete, -EAGAIN when nothing is waiting.
+ */
+int vase_evictor_receive(struct vase_evictor *ev, struct vase_plan_run **ret_run);
+
+/* Computes the layers [l0, l1) of a run on the calling thread with workspace ws (NULL: one is
+ * made): what a job does, exposed for tests. 0 or the first failure (run->error_layer set). */
+int vase_plan_run_layers(struct vase_plan_run *run, uint32_t l0, uint32_t l1,
+                         struct vase_workspace *ws, uint32_t *ret_bad_layer);

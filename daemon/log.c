@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * Logging to stderr with syslog priority prefixes. Messages above the maximum level are
+ * dropped before they are formatted; the errno of the caller is preserved, so logging never
+ * changes the error a caller is about to return. Lines are written with one write(2)-sized
+ * fprintf each, so the evictor threads and the main thread do not interleave within a line.
+ */
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static int log_max_level = LOG_INFO;
+static bool log_prefix = true;
+
+static const char *const level_names[] = {
+    "emerg", "alert", "crit", "err", "warning", "notice", "info", "debug",
+};
+
+void vase_log_set_max_level(int level) {
+    if (level < LOG_EMERG)
+        level = LOG_EMERG;
+    if (level > LOG_DEBUG)
+        level = LOG_DEBUG;
+    log_max_level = level;
+}
+
+int vase_log_get_max_level(void) {
+    return log_max_level;
+}
+
+void vase_log_set_prefix(bool on) {
+    log_prefix = on;
+}
+
+int vase_log_level_from_string(const char *s) {
+    if (!s)
+        return -EINVAL;
+    for (int i = 0; i <= LOG_DEBUG; i++)
+        if (strcmp(s, level_names[i]) == 0)
+            return i;
+    if (strcmp(s, "error") == 0)
+        return LOG_ERR;
+    if (s[0] >= '0' && s[0] <= '7' && s[1] == '\0')
+        return s[0] - '0';
+    return -EINVAL;
+}
+
+const char *vase_log_level_to_string(int level) {
+    if (level < LOG_EMERG || level > LOG_DEBUG)
+        return NULL;
+    return level_names[level];
+}
+
+int vase_log_internal(int level, int error, const char *fmt, ...) {
+    int saved = errno;
+    int e = error < 0 ? -error : error;
+
+    if (level <= log_max_level) {
+        char line[2048];
+        va_list ap;
+        /* %m in fmt prints strerror(errno): make it the error we were given. */
+        errno = e;
+        va_start(ap, fmt);
+        vsnprintf(line, sizeof(line), fmt, ap);
+        va_end(ap);
+        if (log_prefix)
+            fprintf(stderr, "<%d>%s\n", level, line);
+        else
+            fprintf(stderr, "%s\n", line);
+    }
+    errno = saved;
+    return -e;
+}

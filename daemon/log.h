@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * The daemon's logger: one line per message on stderr, prefixed with "<N>" (the syslog
+ * priority) so that journald files it at the right level. The logger is the one piece of
+ * process-wide state besides the arg_* values of main.c.
+ */
+
+#include <errno.h>
+#include <stdbool.h>
+#include <syslog.h>
+
+/* Sets the most verbose priority logged (LOG_EMERG .. LOG_DEBUG). */
+void vase_log_set_max_level(int level);
+int vase_log_get_max_level(void);
+/* Parses "emerg" .. "debug" (or "0" .. "7"). Returns the priority, or -EINVAL. */
+int vase_log_level_from_string(const char *s);
+/* "emerg" .. "debug"; NULL outside 0..7. */
+const char *vase_log_level_to_string(int level);
+/* When false (the default under a terminal), the "<N>" prefixes are left out. */
+void vase_log_set_prefix(bool on);
+
+/*
+ * Logs fmt at level. error is a negative or positive errno value or 0; when it is not 0,
+ * "%m" in fmt prints its text. Returns -abs(error), so that error paths can
+ * `return log_error_errno(r, ...)`.
+ */
+int vase_log_internal(int level, int error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define log_full_errno(level, error, ...) vase_log_internal((level), (error), __VA_ARGS__)
+#define log_debug(...) vase_log_internal(LOG_DEBUG, 0, __VA_ARGS__)
+#define log_info(...) vase_log_internal(LOG_INFO, 0, __VA_ARGS__)
+#define log_notice(...) vase_log_internal(LOG_NOTICE, 0, __VA_ARGS__)
+#define log_warning(...) vase_log_internal(LOG_WARNING, 0, __VA_ARGS__)
+#define log_error(...) vase_log_internal(LOG_ERR, 0, __VA_ARGS__)
+#define log_debug_errno(error, ...) vase_log_internal(LOG_DEBUG, (error), __VA_ARGS__)
+#define log_info_errno(error, ...) vase_log_internal(LOG_INFO, (error), __VA_ARGS__)
+#define log_warning_errno(error, ...) vase_log_internal(LOG_WARNING, (error), __VA_ARGS__)
+#define log_error_errno(error, ...) vase_log_internal(LOG_ERR, (error), __VA_ARGS__)
+#define log_oom() log_error_errno(-ENOMEM, "Out of memory.")

@@ -1,0 +1,487 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * The registry of clients, models and sequences. Invariants: ids are never reused within an
+ * incarnation; a live sequence is on its client's list and in the id table, an orphan on the
+ * orphan list only; the pages of a sequence are charged to its client while it is live
+ * (client->pages), and stay out of the free pool until the sequence is freed, so no plan is
+ * ever written into pages someone else owns. All page movement goes through the allocator's
+ * all-or-nothing calls.
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "evictor.h"
+#include "registry.h"
+
+int vase_registry_new(struct vase_registry **ret) {
+    struct vase_registry *reg = calloc(1, sizeof(*reg));
+    if (!reg)
+        return -ENOMEM;
+    reg->seq_table_size = 1024;
+    reg->seq_table = calloc(reg->seq_table_size, sizeof(*reg->seq_table));
+    if (!reg->seq_table) {
+        free(reg);
+        return -ENOMEM;
+    }
+    reg->next_client_id = reg->next_model_id = reg->next_seq_id = 1;
+    *ret = reg;
+    return 0;
+}
+
+static void seq_free(struct vase_seq *s) {
+    if (!s)
+        return;
+    vase_seq_drop_scores(s);
+    free(s->scores);
+    free(s->scores_len);
+    free(s->acc);
+    free(s->pages);
+    free(s->ring_pages);
+    free(s->plan_pages);
+    vase_plan_run_free(s->run);
+    free(s);
+}
+
+static void model_free(struct vase_model *m) {
+    if (!m)
+        return;
+    free(m->name);
+    free(m);
+}
+
+static void client_free(struct vase_client *c) {
+    if (!c)
+        return;
+    while (c->seqs) {
+        struct vase_seq *s = c->seqs;
+        c->seqs = s->next;
+        seq_free(s);
+    }
+    while (c->models) {
+        struct vase_model *m = c->models;
+        c->models = m->next;
+        model_free(m);
+    }
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->name);
+    free(c);
+}
+
+struct vase_registry *vase_registry_free(struct vase_registry *reg) {
+    if (!reg)
+        return NULL;
+    while (reg->clients) {
+        struct vase_client *c = reg->clients;
+        reg->clients = c->next;
+        client_free(c);
+    }
+    while (reg->orphans) {
+        struct vase_seq *s = reg->orphans;
+        reg->orphans = s->next;
+        seq_free(s);
+    }
+    free(reg->seq_table);
+    free(reg);
+    return NULL;
+}
+
+/* ---- clients ---- */
+
+int vase_registry_add_client(struct vase_registry *reg, int fd, struct vase_client **ret) {
+    struct vase_client *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->fd = -1;
+    /* The token is the control socket's routing id: random, so that one client cannot guess
+     * another's, and never starting with a zero byte, which ZeroMQ reserves. */
+    if (getrandom(c->token, sizeof(c->token), 0) != (ssize_t)sizeof(c->token)) {
+        int r = errno ? -errno : -EIO;
+        free(c);
+        return r;
+    }
+    if (c->token[0] == 0)
+        c->token[0] = 1;
+    c->id = reg->next_client_id++;
+    c->fd = fd;
+    c->next = reg->clients;
+    reg->clients = c;
+    reg->n_clients++;
+    *ret = c;
+    return 0;
+}
+
+struct vase_client *vase_registry_find_client(const struct vase_registry *reg, uint32_t id) {
+    for (struct vase_client *c = reg->clients; c; c = c->next)
+        if (c->id == id)
+            return c;
+    return NULL;
+}
+
+struct vase_client *vase_registry_find_token(const struct vase_registry *reg, const void *token,
+                                             size_t len) {
+    if (len != VASE_TOKEN_BYTES)
+        return NULL;
+    for (struct vase_client *c = reg->clients; c; c = c->next)
+        if (memcmp(c->token, token, VASE_TOKEN_BYTES) == 0)
+            return c;
+    return NULL;
+}
+
+void vase_registry_remove_client(struct vase_registry *reg, struct vase_client *c) {
+    for (struct vase_client **p = &reg->clients; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            reg->n_clients--;
+            break;
+        }
+    client_free(c);
+}
+
+/* ---- layout ---- */
+
+int vase_layout_compute(const struct vase_geometry_desc *g, uint64_t page_bytes,
+                        struct vase_layout *ret, const char **ret_msg) {
+    const char *msg = NULL;
+    size_t es = vase_dtype_size(g->dtype);
+
+    if (es == 0)
+        msg = "unknown dtype";
+    else if (g->layers == 0 || g->layers > VASE_MAX_LAYERS)
+        msg = "layers must be 1 .. 1024";
+    else if (g->kv_heads == 0 || g->kv_heads > VASE_MAX_HEADS)
+        msg = "kv_heads must be 1 .. 1024";
+    else if (g->q_heads == 0 || g->q_heads > VASE_MAX_HEADS)
+        msg = "q_heads must be 1 .. 1024";
+    else if (g->q_heads % g->kv_heads != 0)
+        msg = "q_heads must be a multiple of kv_heads";
+    else if (g->head_dim == 0 || g->head_dim > VASE_MAX_DIM)
+        msg = "head_dim must be 1 .. 1024";
+    else if (g->align > VASE_MAX_ALIGN)
+        msg = "align must be at most 65536";
+    if (msg) {
+        if (ret_msg)
+            *ret_msg = msg;
+        return -EINVAL;
+    }
+
+    uint64_t token_stride = (uint64_t)g->kv_heads * g->head_dim * es;
+    uint64_t tpp = page_bytes / ((uint64_t)g->layers * 2 * token_stride);
+    uint32_t align = g->align ? g->align : 1;
+    tpp -= tpp % align;
+    if (tpp == 0) {
+        if (ret_msg)
+            *ret_msg = "a page cannot hold one token of every layer (tokens_per_page would be 0)";
+        return -EINVAL;
+    }
+    if (tpp > UINT32_MAX)
+        tpp = UINT32_MAX - (UINT32_MAX % align);
+
+    uint64_t ring_row_stride = (uint64_t)g->q_heads * g->head_dim * es;
+    uint64_t rrpp = page_bytes / ((uint64_t)g->layers * ring_row_stride);
+    if (rrpp > UINT32_MAX)
+        rrpp = UINT32_MAX;
+    *ret = (struct vase_layout){
+        .tokens_per_page = (uint32_t)tpp,
+        .page_bytes = page_bytes,
+        .token_stride = token_stride,
+        .kv_stride = tpp * token_stride,
+        .layer_stride = 2 * tpp * token_stride,
+        .head_stride = (uint64_t)g->head_dim * es,
+        .ring_rows_per_page = (uint32_t)rrpp,
+        .ring_row_stride = ring_row_stride,
+        .ring_layer_stride = rrpp * ring_row_stride,
+    };
+    return 0;
+}
+
+/* ---- models ---- */
+
+int vase_registry_add_model(struct vase_registry *reg, struct vase_client *c, const char *name,
+                            uint32_t arena_id, const struct vase_geometry_desc *g,
+                            const struct vase_layout *layout, struct vase_model **ret) {
+    struct vase_model *m = calloc(1, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    m->name = strdup(name ? name : "");
+    if (!m->name) {
+        free(m);
+        return -ENOMEM;
+    }
+    m->id = reg->next_model_id++;
+    m->arena_id = arena_id;
+    m->client = c;
+    m->geo = *g;
+    m->layout = *layout;
+    m->next = c->models;
+    c->models = m;
+    c->n_models++;
+    *ret = m;
+    return 0;
+}
+
+int vase_registry_get_model(const struct vase_registry *reg, const struct vase_client *c,
+                            uint32_t id, struct vase_model **ret) {
+    for (const struct vase_client *o = reg->clients; o; o = o->next)
+        for (struct vase_model *m = o->models; m; m = m->next)
+            if (m->id == id) {
+                if (o != c)
+                    return -EPERM;
+                *ret = m;
+                return 0;
+            }
+    return -ENOENT;
+}
+
+/* ---- sequences ---- */
+
+static uint32_t seq_slot(const struct vase_registry *reg, uint32_t id) {
+    return (id * 2654435761u) & (reg->seq_table_size - 1);
+}
+
+static void seq_table_remove(struct vase_registry *reg, struct vase_seq *s) {
+    for (struct vase_seq **p = &reg->seq_table[seq_slot(reg, s->id)]; *p; p = &(*p)->hash_next)
+        if (*p == s) {
+            *p = s->hash_next;
+            s->hash_next = NULL;
+            return;
+        }
+}
+
+struct vase_seq *vase_registry_find_seq(const struct vase_registry *reg, uint32_t id) {
+    for (struct vase_seq *s = reg->seq_table[seq_slot(reg, id)]; s; s = s->hash_next)
+        if (s->id == id)
+            return s;
+    return NULL;
+}
+
+int vase_registry_get_seq(const struct vase_registry *reg, const struct vase_client *c,
+                          uint32_t id, struct vase_seq **ret) {
+    struct vase_seq *s = vase_registry_find_seq(reg, id);
+    if (!s)
+        return -ENOENT;
+    if (s->client != c)
+        return -EPERM;
+    *ret = s;
+    return 0;
+}
+
+static uint32_t div_up(uint64_t a, uint64_t b) {
+    uint64_t q = (a + b - 1) / b;
+    return q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+}
+
+int vase_seq_page_counts(const struct vase_model *m, const struct vase_seq_request *req,
+                         uint32_t *ret_kv, uint32_t *ret_ring, uint32_t *ret_plan,
+                         uint32_t *ret_plans_per_page, const char **ret_msg) {
+    const struct vase_layout *L = &m->layout;
+    uint32_t W = req->params.window, K = vase_plan_keep_count(&req->params);
+    uint64_t slots = (uint64_t)(req->prompt_len > req->params.budget ? req->prompt_len
+                                                                     : req->params.budget) +
+                     W + req->slack;
+    uint32_t kv = div_up(slots, L->tokens_per_page);
+    uint32_t ring = 0;
+
+    if (vase_policy_needs(req->policy) & VASE_NEEDS_Q) {
+        if (L->ring_rows_per_page == 0) {
+            *ret_msg = "the query ring of this model does not fit a page (q_heads * head_dim "
+                       "* layers too large for page_bytes)";
+            return -EINVAL;
+        }
+        ring = div_up(2 * (uint64_t)W, L->ring_rows_per_page);
+    }
+    uint64_t ppp = L->page_bytes / (4 * (uint64_t)K);
+    if (ppp == 0) {
+        *ret_msg = "one keep list (4 * (budget - window) bytes) does not fit a page";
+        return -EINVAL;
+    }
+    if (ppp > UINT32_MAX)
+        ppp = UINT32_MAX;
+    uint32_t plan = div_up((uint64_t)m->geo.layers * m->geo.kv_heads, ppp);
+    *ret_kv = kv;
+    *ret_ring = ring;
+    *ret_plan = plan;
+    *ret_plans_per_page = (uint32_t)ppp;
+    return 0;
+}
+
+int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
+                           struct vase_client *c, struct vase_model *m,
+                           const struct vase_seq_request *req, uint32_t max_seqs,
+                           uint32_t page_quota, struct vase_seq **ret, const char **ret_msg) {
+    uint32_t n_kv, n_ring, n_plan, ppp;
+    uint32_t *all = NULL;
+    int r;
+
+    *ret_msg = NULL;
+    if (c->n_seqs >= max_seqs) {
+        *ret_msg = "the client has max_seqs_per_client sequences open";
+        return -EDQUOT;
+    }
+    r = vase_seq_page_counts(m, req, &n_kv, &n_ring, &n_plan, &ppp, ret_msg);
+    if (r < 0)
+        return r;
+    uint64_t total = (uint64_t)n_kv + n_ring + n_plan;
+    if (total > alloc->num_pages) {
+        *ret_msg = "the sequence needs more pages than the whole arena has";
+        return -ENOSPC;
+    }
+    if (total * m->layout.tokens_per_page > UINT32_MAX) {
+        *ret_msg = "the sequence's capacity does not fit 32 bits";
+        return -EINVAL;
+    }
+
+    struct vase_seq *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->pages = malloc((size_t)n_kv * sizeof(uint32_t));
+    s->ring_pages = malloc((size_t)(n_ring ? n_ring : 1) * sizeof(uint32_t));
+    s->plan_pages = malloc((size_t)n_plan * sizeof(uint32_t));
+    s->scores = calloc(m->geo.layers, sizeof(float *));
+    s->scores_len = calloc(m->geo.layers, sizeof(uint32_t));
+    all = malloc((size_t)total * sizeof(uint32_t));
+    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len || !all) {
+        r = -ENOMEM;
+        goto free_seq;
+    }
+
+    /* One reservation for everything: the sequence exists whole or not at all. */
+    r = vase_alloc_reserve(alloc, (uint32_t)total, page_quota, &c->pages, all);
+    if (r == -EDQUOT)
+        *ret_msg = "the sequence would take the client over max_pages_per_client";
+    else if (r == -ENOSPC)
+        *ret_msg = "not enough free pages in the arena";
+    if (r < 0)
+        goto free_seq;
+
+    memcpy(s->pages, all, (size_t)n_kv * sizeof(uint32_t));
+    memcpy(s->ring_pages, all + n_kv, (size_t)n_ring * sizeof(uint32_t));
+    memcpy(s->plan_pages, all + n_kv + n_ring, (size_t)n_plan * sizeof(uint32_t));
+    free(all);
+
+    s->id = reg->next_seq_id++;
+    s->client = c;
+    s->model = m;
+    s->arena_id = m->arena_id;
+    s->layers = m->geo.layers;
+    s->kv_heads = m->geo.kv_heads;
+    s->policy = req->policy;
+    s->params = req->params;
+    s->keep = vase_plan_keep_count(&req->params);
+    s->mode = req->mode;
+    s->slack = req->slack;
+    s->prompt_len = req->prompt_len;
+    s->seed = req->seed;
+    s->tokens_per_page = m->layout.tokens_per_page;
+    s->n_pages = n_kv;
+    s->n_ring_pages = n_ring;
+    s->n_plan_pages = n_plan;
+    s->plans_per_page = ppp;
+    s->capacity = n_kv * m->layout.tokens_per_page;
+    s->acc_stride = s->capacity;
+    s->state = VASE_SEQ_IDLE;
+
+    s->next = c->seqs;
+    c->seqs = s;
+    c->n_seqs++;
+    uint32_t slot = seq_slot(reg, s->id);
+    s->hash_next = reg->seq_table[slot];
+    reg->seq_table[slot] = s;
+    reg->n_seqs++;
+    *ret = s;
+    return 0;
+
+free_seq:
+    free(all);
+    seq_free(s);
+    return r;
+}
+
+static void seq_release_pages(struct vase_seq *s, struct vase_alloc *alloc,
+                              uint32_t *client_pages) {
+    /* Cannot fail: these pages were reserved for this sequence and nothing else frees them. */
+    vase_alloc_release(alloc, s->pages, s->n_pages, client_pages);
+    vase_alloc_release(alloc, s->ring_pages, s->n_ring_pages, client_pages);
+    vase_alloc_release(alloc, s->plan_pages, s->n_plan_pages, client_pages);
+    s->n_pages = s->n_ring_pages = s->n_plan_pages = 0;
+}
+
+int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
+                            struct vase_seq *s) {
+    struct vase_client *c = s->client;
+
+    for (struct vase_seq **p = &c->seqs; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    s->next = NULL;
+    c->n_seqs--;
+    seq_table_remove(reg, s);
+    reg->n_seqs--;
+
+    if (s->state == VASE_SEQ_PLANNING) {
+        /* Evictor threads may still write this sequence's plan pages: keep every page out of
+         * the free pool until they are done, but stop charging the client for them. */
+        uint32_t held = s->n_pages + s->n_ring_pages + s->n_plan_pages;
+        c->pages -= held < c->pages ? held : c->pages;
+        s->client = NULL;
+        s->model = NULL;
+        s->next = reg->orphans;
+        reg->orphans = s;
+        return 1;
+    }
+    seq_release_pages(s, alloc, &c->pages);
+    seq_free(s);
+    return 0;
+}
+
+void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, struct vase_seq *s) {
+    for (struct vase_seq **p = &reg->orphans; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    seq_release_pages(s, alloc, NULL);
+    seq_free(s);
+}
+
+int vase_seq_shrink(struct vase_seq *s, struct vase_alloc *alloc, uint32_t keep_pages) {
+    if (keep_pages >= s->n_pages)
+        return 0;
+    int r = vase_alloc_release(alloc, s->pages + keep_pages, s->n_pages - keep_pages,
+                               s->client ? &s->client->pages : NULL);
+    if (r < 0)
+        return r;
+    s->n_pages = keep_pages;
+    s->capacity = keep_pages * s->tokens_per_page;
+    return 1;
+}
+
+const char *vase_seq_state_to_string(enum vase_seq_state st) {
+    switch (st) {
+    case VASE_SEQ_IDLE:
+        return "idle";
+    case VASE_SEQ_PLANNING:
+        return "planning";
+    case VASE_SEQ_PLAN_READY:
+        return "plan-ready";
+    }
+    return "?";
+}
+
+void vase_seq_drop_scores(struct vase_seq *s) {
+    if (!s->scores)
+        return;
+    for (uint32_t l = 0; l < s->layers; l++) {
+        free(s->scores[l]);
+        s->scores[l] = NULL;
+        s->scores_len[l] = 0;
+    }
+}

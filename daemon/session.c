@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * Session sockets and the allow-list. Invariants: every descriptor is close-on-exec and
+ * non-blocking; sends use MSG_NOSIGNAL, so a client that vanished costs an error, not a
+ * SIGPIPE; a packet larger than VASE_SESSION_MAX_PACKET is refused, not parsed; the access
+ * decision (vase_allow_check) is a pure function of ids so that it can be tested exhaustively.
+ */
+
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "session.h"
+#include "wire.h"
+
+static bool is_separator(char c) {
+    return c == ',' || c == ' ' || c == '\t' || c == '\n';
+}
+
+/* Calls fn for each name of a separated list. */
+static int for_each_name(const char *list, int (*fn)(const char *name, void *user), void *user) {
+    char name[256];
+    const char *p = list ? list : "";
+    while (*p) {
+        while (is_separator(*p))
+            p++;
+        size_t n = 0;
+        while (p[n] && !is_separator(p[n]))
+            n++;
+        if (n == 0)
+            break;
+        if (n >= sizeof(name)) {
+            log_warning("Allow-list entry too long, ignored: %.*s...", 32, p);
+        } else {
+            memcpy(name, p, n);
+            name[n] = '\0';
+            int r = fn(name, user);
+            if (r < 0)
+                return r;
+        }
+        p += n;
+    }
+    return 0;
+}
+
+static int add_id(uint32_t **ids, size_t *n, uint32_t id) {
+    uint32_t *a = realloc(*ids, (*n + 1) * sizeof(uint32_t));
+    if (!a)
+        return -ENOMEM;
+    a[(*n)++] = id;
+    *ids = a;
+    return 0;
+}
+
+static int add_user(const char *name, void *user) {
+    struct vase_allow *a = user;
+    uint64_t id;
+    if (vase_parse_u64(name, &id) == 0 && id < UINT32_MAX)
+        return add_id((uint32_t **)&a->uids, &a->n_uids, (uint32_t)id);
+    struct passwd *pw = getpwnam(name);
+    if (!pw) {
+        log_warning("allow_users: no user \"%s\"; ignored.", name);
+        return 0;
+    }
+    return add_id((uint32_t **)&a->uids, &a->n_uids, pw->pw_uid);
+}
+
+static int add_group(const char *name, void *user) {
+    struct vase_allow *a = user;
+    uint64_t id;
+    if (vase_parse_u64(name, &id) == 0 && id < UINT32_MAX)
+        return add_id((uint32_t **)&a->gids, &a->n_gids, (uint32_t)id);
+    struct group *gr = getgrnam(name);
+    if (!gr) {
+        log_warning("allow_groups: no group \"%s\"; ignored.", name);
+        return 0;
+    }
+    return add_id((uint32_t **)&a->gids, &a->n_gids, gr->gr_gid);
+}
+
+_Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(gid_t) == sizeof(uint32_t),
+               "uid_t and gid_t are 32-bit");
+
+int vase_allow_parse(const char *users, const char *groups, struct vase_allow *ret) {
+    struct vase_allow a = {0};
+    int r = for_each_name(users, add_user, &a);
+    if (r >= 0)
+        r = for_each_name(groups, add_group, &a);
+    if (r < 0) {
+        vase_allow_done(&a);
+        return r;
+    }
+    *ret = a;
+    return 0;
+}
+
+void vase_allow_done(struct vase_allow *a) {
+    if (!a)
+        return;
+    free(a->uids);
+    free(a->gids);
+    *a = (struct vase_allow){0};
+}
+
+static bool has_gid(const struct vase_allow *a, gid_t g) {
+    for (size_t i = 0; i < a->n_gids; i++)
+        if (a->gids[i] == g)
+            return true;
+    return false;
+}
+
+int vase_allow_check(const struct vase_allow *a, uid_t self_uid, uid_t uid, gid_t gid,
+                     const gid_t *groups, size_t n_groups) {
+    /* Root could take the memory anyway, and the daemon's own user owns it. */
+    if (uid == 0 || uid == self_uid)
+        return 0;
+    for (size_t i = 0; i < a->n_uids; i++)
+        if (a->uids[i] == uid)
+            return 0;
+    if (has_gid(a, gid))
+        return 0;
+    for (size_t i = 0; i < n_groups; i++)
+        if (has_gid(a, groups[i]))
+            return 0;
+    return -EPERM;
+}
+
+int vase_session_peer_groups(uid_t uid, gid_t gid, gid_t **ret, size_t *ret_n) {
+    struct passwd *pw = getpwuid(uid);
+    *ret = NULL;
+    *ret_n = 0;
+    if (!pw)
+        return 0;
+    int n = 32;
+    for (int tries = 0; tries < 8; tries++) {
+        gid_t *g = malloc((size_t)n * sizeof(gid_t));
+        if (!g)
+            return -ENOMEM;
+        int want = n;
+        if (getgrouplist(pw->pw_name, gid, g, &want) >= 0) {
+            *ret = g;
+            *ret_n = (size_t)want;
+            return 0;
+        }
+        free(g);
+        n = want > n ? want : n * 2;
+    }
+    return 0;
+}
+
+static int fill_addr(const char *path, struct sockaddr_un *sa, socklen_t *len) {
+    size_t n = strlen(path);
+    if (n >= sizeof(sa->sun_path))
+        return -ENAMETOOLONG;
+    *sa = (struct sockaddr_un){.sun_family = AF_UNIX};
+    memcpy(sa->sun_path, path, n + 1);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    return 0;
+}
+
+int vase_session_probe(const char *path, int type) {
+    struct stat st;
+    struct sockaddr_un sa;
+    socklen_t salen;
+    int r = fill_addr(path, &sa, &salen);
+    if (r < 0)
+        return r;
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode))
+        return -EEXIST;
+
+    int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    r = connect(fd, (struct sockaddr *)&sa, salen);
+    int e = errno;
+    close(fd);
+    if (r == 0)
+        return -EADDRINUSE;
+    if (e != ECONNREFUSED)
+        return -e;
+    /* No one listens: a daemon died without cleaning up. */
+    if (unlink(path) < 0 && errno != ENOENT)
+        return -errno;
+    return 0;
+}
+
+int vase_session_listen(const char *path, int *ret_fd) {
+    struct sockaddr_un sa;
+    socklen_t salen;
+    int r = fill_addr(path, &sa, &salen);
+    if (r < 0)
+        return r;
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    if (bind(fd, (struct sockaddr *)&sa, salen) < 0 || listen(fd, 128) < 0) {
+        r = -errno;
+        close(fd);
+        return r;
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+int vase_session_accept(int listen_fd, int *ret_fd, struct ucred *ret_cred) {
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return -errno;
+    socklen_t len = sizeof(*ret_cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, ret_cred, &len) < 0) {
+        int r = -errno;
+        close(fd);
+        return r;
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+int vase_session_recv(int fd, Vase__Envelope **ret) {
+    uint8_t *buf = malloc(VASE_SESSION_MAX_PACKET);
+    if (!buf)
+        return -ENOMEM;
+    ssize_t n = recv(fd, buf, VASE_SESSION_MAX_PACKET, MSG_TRUNC | MSG_DONTWAIT);
+    int r;
+    if (n < 0)
+        r = -errno;
+    else if (n == 0)
+        r = -ECONNRESET;
+    else if ((size_t)n > VASE_SESSION_MAX_PACKET)
+        r = -EMSGSIZE;
+    else
+        r = vase_wire_unpack(buf, (size_t)n, VASE_SESSION_MAX_PACKET, ret);
+    free(buf);
+    return r;
+}
+
+int vase_session_send(int fd, const Vase__Envelope *e, const int *fds, size_t n_fds) {
+    void *buf;
+    size_t len;
+    int r = vase_wire_pack(e, &buf, &len);
+    if (r < 0)
+        return r;
+
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * 16)];
+    } control;
+    if (n_fds > 16) {
+        free(buf);
+        return -EINVAL;
+    }
+    if (n_fds) {
+        memset(&control, 0, sizeof(control));
+        mh.msg_control = control.buf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+        memcpy(CMSG_DATA(cm), fds, sizeof(int) * n_fds);
+    }
+    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    r = n < 0 ? -errno : (size_t)n != len ? -EIO : 0;
+    free(buf);
+    return r;
+}
+
+int vase_session_send_error(int fd, uint64_t incarnation, int code, const char *message) {
+    Vase__Error err = VASE__ERROR__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    err.code = code;
+    err.message = (char *)message;
+    e.version = VASE_WIRE_VERSION;
+    e.incarnation = incarnation;
+    e.body_case = VASE__ENVELOPE__BODY_ERROR;
+    e.error = &err;
+    return vase_session_send(fd, &e, NULL, 0);
+}

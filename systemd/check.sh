@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# check.sh VASED: checks the files of systemd/ (run by `make check-systemd`).
+#
+#  1. systemd-analyze verify on vased.service. It needs the ExecStart binary to exist, so a
+#     copy of the unit whose ExecStart names the built VASED is verified. verify exits 0 on
+#     directives it cannot parse (it only logs "ignoring"), so any line it prints about the
+#     unit is a failure too.
+#  2. vase.sysusers parses (systemd-sysusers --dry-run) and vase.tmpfiles applies to an empty
+#     root (systemd-tmpfiles --root).
+#  3. vased.conf is exactly what the daemon dumps (`make update-vased-conf` rewrites it).
+#
+# Prints one line per check and exits 1 if any failed.
+
+set -u
+
+if [ $# -ne 1 ]; then
+    echo "usage: $0 VASED" >&2
+    exit 2
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+vased=$(realpath "$1") || exit 1
+[ -x "$vased" ] || { echo "$0: $vased is not executable" >&2; exit 1; }
+for tool in systemd-analyze systemd-sysusers systemd-tmpfiles; do
+    command -v "$tool" >/dev/null || {
+        echo "$0: $tool is missing (Debian: apt-get install systemd)" >&2
+        exit 1
+    }
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/vase-systemd-XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+
+result() { # name status output-file
+    if [ "$2" = 0 ]; then
+        echo "  PASS    $1"
+    else
+        echo "  FAIL    $1" >&2
+        sed 's/^/          /' "$3" >&2
+        failed=1
+    fi
+}
+
+# 1. The unit.
+mkdir "$tmp/unit"
+sed "s|^ExecStart=/usr/bin/vased |ExecStart=$vased |" "$here/vased.service" \
+    >"$tmp/unit/vased.service"
+if ! grep -q "^ExecStart=$vased " "$tmp/unit/vased.service"; then
+    echo "ExecStart=/usr/bin/vased ... not found in vased.service" >"$tmp/verify.out"
+    status=1
+else
+    systemd-analyze verify --man=no "$tmp/unit/vased.service" >"$tmp/verify.out" 2>&1
+    status=$?
+    # Lines about other units (the host's own) are not ours to judge.
+    grep -q 'vased\.service' "$tmp/verify.out" && status=1
+fi
+result "systemd-analyze verify vased.service" "$status" "$tmp/verify.out"
+
+# 2. sysusers and tmpfiles. --dry-run reads the host's user database but writes nothing.
+systemd-sysusers --dry-run "$here/vase.sysusers" >"$tmp/sysusers.out" 2>&1
+status=$?
+grep -qi 'ignoring\|invalid\|unknown\|failed' "$tmp/sysusers.out" && status=1
+result "systemd-sysusers --dry-run vase.sysusers" "$status" "$tmp/sysusers.out"
+
+mkdir "$tmp/root"
+systemd-tmpfiles --root="$tmp/root" --create "$here/vase.tmpfiles" >"$tmp/tmpfiles.out" 2>&1
+status=$?
+[ -s "$tmp/tmpfiles.out" ] && status=1
+[ -d "$tmp/root/etc/vase" ] || { echo "/etc/vase was not created" >>"$tmp/tmpfiles.out"; status=1; }
+result "systemd-tmpfiles --create vase.tmpfiles" "$status" "$tmp/tmpfiles.out"
+
+# 3. The default configuration. --config=/dev/null: the host's /etc/vase/vased.conf must not
+# leak into the comparison.
+if env -u VASE_RUNTIME_DIR -u RUNTIME_DIRECTORY "$vased" --config=/dev/null --dump-config \
+    >"$tmp/dump.conf" 2>"$tmp/dump.err"; then
+    diff -u "$here/vased.conf" "$tmp/dump.conf" >"$tmp/conf.out" 2>&1
+    status=$?
+    [ "$status" = 0 ] ||
+        echo "(make update-vased-conf rewrites systemd/vased.conf)" >>"$tmp/conf.out"
+else
+    status=1
+    { echo "vased --dump-config failed:"; cat "$tmp/dump.err"; } >"$tmp/conf.out"
+fi
+result "vased.conf matches vased --dump-config" "$status" "$tmp/conf.out"
+
+exit "$failed"

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+
+/* Unit tests of daemon/arena.c: the host backend's memfd, its seals and mappings, and the
+ * refusal of CUDA arenas in this build. */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../daemon/arena.h"
+#include "../daemon/log.h"
+
+static void test_host(void **state) {
+    (void)state;
+    struct vase_arena *a = NULL;
+    int fd;
+    assert_int_equal(vase_arena_new(3, "host", 1 << 20, 64 << 10, &a), 0);
+    assert_non_null(a);
+    assert_int_equal(a->id, 3);
+    assert_string_equal(a->kind, "host");
+    assert_string_equal(a->ops->share, "memfd");
+    assert_int_equal(a->num_pages, 16);
+    assert_int_equal(a->size, 1 << 20);
+    assert_non_null(a->map);
+
+    assert_int_equal(a->ops->export_fd(a, &fd), 0);
+    assert_int_equal(fd, a->fd);
+    assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    int seals = fcntl(fd, F_GET_SEALS);
+    assert_true(seals >= 0);
+    assert_true(seals & F_SEAL_SHRINK);
+    assert_true(seals & F_SEAL_GROW);
+    assert_true(seals & F_SEAL_SEAL);
+    assert_false(seals & F_SEAL_WRITE);
+    /* The size cannot change, and no one can add or remove seals. */
+    assert_int_equal(ftruncate(fd, 4096), -1);
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(ftruncate(fd, 2 << 20), -1);
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+    assert_int_equal(errno, EPERM);
+
+    /* A client's mapping of the exported fd sees the daemon's writes, and the other way. */
+    char *client = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(client != MAP_FAILED);
+    char *page5 = vase_arena_page(a, 5);
+    assert_ptr_equal(page5, (char *)a->map + 5 * (64 << 10));
+    memcpy(page5, "plan", 5);
+    assert_string_equal(client + 5 * (64 << 10), "plan");
+    memcpy(client + 7, "kv", 3);
+    assert_string_equal((char *)a->map + 7, "kv");
+    munmap(client, a->size);
+
+    assert_null(vase_arena_free(a));
+    assert_null(vase_arena_free(NULL));
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    struct vase_arena *a = NULL;
+    assert_int_equal(vase_arena_new(0, "cuda:0", 1 << 20, 64 << 10, &a), -EOPNOTSUPP);
+    assert_int_equal(vase_arena_new(0, "cuda:1", 1 << 20, 64 << 10, &a), -EOPNOTSUPP);
+    assert_int_equal(vase_arena_new(0, "gpu", 1 << 20, 64 << 10, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, "", 1 << 20, 64 << 10, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, NULL, 1 << 20, 64 << 10, &a), -EINVAL);
+    /* Pages must be 4 KiB multiples and divide the size. */
+    assert_int_equal(vase_arena_new(0, "host", 1 << 20, 1000, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, "host", 1 << 20, 2048, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, "host", (1 << 20) + 4096, 64 << 10, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, "host", 0, 64 << 10, &a), -EINVAL);
+    assert_null(a);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host),
+        cmocka_unit_test(test_refusals),
+    };
+    vase_log_set_max_level(LOG_EMERG);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * Integration tests of the programs around vased, run as the user would run them against a
+ * real daemon: vasectl (status, clients, seqs, config get/set, a setting that cannot change
+ * while running, events while something happens, usage errors) and examples/replay_engine on
+ * every trace_* case of the reference vectors ($VASE_VECTORS, else ../shared/vectors, the
+ * Makefile's default, relative to the repository root where make check runs).
+ */
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "integration/harness.h"
+
+struct fixture {
+    struct harness_fixture h; /* client 0: the engine of the tests that need one */
+    struct vase_model *m;
+    struct harness_proc p;
+};
+
+static int setup(void **state) {
+    int r = harness_fixture_setup(state, sizeof(struct fixture), NULL);
+    struct fixture *f = *state;
+    if (f)
+        f->p.out_fd = -1;
+    return r;
+}
+
+static int teardown(void **state) {
+    struct fixture *f = *state;
+    if (f)
+        harness_proc_free(&f->p);
+    return harness_fixture_teardown(state);
+}
+
+/* ---- vasectl ---- */
+
+/* Runs vasectl with args (NULL-terminated) and VASE_RUNTIME_DIR; returns its exit code, the
+ * output in f->p.out (freed by the next call or the teardown). */
+static int vasectl(struct fixture *f, const char *const *args) {
+    char path[PATH_MAX];
+    assert_int_equal(harness_program("vasectl", path, sizeof(path)), 0);
+    const char *argv[16] = {path};
+    size_t n = 1;
+    for (; args[n - 1]; n++) {
+        assert_true(n < 15);
+        argv[n] = args[n - 1];
+    }
+    argv[n] = NULL;
+    harness_proc_free(&f->p);
+    int r = harness_run(&f->p, argv, &f->h.d, HARNESS_RUN_MS);
+    if (r < 0)
+        fail_msg("vasectl %s: %s\n%s", args[0], vase_strerror(r), f->p.out ? f->p.out : "");
+    return r;
+}
+
+/* Runs vasectl and fails unless it exits 0. */
+static const char *vasectl_ok(struct fixture *f, const char *const *args) {
+    int r = vasectl(f, args);
+    if (r != 0)
+        fail_msg("vasectl %s %s exited %d:\n%s", args[0], args[1] ? args[1] : "", r, f->p.out);
+    return f->p.out;
+}
+
+/* The unsigned number after "key": in JSON text; fails if the key is missing. */
+static uint64_t json_number(const char *json, const char *key) {
+    char quoted[64];
+    snprintf(quoted, sizeof(quoted), "\"%s\"", key);
+    const char *p = strstr(json, quoted);
+    if (!p)
+        fail_msg("no \"%s\" in %s", key, json);
+    p += strlen(quoted);
+    while (*p == ' ' || *p == ':')
+        p++;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (end == p || errno)
+        fail_msg("\"%s\" is not a number in %s", key, json);
+    return v;
+}
+
+/* One JSON object on one line. */
+static void assert_json_line(const char *out) {
+    size_t n = strlen(out);
+    if (n < 3 || out[0] != '{' || out[n - 1] != '\n' || out[n - 2] != '}' ||
+        strchr(out, '\n') != out + n - 1)
+        fail_msg("not one JSON object on one line:\n%s", out);
+}
+
+static void open_engine(struct fixture *f) {
+    struct vase_geometry g = harness_geometry();
+    assert_int_equal(harness_engine_open(&f->h.d, "tools-engine", &g, &f->h.c[0], &f->m), 0);
+}
+
+static void test_vasectl_status(void **state) {
+    struct fixture *f = *state;
+    open_engine(f);
+    struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, 0);
+    struct vase_seq *s;
+    assert_int_equal(vase_seq_open(f->h.c[0], f->m, &cfg, &s), 0);
+
+    const char *out = vasectl_ok(f, (const char *const[]){"--json", "status", NULL});
+    assert_json_line(out);
+    assert_int_equal(json_number(out, "pages_total"), HARNESS_ARENA_PAGES);
+    assert_int_equal(json_number(out, "pages_free"), HARNESS_ARENA_PAGES - 5);
+    assert_int_equal(json_number(out, "page_bytes"), HARNESS_PAGE_BYTES);
+    assert_int_equal(json_number(out, "clients"), 1);
+    assert_int_equal(json_number(out, "seqs"), 1);
+    char inc[32];
+    snprintf(inc, sizeof(inc), "\"0x%016llx\"", (unsigned long long)f->h.d.incarnation);
+    if (!strstr(out, inc))
+        fail_msg("no incarnation %s in %s", inc, out);
+
+    out = vasectl_ok(f, (const char *const[]){"--json", "clients", NULL});
+    assert_json_line(out);
+    assert_non_null(strstr(out, "\"tools-engine\""));
+    assert_int_equal(json_number(out, "client_id"), vase_client_id(f->h.c[0]));
+    assert_int_equal(json_number(out, "pages"), 5);
+
+    out = vasectl_ok(f, (const char *const[]){"--json", "seqs", NULL});
+    assert_json_line(out);
+    assert_int_equal(json_number(out, "seq_id"), vase_seq_id(s));
+    assert_non_null(strstr(out, "\"snapkv\""));
+    assert_int_equal(json_number(out, "budget"), 128);
+    assert_int_equal(json_number(out, "capacity"), 192);
+
+    /* The tables, for people: one line per sequence under a header. */
+    out = vasectl_ok(f, (const char *const[]){"seqs", NULL});
+    assert_non_null(strstr(out, "snapkv"));
+    out = vasectl_ok(f, (const char *const[]){"ping", NULL});
+    assert_non_null(strstr(out, "pong"));
+
+    assert_int_equal(vase_seq_close(s), 0);
+    out = vasectl_ok(f, (const char *const[]){"--json", "status", NULL});
+    assert_int_equal(json_number(out, "pages_free"), HARNESS_ARENA_PAGES);
+}
+
+static void test_vasectl_config(void **state) {
+    struct fixture *f = *state;
+    const char *out = vasectl_ok(f, (const char *const[]){"--json", "config", "get", NULL});
+    assert_json_line(out);
+    static const char *const keys[] = {"runtime_dir",       "arena_bytes", "page_bytes",
+                                       "max_message_bytes", "log_level",   "stats_interval"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        char quoted[64];
+        snprintf(quoted, sizeof(quoted), "\"%s\"", keys[i]);
+        if (!strstr(out, quoted))
+            fail_msg("config get lacks %s:\n%s", keys[i], out);
+    }
+    /* One key: its bare value. */
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "page_bytes", NULL});
+    assert_string_equal(out, "64K\n");
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "runtime_dir", NULL});
+    assert_memory_equal(out, f->h.d.dir, strlen(f->h.d.dir));
+
+    /* A runtime setting changes and reads back ('-' and '_' are the same). */
+    vasectl_ok(f, (const char *const[]){"config", "set", "stats-interval", "3", NULL});
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "stats_interval", NULL});
+    assert_string_equal(out, "3\n");
+    vasectl_ok(f, (const char *const[]){"config", "set", "log_level", "debug", NULL});
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "log_level", NULL});
+    assert_string_equal(out, "debug\n");
+
+    /* Refusals: exit 1 and a message naming the problem; nothing changes. */
+    assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "page_bytes", "128K", NULL}),
+                     1);
+    if (!strstr(f->p.out, "page_bytes"))
+        fail_msg("the refusal does not name the setting:\n%s", f->p.out);
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "page_bytes", NULL});
+    assert_string_equal(out, "64K\n");
+    assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "max_clients", "0", NULL}),
+                     1);
+    assert_int_equal(
+        vasectl(f, (const char *const[]){"config", "set", "stats_interval", "soon", NULL}), 1);
+    assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "no_such_key", "1", NULL}),
+                     1);
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "stats_interval", NULL});
+    assert_string_equal(out, "3\n");
+    assert_int_equal(harness_config_set(&f->h.d, "page_bytes", "128K"), -EPERM);
+    assert_int_equal(harness_config_set(&f->h.d, "max_clients", "0"), -ERANGE);
+    assert_int_equal(harness_config_set(&f->h.d, "stats_interval", "soon"), -EINVAL);
+
+    /* Usage errors exit 2 before talking to anyone. */
+    assert_int_equal(vasectl(f, (const char *const[]){"frobnicate", NULL}), 2);
+    assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "x", NULL}), 2);
+    assert_int_equal(vasectl(f, (const char *const[]){"--count=1", "status", NULL}), 2);
+}
+
+/* vasectl events --count=1 exits after the first event; events are made until it does, since
+ * a subscriber misses what is published before its subscription is in place. */
+static void test_vasectl_events(void **state) {
+    struct fixture *f = *state;
+    open_engine(f);
+    char path[PATH_MAX];
+    assert_int_equal(harness_program("vasectl", path, sizeof(path)), 0);
+    const char *argv[] = {path, "--json", "events", "--count=1", NULL};
+    assert_int_equal(harness_proc_start(&f->p, argv, &f->h.d), 0);
+
+    struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_STREAMING, 128, 32, 0, 0);
+    double end = harness_now() + 10.0;
+    int r = -ETIMEDOUT;
+    while (harness_now() < end) {
+        struct vase_seq *s;
+        assert_int_equal(vase_seq_open(f->h.c[0], f->m, &cfg, &s), 0);
+        assert_int_equal(vase_seq_close(s), 0);
+        r = harness_proc_wait_output(&f->p, "\n", 20);
+        if (r != -ETIMEDOUT)
+            break;
+    }
+    int status;
+    assert_int_equal(harness_proc_finish(&f->p, 5000, &status), 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("vasectl events exited with status 0x%x:\n%s", status, f->p.out);
+    assert_json_line(f->p.out);
+    assert_non_null(strstr(f->p.out, "\"topic\":\"seq\""));
+    char inc[32];
+    snprintf(inc, sizeof(inc), "\"0x%016llx\"", (unsigned long long)f->h.d.incarnation);
+    assert_non_null(strstr(f->p.out, inc));
+}
+
+/* ---- replay_engine ---- */
+
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every trace_* case of the vectors through the daemon: exit 0, one PASS line per case. */
+static void test_replay_engine(void **state) {
+    struct fixture *f = *state;
+    const char *vectors = getenv("VASE_VECTORS");
+    if (!vectors || !vectors[0])
+        vectors = "../shared/vectors";
+    DIR *dh = opendir(vectors);
+    if (!dh)
+        fail_msg("no test vectors at %s (%s); set VASE_VECTORS", vectors, strerror(errno));
+    char *cases[64];
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(dh)) && n < 64)
+        if (strncmp(de->d_name, "trace_", 6) == 0) {
+            cases[n] = malloc(PATH_MAX);
+            assert_non_null(cases[n]);
+            snprintf(cases[n], PATH_MAX, "%s/%s", vectors, de->d_name);
+            n++;
+        }
+    closedir(dh);
+    if (n == 0)
+        fail_msg("no trace_* case in %s", vectors);
+    qsort(cases, n, sizeof(cases[0]), compare_names);
+
+    char path[PATH_MAX], dir_arg[128];
+    assert_int_equal(harness_program("examples/replay_engine", path, sizeof(path)), 0);
+    snprintf(dir_arg, sizeof(dir_arg), "--runtime-dir=%s", f->h.d.dir);
+    const char *argv[68] = {path, dir_arg};
+    for (size_t i = 0; i < n; i++)
+        argv[2 + i] = cases[i];
+    argv[2 + n] = NULL;
+    double t = harness_now();
+    int r = harness_run(&f->p, argv, &f->h.d, HARNESS_RUN_MS);
+    printf("replay_engine, %zu traces: %.2f s\n%s", n, harness_now() - t, f->p.out ? f->p.out : "");
+    if (r != 0)
+        fail_msg("replay_engine exited %d (%s)", r, r < 0 ? vase_strerror(r) : "");
+    for (size_t i = 0; i < n; i++) {
+        char line[PATH_MAX];
+        snprintf(line, sizeof(line), "PASS %s\n", strrchr(cases[i], '/') + 1);
+        if (!strstr(f->p.out, line))
+            fail_msg("no \"%.*s\" line", (int)strlen(line) - 1, line);
+        free(cases[i]);
+    }
+    char summary[64];
+    snprintf(summary, sizeof(summary), "%zu passed, 0 failed", n);
+    assert_non_null(strstr(f->p.out, summary));
+    /* Everything the engine opened is closed again. */
+    assert_int_equal(harness_wait_pages_free(&f->h.d, HARNESS_ARENA_PAGES, 2000, NULL), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_vasectl_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vasectl_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vasectl_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replay_engine, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

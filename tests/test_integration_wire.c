@@ -1,0 +1,511 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * Integration tests of the control protocol at the wire level (PROTOCOL.md "Control"), against
+ * a real vased, from raw ZeroMQ DEALER sockets and raw sessions instead of libvase: malformed,
+ * oversized, multi-frame and wrong-version frames, envelopes without a body, stale
+ * incarnations, engine requests from peers without a session, replayed client sequence
+ * numbers, other clients' objects, the daemon's own checks of geometries (libvase checks them
+ * too, so only a raw session reaches the daemon's), the ModelLayout it answers, and a second
+ * EvictRequest while one is uncommitted. After every refusal the daemon still answers Ping.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "integration/harness.h"
+#include "wire.h"
+
+#define MAX_MESSAGE (64u << 10)
+
+struct fixture {
+    struct harness_fixture h;
+    struct harness_session s[2];
+};
+
+static int setup(void **state) {
+    static const char *const args[] = {"--max-message-bytes=64K", NULL};
+    int r = harness_fixture_setup(state, sizeof(struct fixture), args);
+    struct fixture *f = *state;
+    if (f)
+        f->s[0].fd = f->s[1].fd = -1;
+    return r;
+}
+
+static int teardown(void **state) {
+    struct fixture *f = *state;
+    for (int i = 0; f && i < 2; i++)
+        harness_session_close(&f->s[i]);
+    return harness_fixture_teardown(state);
+}
+
+/* Checks that reply is an Error with code (and, when request_id is not 0, that id), frees it,
+ * and that the daemon still answers Ping. */
+static void expect_error(const struct harness_daemon *d, Vase__Envelope *reply, int code,
+                         uint64_t request_id, const char *what) {
+    assert_non_null(reply);
+    if (reply->body_case != VASE__ENVELOPE__BODY_ERROR)
+        fail_msg("%s: answered by %s, want Error %d", what, vase_wire_body_name(reply), code);
+    if (reply->error->code != code)
+        fail_msg("%s: Error %d (%s), want %d", what, reply->error->code, reply->error->message,
+                 code);
+    assert_true(reply->error->message && reply->error->message[0]);
+    if (request_id)
+        assert_int_equal(reply->request_id, request_id);
+    assert_int_equal(reply->version, VASE_WIRE_VERSION);
+    vase__envelope__free_unpacked(reply, NULL);
+    assert_int_equal(harness_ping(d), 0);
+}
+
+static void send_raw(const struct harness_daemon *d, const void *buf, size_t len, int code,
+                     const char *what) {
+    Vase__Envelope *reply = NULL;
+    int r = harness_send_frame(d, buf, len, NULL, 0, &reply);
+    if (r < 0)
+        fail_msg("%s: no reply (%s)", what, vase_strerror(r));
+    expect_error(d, reply, code, 0, what);
+}
+
+/* Packs e (version and request id as given) and sends it from a peer without a session. */
+static void send_envelope(const struct harness_daemon *d, Vase__Envelope *e, int code,
+                          const char *what) {
+    void *buf;
+    size_t len;
+    assert_int_equal(vase_wire_pack(e, &buf, &len), 0);
+    Vase__Envelope *reply = NULL;
+    int r = harness_send_frame(d, buf, len, NULL, 0, &reply);
+    free(buf);
+    if (r < 0)
+        fail_msg("%s: no reply (%s)", what, vase_strerror(r));
+    expect_error(d, reply, code, e->request_id, what);
+}
+
+/* ---- frames ---- */
+
+static void test_garbage(void **state) {
+    struct fixture *f = *state;
+    /* A varint that never ends: no protobuf parser accepts it. */
+    static const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                      0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    send_raw(&f->h.d, garbage, sizeof(garbage), EBADMSG, "garbage");
+    /* A field of a wire type that does not exist (7). */
+    static const uint8_t bad_type[] = {0x0f, 0x01, 0x02};
+    send_raw(&f->h.d, bad_type, sizeof(bad_type), EBADMSG, "wire type 7");
+}
+
+static void test_oversized(void **state) {
+    struct fixture *f = *state;
+    uint8_t *big = calloc(1, MAX_MESSAGE + 1);
+    assert_non_null(big);
+    send_raw(&f->h.d, big, MAX_MESSAGE + 1, EMSGSIZE, "max_message_bytes + 1");
+    free(big);
+}
+
+static void test_two_frames(void **state) {
+    struct fixture *f = *state;
+    char endpoint[128];
+    snprintf(endpoint, sizeof(endpoint), "ipc://%s/control.sock", f->h.d.dir);
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0, timeout = HARNESS_REQUEST_MS;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    assert_int_equal(zmq_connect(sock, endpoint), 0);
+    assert_int_equal(zmq_send(sock, "a", 1, ZMQ_SNDMORE), 1);
+    assert_int_equal(zmq_send(sock, "b", 1, 0), 1);
+    char buf[4096];
+    int n = zmq_recv(sock, buf, sizeof(buf), 0);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    assert_true(n > 0 && n <= (int)sizeof(buf));
+    Vase__Envelope *reply = NULL;
+    assert_int_equal(vase_wire_unpack(buf, (size_t)n, sizeof(buf), &reply), 0);
+    expect_error(&f->h.d, reply, EBADMSG, 0, "two frames");
+}
+
+static void test_wrong_version(void **state) {
+    struct fixture *f = *state;
+    Vase__Ping ping = VASE__PING__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    e.version = 2;
+    e.request_id = 77;
+    e.body_case = VASE__ENVELOPE__BODY_PING;
+    e.ping = &ping;
+    send_envelope(&f->h.d, &e, VASE_WIRE_EPROTOVERSION, "version 2");
+    /* An empty frame is an envelope with every field at its default: version 0. */
+    send_raw(&f->h.d, "", 0, VASE_WIRE_EPROTOVERSION, "empty frame");
+}
+
+static void test_no_body(void **state) {
+    struct fixture *f = *state;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    e.version = VASE_WIRE_VERSION;
+    e.request_id = 78;
+    send_envelope(&f->h.d, &e, EINVAL, "no body");
+    /* A reply body sent as a request. */
+    Vase__Pong pong = VASE__PONG__INIT;
+    e.request_id = 79;
+    e.body_case = VASE__ENVELOPE__BODY_PONG;
+    e.pong = &pong;
+    send_envelope(&f->h.d, &e, EINVAL, "pong as a request");
+}
+
+static void test_stale_incarnation(void **state) {
+    struct fixture *f = *state;
+    Vase__Status st = VASE__STATUS__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    e.version = VASE_WIRE_VERSION;
+    e.incarnation = f->h.d.incarnation ^ 1;
+    e.request_id = 80;
+    e.body_case = VASE__ENVELOPE__BODY_STATUS;
+    e.status = &st;
+    send_envelope(&f->h.d, &e, VASE_WIRE_ESTALE, "Status with another incarnation");
+    /* The daemon's own incarnation and 0 both work for admin requests. */
+    Vase__Envelope *reply = NULL;
+    e.incarnation = f->h.d.incarnation;
+    assert_int_equal(harness_request(&f->h.d, &e, &reply), 0);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_STATUS_REPLY);
+    vase__envelope__free_unpacked(reply, NULL);
+}
+
+/* Requests on models and sequences from a routing id that is no session's token. */
+static void test_engine_request_without_session(void **state) {
+    struct fixture *f = *state;
+    Vase__ModelGeometry geo = VASE__MODEL_GEOMETRY__INIT;
+    geo.layers = geo.q_heads = geo.kv_heads = 1;
+    geo.head_dim = 8;
+    Vase__RegisterModel reg = VASE__REGISTER_MODEL__INIT;
+    reg.geometry = &geo;
+    Vase__OpenSeq open = VASE__OPEN_SEQ__INIT;
+    Vase__CloseSeq close_seq = VASE__CLOSE_SEQ__INIT;
+    Vase__EvictRequest evict = VASE__EVICT_REQUEST__INIT;
+    Vase__EvictCommit commit = VASE__EVICT_COMMIT__INIT;
+    Vase__AttnStats stats = VASE__ATTN_STATS__INIT;
+    struct {
+        Vase__Envelope__BodyCase body;
+        void *msg;
+    } reqs[] = {
+        {VASE__ENVELOPE__BODY_REGISTER_MODEL, &reg},  {VASE__ENVELOPE__BODY_OPEN_SEQ, &open},
+        {VASE__ENVELOPE__BODY_CLOSE_SEQ, &close_seq}, {VASE__ENVELOPE__BODY_EVICT_REQUEST, &evict},
+        {VASE__ENVELOPE__BODY_EVICT_COMMIT, &commit}, {VASE__ENVELOPE__BODY_ATTN_STATS, &stats},
+    };
+    for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        Vase__Envelope e = VASE__ENVELOPE__INIT;
+        e.version = VASE_WIRE_VERSION;
+        e.incarnation = f->h.d.incarnation;
+        e.client_seq = 1;
+        e.request_id = 100 + i;
+        e.body_case = reqs[i].body;
+        e.register_model = reqs[i].msg; /* one member of the body union */
+        char what[64];
+        snprintf(what, sizeof(what), "%s without a session", vase_wire_body_name(&e));
+        send_envelope(&f->h.d, &e, ENOTCONN, what);
+        /* Without the incarnation, the staleness is what is reported. */
+        e.incarnation = 0;
+        send_envelope(&f->h.d, &e, VASE_WIRE_ESTALE, what);
+    }
+}
+
+/* Admin requests about things that do not exist. */
+static void test_admin_errors(void **state) {
+    struct fixture *f = *state;
+    Vase__Envelope *reply = NULL;
+    assert_int_equal(harness_get_seq(&f->h.d, 4242, &reply), -ENOENT);
+    vase__envelope__free_unpacked(reply, NULL);
+    Vase__ListSeqs ls = VASE__LIST_SEQS__INIT;
+    ls.client_id = 4242;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    e.version = VASE_WIRE_VERSION;
+    e.request_id = 90;
+    e.body_case = VASE__ENVELOPE__BODY_LIST_SEQS;
+    e.list_seqs = &ls;
+    send_envelope(&f->h.d, &e, ENOENT, "ListSeqs of no client");
+    assert_int_equal(harness_config_set(&f->h.d, "no_such_setting", "1"), -ENOENT);
+    Vase__ConfigGet cg = VASE__CONFIG_GET__INIT;
+    cg.key = "no_such_setting";
+    e.request_id = 91;
+    e.body_case = VASE__ENVELOPE__BODY_CONFIG_GET;
+    e.config_get = &cg;
+    send_envelope(&f->h.d, &e, ENOENT, "ConfigGet of no setting");
+}
+
+/* ---- raw sessions ---- */
+
+static Vase__Envelope *session_send(struct harness_session *s, Vase__Envelope *e) {
+    Vase__Envelope *reply = NULL;
+    int r = harness_session_request(s, e, &reply);
+    if (r < 0)
+        fail_msg("%s: no reply (%s)", vase_wire_body_name(e), vase_strerror(r));
+    return reply;
+}
+
+/* A request whose body is msg (body_case selects the member of the body union; every member is
+ * a pointer to a message) from the session; the reply. */
+static Vase__Envelope *session_call(struct harness_session *s, Vase__Envelope__BodyCase body_case,
+                                    void *msg) {
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    e.body_case = body_case;
+    e.ping = msg;
+    return session_send(s, &e);
+}
+
+/* RegisterModel of an f32 geometry in arena 0 (then adjust the rest), the reply. */
+static Vase__Envelope *register_model(struct harness_session *s, uint32_t layers, uint32_t q_heads,
+                                      uint32_t kv_heads, uint32_t head_dim, uint32_t align,
+                                      Vase__ModelGeometry *geo) {
+    Vase__ModelGeometry plain = VASE__MODEL_GEOMETRY__INIT;
+    if (!geo)
+        geo = &plain;
+    geo->name = "raw";
+    geo->layers = layers;
+    geo->q_heads = q_heads;
+    geo->kv_heads = kv_heads;
+    geo->head_dim = head_dim;
+    geo->align = align;
+    Vase__RegisterModel reg = VASE__REGISTER_MODEL__INIT;
+    reg.geometry = geo;
+    return session_call(s, VASE__ENVELOPE__BODY_REGISTER_MODEL, &reg);
+}
+
+/* The daemon's own geometry checks, and the ModelLayout of PROTOCOL.md. */
+static void test_register_model_raw(void **state) {
+    struct fixture *f = *state;
+    assert_int_equal(harness_session_open(&f->h.d, &f->s[0]), 0);
+    assert_int_equal(f->s[0].incarnation, f->h.d.incarnation);
+    assert_int_equal(f->s[0].max_message_bytes, MAX_MESSAGE);
+    assert_int_equal(f->s[0].token_len, 16);
+
+    static const uint32_t bad[][5] = {
+        /* layers, q_heads, kv_heads, head_dim, align */
+        {0, 4, 2, 32, 1}, {2, 4, 0, 32, 1},   {2, 0, 2, 32, 1},   {2, 3, 2, 32, 1},
+        {2, 4, 2, 0, 1},  {64, 8, 8, 128, 1}, {2, 4, 2, 32, 128}, {1, 1, 1, VASE_MAX_DIM + 1, 1},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "geometry %zu", i);
+        expect_error(
+            &f->h.d,
+            register_model(&f->s[0], bad[i][0], bad[i][1], bad[i][2], bad[i][3], bad[i][4], NULL),
+            EINVAL, 0, what);
+    }
+    Vase__ModelGeometry geo = VASE__MODEL_GEOMETRY__INIT;
+    geo.arena_id = 3;
+    expect_error(&f->h.d, register_model(&f->s[0], 2, 4, 2, 32, 1, &geo), EINVAL, 0, "arena 3");
+
+    /* 3 layers, 8 query heads, 2 KV heads, dim 24, f16, align 8: token_stride 96,
+     * floor(65536 / 576) = 113 tokens, 112 aligned; ring rows floor(65536 / (3 * 384)) = 56. */
+    geo.arena_id = 0;
+    geo.dtype = VASE__DTYPE__DTYPE_F16;
+    Vase__Envelope *reply = register_model(&f->s[0], 3, 8, 2, 24, 8, &geo);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_MODEL_LAYOUT);
+    const Vase__ModelLayout *ml = reply->model_layout;
+    assert_int_equal(ml->tokens_per_page, 112);
+    assert_int_equal(ml->page_bytes, HARNESS_PAGE_BYTES);
+    assert_int_equal(ml->token_stride, 96);
+    assert_int_equal(ml->head_stride, 48);
+    assert_int_equal(ml->kv_stride, 112 * 96);
+    assert_int_equal(ml->layer_stride, 2 * 112 * 96);
+    assert_int_equal(ml->ring_rows_per_page, 56);
+    assert_int_equal(ml->ring_row_stride, 8 * 24 * 2);
+    assert_int_equal(ml->ring_layer_stride, 56 * 8 * 24 * 2);
+    vase__envelope__free_unpacked(reply, NULL);
+}
+
+/* OpenSeq of a streaming sequence, budget 128, window 32, prompt 0; the reply envelope. */
+static Vase__Envelope *open_seq(struct harness_session *s, uint32_t model_id) {
+    Vase__SeqParams params = VASE__SEQ_PARAMS__INIT;
+    params.policy = "streaming";
+    params.budget = 128;
+    params.window = 32;
+    params.n_sink = -1;
+    params.n_large = -1;
+    params.lambda = -1;
+    Vase__OpenSeq open = VASE__OPEN_SEQ__INIT;
+    open.model_id = model_id;
+    open.params = &params;
+    open.slack = -1;
+    return session_call(s, VASE__ENVELOPE__BODY_OPEN_SEQ, &open);
+}
+
+static Vase__Envelope *close_seq(struct harness_session *s, uint32_t seq_id) {
+    Vase__CloseSeq cs = VASE__CLOSE_SEQ__INIT;
+    cs.seq_id = seq_id;
+    return session_call(s, VASE__ENVELOPE__BODY_CLOSE_SEQ, &cs);
+}
+
+static Vase__Envelope *evict_request(struct harness_session *s, uint32_t seq_id, uint32_t len) {
+    Vase__EvictRequest req = VASE__EVICT_REQUEST__INIT;
+    req.seq_id = seq_id;
+    req.len = len;
+    req.position = len;
+    req.ring_first = (len - 32) % 64;
+    return session_call(s, VASE__ENVELOPE__BODY_EVICT_REQUEST, &req);
+}
+
+static Vase__Envelope *evict_commit(struct harness_session *s, uint32_t seq_id, uint32_t round,
+                                    uint32_t new_len) {
+    Vase__EvictCommit ec = VASE__EVICT_COMMIT__INIT;
+    ec.seq_id = seq_id;
+    ec.round = round;
+    ec.new_len = new_len;
+    return session_call(s, VASE__ENVELOPE__BODY_EVICT_COMMIT, &ec);
+}
+
+static Vase__Envelope *attn_stats(struct harness_session *s, uint32_t seq_id, uint32_t layer,
+                                  uint32_t len, float *values, size_t n_values) {
+    Vase__AttnStats st = VASE__ATTN_STATS__INIT;
+    st.seq_id = seq_id;
+    st.layer = layer;
+    st.kind = VASE__STATS_KIND__STATS_ACC_ADD;
+    st.len = len;
+    st.values = values;
+    st.n_values = n_values;
+    return session_call(s, VASE__ENVELOPE__BODY_ATTN_STATS, &st);
+}
+
+/*
+ * Ownership, ids and ordering between two raw sessions, and one eviction cycle by hand:
+ * ENOENT for ids that do not exist, EPERM for another client's objects, EPROTO for a replayed
+ * client_seq, 1001 for a stale incarnation, EBUSY for a second EvictRequest before the commit;
+ * then the plan, the commit, and every page back when the session socket closes.
+ */
+static void test_session_rules(void **state) {
+    struct fixture *f = *state;
+    struct harness_status st;
+    assert_int_equal(harness_status(&f->h.d, &st), 0);
+    uint32_t total = st.pages_total;
+    assert_int_equal(harness_session_open(&f->h.d, &f->s[0]), 0);
+    assert_int_equal(harness_session_open(&f->h.d, &f->s[1]), 0);
+    assert_int_not_equal(f->s[0].client_id, f->s[1].client_id);
+    assert_memory_not_equal(f->s[0].token, f->s[1].token, 16);
+
+    Vase__Envelope *reply = register_model(&f->s[0], 2, 4, 2, 32, 1, NULL);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_MODEL_LAYOUT);
+    uint32_t model = reply->model_layout->model_id;
+    assert_int_equal(reply->model_layout->tokens_per_page, 64);
+    vase__envelope__free_unpacked(reply, NULL);
+
+    expect_error(&f->h.d, open_seq(&f->s[0], model + 1000), ENOENT, 0, "OpenSeq of no model");
+    expect_error(&f->h.d, open_seq(&f->s[1], model), EPERM, 0, "OpenSeq of another's model");
+
+    reply = open_seq(&f->s[0], model);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_SEQ_LAYOUT);
+    const Vase__SeqLayout *sl = reply->seq_layout;
+    uint32_t seq = sl->seq_id;
+    assert_int_equal(sl->capacity, 192);
+    assert_int_equal(sl->n_pages, 3);
+    assert_int_equal(sl->n_ring_pages, 0);
+    assert_int_equal(sl->n_plan_pages, 1);
+    assert_int_equal(sl->keep, 96);
+    assert_int_equal(sl->window, 32);
+    assert_int_equal(sl->budget, 128);
+    assert_int_equal(sl->slack, 32);
+    assert_int_equal(sl->plans_per_page, HARNESS_PAGE_BYTES / (4 * 96));
+    for (size_t i = 0; i < sl->n_pages; i++)
+        assert_true(sl->pages[i] < total);
+    vase__envelope__free_unpacked(reply, NULL);
+    assert_int_equal(harness_status(&f->h.d, &st), 0);
+    assert_int_equal(st.pages_free, total - 4);
+
+    expect_error(&f->h.d, close_seq(&f->s[1], seq), EPERM, 0, "CloseSeq of another's sequence");
+    expect_error(&f->h.d, close_seq(&f->s[0], seq + 1000), ENOENT, 0, "CloseSeq of no sequence");
+    expect_error(&f->h.d, evict_request(&f->s[1], seq, 160), EPERM, 0, "EvictRequest of another's");
+
+    /* A replayed client_seq, then a stale incarnation, from the owner. */
+    Vase__Ping ping = VASE__PING__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    e.body_case = VASE__ENVELOPE__BODY_CLOSE_SEQ;
+    Vase__CloseSeq cs = VASE__CLOSE_SEQ__INIT;
+    cs.seq_id = seq;
+    e.close_seq = &cs;
+    e.client_seq = 1;
+    expect_error(&f->h.d, session_send(&f->s[0], &e), EPROTO, 0, "replayed client_seq");
+    Vase__Envelope e2 = VASE__ENVELOPE__INIT;
+    e2.body_case = VASE__ENVELOPE__BODY_CLOSE_SEQ;
+    e2.close_seq = &cs;
+    e2.incarnation = f->h.d.incarnation + 1;
+    expect_error(&f->h.d, session_send(&f->s[0], &e2), VASE_WIRE_ESTALE, 0, "stale incarnation");
+    /* The session's Ping carries the session's own sequence and works. */
+    reply = session_call(&f->s[0], VASE__ENVELOPE__BODY_PING, &ping);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_PONG);
+    vase__envelope__free_unpacked(reply, NULL);
+
+    /* Requests that do not fit the sequence (PROTOCOL.md, "Decisions the daemon made"). */
+    expect_error(&f->h.d, evict_commit(&f->s[0], seq, 0, 128), EINVAL, 0, "commit, no plan");
+    expect_error(&f->h.d, evict_request(&f->s[0], seq, 150), EINVAL, 0, "len % window");
+    expect_error(&f->h.d, evict_request(&f->s[0], seq, 128), EINVAL, 0, "len == budget");
+    expect_error(&f->h.d, evict_request(&f->s[0], seq, 224), EINVAL, 0, "len > capacity");
+    float values[2 * 8] = {0};
+    expect_error(&f->h.d, attn_stats(&f->s[0], seq, 2, 8, values, 16), EINVAL, 0,
+                 "stats of layer 2 of 2");
+    expect_error(&f->h.d, attn_stats(&f->s[0], seq, 0, 8, values, 15), EINVAL, 0,
+                 "stats with kv_heads * len - 1 values");
+    expect_error(&f->h.d, attn_stats(&f->s[0], seq, 0, 0, values, 0), EINVAL, 0, "stats of len 0");
+    values[5] = NAN;
+    expect_error(&f->h.d, attn_stats(&f->s[0], seq, 0, 8, values, 16), EINVAL, 0,
+                 "stats with a NaN");
+    expect_error(&f->h.d, attn_stats(&f->s[1], seq, 0, 8, values, 16), EPERM, 0,
+                 "stats on another's sequence");
+
+    /* One eviction by hand: 160 slots, 128 candidates, keep 96. */
+    reply = evict_request(&f->s[0], seq, 160);
+    if (reply->body_case != VASE__ENVELOPE__BODY_EVICT_PLAN)
+        fail_msg("EvictRequest answered by %s", vase_wire_body_name(reply));
+    assert_int_equal(reply->evict_plan->seq_id, seq);
+    assert_int_equal(reply->evict_plan->round, 0);
+    assert_int_equal(reply->evict_plan->n, 128);
+    assert_int_equal(reply->evict_plan->len, 160);
+    assert_int_equal(reply->evict_plan->keep, 96);
+    vase__envelope__free_unpacked(reply, NULL);
+    expect_error(&f->h.d, evict_request(&f->s[0], seq, 160), EBUSY, 0, "second EvictRequest");
+
+    expect_error(&f->h.d, evict_commit(&f->s[0], seq, 1, 128), EINVAL, 0, "commit, round 1");
+    expect_error(&f->h.d, evict_commit(&f->s[0], seq, 0, 127), EINVAL, 0, "commit below budget");
+    expect_error(&f->h.d, evict_commit(&f->s[1], seq, 0, 128), EPERM, 0, "commit by another");
+    reply = evict_commit(&f->s[0], seq, 0, 128);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_COMMIT_REPLY);
+    assert_int_equal(reply->commit_reply->seq_id, seq);
+    assert_int_equal(reply->commit_reply->capacity, 192);
+    assert_int_equal(reply->commit_reply->n_pages, 3);
+    vase__envelope__free_unpacked(reply, NULL);
+    assert_int_equal(harness_get_seq(&f->h.d, seq, &reply), 0);
+    assert_int_equal(reply->seq_info->rounds, 1);
+    assert_int_equal(reply->seq_info->len, 128);
+    assert_string_equal(reply->seq_info->state, "idle");
+    vase__envelope__free_unpacked(reply, NULL);
+
+    /* Closing the session socket ends the client and returns its pages. */
+    harness_session_close(&f->s[0]);
+    assert_int_equal(harness_wait_pages_free(&f->h.d, total, 2000, NULL), 0);
+    assert_int_equal(harness_wait_clients(&f->h.d, 1, 2000), 0);
+    harness_session_close(&f->s[1]);
+    assert_int_equal(harness_wait_clients(&f->h.d, 0, 2000), 0);
+    assert_int_equal(harness_get_seq(&f->h.d, seq, &reply), -ENOENT);
+    vase__envelope__free_unpacked(reply, NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_garbage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_oversized, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_frames, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_body, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_incarnation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_engine_request_without_session, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_admin_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_register_model_raw, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_session_rules, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
