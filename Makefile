@@ -83,6 +83,131 @@ $(KERNEL_LIB): $(KERNEL_OBJS)
 	$(call say,AR,$@)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
+# ---- CUDA (kernels/*.cu) ----
+#
+# With HAVE_CUDA=1: kernels/*.cu into build/libvasekernels_cuda.a (link it before
+# libvasekernels.a, with $(CUDA_LIBS)), and the GPU test programs of tests/gpu/, built by `all`
+# and run only by `make check-gpu` (tests/gpu/run.sh), never by `make check`. --fmad=false keeps
+# nvcc from contracting multiply-adds that the CPU reference (ISO C, so no contraction) rounds
+# separately; see kernels/internal_cuda.cuh.
+
+CUDA_ARCH ?= 80 86 89 90
+CUDA_PTX_ARCH ?= 90
+CUDA_SRCS := $(wildcard kernels/*.cu)
+CUDA_LIB := $(BUILD)/libvasekernels_cuda.a
+GPU_TEST_DIR := $(BUILD)/tests/gpu
+GPU_PROGS := $(GPU_TEST_DIR)/compare_kernels $(GPU_TEST_DIR)/bench_plan_gpu \
+             $(GPU_TEST_DIR)/run_vectors_cuda
+
+ifeq ($(HAVE_CUDA),1)
+CUDA_HOME ?= $(abspath $(dir $(NVCC))..)
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib) $(CUDA_HOME)/lib64)
+CUDA_INC := $(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lstdc++
+NVCCFLAGS := -O3 -std=c++17 --fmad=false -lineinfo -Werror all-warnings \
+             $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+             -gencode arch=compute_$(CUDA_PTX_ARCH),code=compute_$(CUDA_PTX_ARCH) \
+             -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Ikernels
+CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.cu.o)
+
+$(BUILD)/kernels/%.cu.o: kernels/%.cu | $(DEPS_STAMP)
+	$(call say,NVCC,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(NVCC) $(NVCCFLAGS) -MD -MP -MF $(@:.o=.d) -c -o $@ $<
+
+$(CUDA_LIB): $(CUDA_OBJS)
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(GPU_TEST_DIR)/%.o: CPPFLAGS += -I$(CUDA_INC) -Itests
+
+$(GPU_TEST_DIR)/compare_kernels $(GPU_TEST_DIR)/bench_plan_gpu: %: %.o $(CUDA_LIB) $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(BLAS_LIBS) $(LIBM)
+
+# The vector runner with its CUDA backend linked in (run_vectors --cuda). Its support objects
+# are those of TEST_SUPPORT_OBJS, named here because that is defined further down.
+GPU_VECTOR_SUPPORT := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/npy.c tests/vcase.c))
+$(GPU_TEST_DIR)/run_vectors_cuda: $(BUILD)/tests/run_vectors.o $(GPU_TEST_DIR)/vectors_cuda.o \
+                                  $(GPU_VECTOR_SUPPORT) $(CUDA_LIB) $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(BLAS_LIBS) $(LIBM)
+
+all: $(CUDA_LIB) $(GPU_PROGS)
+
+gpu: $(CUDA_LIB) $(GPU_PROGS)
+
+# Builds with CUDA and runs the GPU checks; needs a GPU. GPU_REPORT is where the logs go.
+check-gpu:
+	$(Q)tests/gpu/run.sh $(GPU_REPORT)
+else
+gpu check-gpu:
+	@echo "error: $@ needs the CUDA toolkit (nvcc not found, or USE_CUDA=0)" >&2; exit 1
+endif
+
+# The CUDA kernels on the CPU, through an emulation of CUDA (tests/gpu/emu/run.sh): indexing,
+# barriers, selection order and NaN handling checked where there is no GPU. Needs g++ and
+# python3, not nvcc; takes minutes, so `make check` does not run it.
+check-gpu-emu: $(KERNEL_LIB)
+	$(Q)BUILD=$(BUILD) VECTORS=$(VECTORS) tests/gpu/emu/run.sh
+
+.PHONY: gpu check-gpu check-gpu-emu
+
+# ---- end CUDA ----
+
+# ---- CUDA arena ----
+#
+# The CUDA arena backends of vased (daemon/arena_cuda.c) and libvase (client/cuda.c) when
+# HAVE_CUDA=1, else their refusing twins (daemon/arena_nocuda.c, client/nocuda.c): the variant
+# not built is filtered out of DAEMON_SRCS and LIBVASE_SRCS (CUDA_ARENA_EXCLUDED). With CUDA,
+# vased and libvase link the CUDA kernels (with the CPU kernels they use) and the runtime
+# (DAEMON_CUDA_LIBS, LIBVASE_CUDA_LIBS: libvase.so takes them in, static users of libvase.a link
+# them after it); the driver library is never linked (its cuMem* entry points are looked up at
+# run time). The unit tests of the two backends link the runtime faked by tests/mock_cuda.c
+# instead of libcudart and are built only with CUDA (CUDA_ARENA_TEST_SRCS are kept out of the
+# generic test lists and added to TEST_PROGS as CUDA_ARENA_TESTS).
+
+CUDA_ARENA_TEST_SRCS := tests/test_daemon_cuda_arena.c tests/test_client_cuda.c
+
+ifeq ($(HAVE_CUDA),1)
+CUDA_ARENA_EXCLUDED := daemon/arena_nocuda.c client/nocuda.c
+DAEMON_CUDA_LIBS = $(CUDA_LIB) $(KERNEL_LIB) $(CUDA_LIBS) -lm
+LIBVASE_CUDA_LIBS = $(CUDA_LIB) $(KERNEL_LIB) $(BLAS_LIBS) $(CUDA_LIBS) -lm
+CUDA_ARENA_TESTS := $(CUDA_ARENA_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+MOCK_CUDA_OBJ := $(BUILD)/tests/mock_cuda.o
+
+$(BUILD)/daemon/arena_cuda.o $(BUILD)/client/cuda.o $(MOCK_CUDA_OBJ) \
+$(CUDA_ARENA_TESTS:%=%.o): CPPFLAGS += -I$(CUDA_INC)
+
+# Everything that links vased's or libvase's archive links the kernels' archives too.
+$(BUILD)/libvased.a $(BUILD)/libvase.a: | $(CUDA_LIB) $(KERNEL_LIB)
+
+# The backends' host-side logic against the fake runtime: no libcudart, no GPU. The daemon test
+# takes arena_cuda.o (and what it needs) from the daemon archive, the client test client/cuda.o
+# from libvase; the fake defines every CUDA symbol they reach, kernels included.
+$(BUILD)/tests/test_daemon_cuda_arena: $(BUILD)/tests/test_daemon_cuda_arena.o $(MOCK_CUDA_OBJ) \
+                                      $(BUILD)/libvased.a $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) \
+	  $(INIH_LIBS) $(BLAS_LIBS) -lm
+
+$(BUILD)/tests/test_client_cuda: $(BUILD)/tests/test_client_cuda.o $(MOCK_CUDA_OBJ) \
+                                 $(BUILD)/libvase.a $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -Wl,--wrap=close -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) \
+	  $(BLAS_LIBS) -lm
+
+# The daemon test also starts the real vased (no GPU here: it must refuse cuda:0).
+$(BUILD)/tests/test_daemon_cuda_arena: | $(BUILD)/vased
+else
+CUDA_ARENA_EXCLUDED := daemon/arena_cuda.c client/cuda.c
+DAEMON_CUDA_LIBS :=
+LIBVASE_CUDA_LIBS :=
+CUDA_ARENA_TESTS :=
+endif
+
+# ---- end CUDA arena ----
+
 # ---- proto/ --------------------------------------------------------------------------
 
 PROTO_C := $(BUILD)/proto/vase.pb-c.c
@@ -113,11 +238,11 @@ INIH_LIBS := -linih
 
 # libvase needs only the kernels that carry no BLAS: views, compaction and policy names.
 LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o)
-LIBVASE_SRCS := $(filter-out client/vasectl.c,$(wildcard client/*.c))
+LIBVASE_SRCS := $(filter-out client/vasectl.c $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)
 LIBVASE_A := $(BUILD)/libvase.a
 LIBVASE_SO := $(BUILD)/libvase.so
-LIBVASE_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) -lm
+LIBVASE_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) -lm $(LIBVASE_CUDA_LIBS)
 VASECTL := $(BUILD)/vasectl
 
 $(LIBVASE_A): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS)
@@ -134,11 +259,12 @@ $(VASECTL): $(BUILD)/client/vasectl.o $(LIBVASE_A)
 
 # ---- daemon/: vased -------------------------------------------------------------------
 
-DAEMON_SRCS := $(wildcard daemon/*.c)
+DAEMON_SRCS := $(filter-out $(CUDA_ARENA_EXCLUDED),$(wildcard daemon/*.c))
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
 DAEMON_LIB := $(BUILD)/libvased.a
 VASED := $(BUILD)/vased
-DAEMON_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) $(INIH_LIBS) $(BLAS_LIBS) -lm
+DAEMON_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) $(INIH_LIBS) $(BLAS_LIBS) -lm \
+               $(DAEMON_CUDA_LIBS)
 
 # Everything but main() goes into an archive the unit tests link against.
 $(DAEMON_LIB): $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJS)) $(PROTO_OBJ) $(WIRE_OBJ)
@@ -154,7 +280,8 @@ $(VASED): $(BUILD)/daemon/main.o $(DAEMON_LIB) $(KERNEL_LIB)
 EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLES := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 
-$(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/tests/npy.o $(LIBVASE_A)
+$(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/tests/npy.o \
+             $(BUILD)/tests/vcase.o $(BUILD)/tests/argnum.o $(LIBVASE_A)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
 
@@ -162,15 +289,18 @@ $(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/tests/npy.o $(L
 
 KERNEL_MODULES := view philox select score plan compact
 KERNEL_TESTS := $(KERNEL_MODULES:%=$(BUILD)/tests/test_%)
-TEST_SUPPORT_OBJS := $(BUILD)/tests/npy.o
+TEST_SUPPORT_OBJS := $(BUILD)/tests/npy.o $(BUILD)/tests/vcase.o
 RUN_VECTORS := $(BUILD)/tests/run_vectors
 BENCH_KERNELS := $(BUILD)/tests/bench_kernels
 # Daemon module tests link the daemon archive; client tests libvase; integration tests start a
 # real vased and use the real library.
-DAEMON_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_daemon_*.c))
-CLIENT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_client_*.c))
+DAEMON_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%, \
+                  $(filter-out $(CUDA_ARENA_TEST_SRCS),$(wildcard tests/test_daemon_*.c)))
+CLIENT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%, \
+                  $(filter-out $(CUDA_ARENA_TEST_SRCS),$(wildcard tests/test_client_*.c)))
 INTEGRATION_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_integration_*.c))
-TEST_PROGS := $(KERNEL_TESTS) $(DAEMON_TESTS) $(CLIENT_TESTS) $(INTEGRATION_TESTS)
+TEST_PROGS := $(KERNEL_TESTS) $(DAEMON_TESTS) $(CLIENT_TESTS) $(INTEGRATION_TESTS) \
+              $(CUDA_ARENA_TESTS)
 
 $(DAEMON_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(DAEMON_LIB) $(KERNEL_LIB)
 	$(call say,LD,$@)
@@ -215,10 +345,11 @@ BENCH_SERVICE := $(BUILD)/tests/bench_service
 WITH_VASED := examples/with_vased.sh
 REPLAY_VECTORS := $(BUILD)/vectors-replay
 
-# The examples link tests/npy.o (see examples/ above); replay_engine includes its header.
+# The examples link tests/npy.o, tests/vcase.o and tests/argnum.o (see examples/ above), and
+# include their headers.
 $(BUILD)/examples/%.o: CPPFLAGS += -Itests
 
-$(BENCH_SERVICE): $(BUILD)/tests/bench_service.o $(LIBVASE_A)
+$(BENCH_SERVICE): $(BUILD)/tests/bench_service.o $(BUILD)/tests/argnum.o $(LIBVASE_A)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
 

@@ -25,6 +25,7 @@ int vase__client_check(struct vase_client *c, int r) {
 
 int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
                       Vase__Envelope **ret) {
+    c->local_error[0] = '\0';
     return vase__client_check(c, vase__chan_call(c->chan, e, expect, ret));
 }
 
@@ -156,7 +157,9 @@ const char *vase_last_error(struct vase_client *c) {
     if (!c)
         return "";
     pthread_mutex_lock(&c->lock);
-    const char *m = c->chan ? vase__chan_last_error(c->chan) : "";
+    const char *m = c->local_error[0] ? c->local_error
+                    : c->chan         ? vase__chan_last_error(c->chan)
+                                      : "";
     pthread_mutex_unlock(&c->lock);
     return m;
 }

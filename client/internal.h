@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "chan.h"
+#include "cuda_arena.h"
 #include "layout.h"
 #include "session.h"
 #include "vase.h"
@@ -68,6 +69,11 @@ struct vase_seq {
 
     uint32_t *keep_buf; /* [layers][kv_heads][keep], the copied plan */
     struct vase_seq_stats stats;
+
+    /* Device arenas: the engine's stream (vase_seq_set_stream(); NULL: the legacy default
+     * stream) and the sequence's device state for compaction. */
+    void *stream;
+    struct vase__cuda_seq *cuda;
 };
 
 struct vase_client {
@@ -81,6 +87,11 @@ struct vase_client {
 
     struct vase_model *models;
     struct vase_seq *seqs;
+
+    /* Why the last local failure failed, when the errno does not say enough (a device arena
+     * that cannot be mapped); cleared by the next call to the daemon. vase_last_error() returns
+     * it while set. */
+    char local_error[256];
 
     uint64_t stats_ids[VASE__STATS_RING];
     uint32_t stats_seqs[VASE__STATS_RING];

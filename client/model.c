@@ -57,7 +57,14 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
     r = vase__layout_compute(g, arena->page_bytes, &layout);
     if (r < 0)
         goto out;
-    /* The compaction runs on the CPU over the mapping; device arenas need the CUDA path. */
+    /* A device arena is mapped when the first model is registered on it, so that a client
+     * that never uses it never touches CUDA; an arena this library cannot map is refused. */
+    if (vase__arena_on_device(arena) && !arena->map) {
+        c->local_error[0] = '\0';
+        r = vase__cuda_map(arena, c->session.incarnation, c->local_error, sizeof(c->local_error));
+        if (r < 0)
+            goto out;
+    }
     if (!arena->map) {
         r = -EOPNOTSUPP;
         goto out;

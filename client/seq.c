@@ -15,9 +15,13 @@
  * the request (the next query would overwrite the oldest of the window's): when either limit is
  * reached, vase_seq_append() waits for the plan before it returns (a stall).
  *
- * A plan is validated whole before the first byte moves; if the memory might no longer match
+ * A plan is validated layer by layer as it is applied; if the memory might no longer match
  * what the daemon believes (a compaction or commit failed half way), the sequence is marked
  * broken and every later call on it fails with that error.
+ *
+ * On a device arena (cuda-ipc, cuda-vmm) the same cycle runs on the engine's CUDA stream
+ * (vase.h, "Ordering"): the stream is synchronised before a request is sent, and the
+ * compaction is enqueued on it (cuda.c) and synchronised before the commit.
  */
 
 #include <errno.h>
@@ -52,6 +56,7 @@ struct vase_seq *vase__seq_free(struct vase_seq *s) {
     if (!s)
         return NULL;
     clear_draws(s);
+    vase__cuda_seq_free(s->cuda);
     free(s->pages);
     free(s->ring_pages);
     free(s->plan_pages);
@@ -164,6 +169,13 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
     if ((r = copy_pages(sl->pages, sl->n_pages, m->arena, &s->pages)) < 0 ||
         (r = copy_pages(sl->ring_pages, sl->n_ring_pages, m->arena, &s->ring_pages)) < 0 ||
         (r = copy_pages(sl->plan_pages, sl->n_plan_pages, m->arena, &s->plan_pages)) < 0) {
+        vase__seq_free(s);
+        return r;
+    }
+    /* The block table only shrinks after the open, so its device copy never has to grow. */
+    if (vase__arena_on_device(m->arena) &&
+        (r = vase__cuda_seq_new(m->arena->device, sl->n_pages ? sl->n_pages : 1,
+                                (size_t)m->layout.kv_heads * sl->keep, &s->cuda)) < 0) {
         vase__seq_free(s);
         return r;
     }
@@ -321,6 +333,14 @@ static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     uint64_t id;
 
+    /* The daemon reads the slots and queries as soon as the request arrives: the engine's
+     * writes on its stream must be complete (on the host the system call orders them). */
+    if (s->cuda) {
+        int r = vase__cuda_sync(s->model->arena->device, s->stream);
+        if (r < 0)
+            return r;
+    }
+
     req.seq_id = s->id;
     req.len = len;
     req.ring_first = vase__ring_first(position, s->window);
@@ -375,36 +395,65 @@ static int commit(struct vase_seq *s, uint32_t round) {
     return r;
 }
 
-/* Copies the keep lists of every layer out of the plan area and checks them all. */
-static int read_plan(struct vase_seq *s, uint32_t n, uint32_t **ret) {
+/* Copies one layer's keep lists ([kv_heads][K]) out of the plan area into keep. */
+static void read_layer_plan(const struct vase_seq *s, uint32_t layer, uint32_t *keep) {
     const struct vase__layout *l = &s->model->layout;
-    size_t lists = (size_t)l->layers * l->kv_heads;
-    char *map = s->model->arena->map;
+    const char *map = s->model->arena->map;
 
-    uint32_t *keep = malloc(lists * s->keep * sizeof(*keep) + 1);
-    if (!keep)
-        return -ENOMEM;
-    for (uint32_t i = 0; i < lists; i++)
-        memcpy(keep + (size_t)i * s->keep,
+    for (uint32_t h = 0; h < l->kv_heads; h++) {
+        uint32_t i = layer * l->kv_heads + h;
+        memcpy(keep + (size_t)h * s->keep,
                map + vase__plan_offset(l->page_bytes, s->plan_pages, s->plans_per_page, s->keep, i),
                (size_t)s->keep * sizeof(*keep));
+    }
+}
+
+/* Compacts every layer by the plan on the CPU. The new length, or -errno (-EPROTO for a bad
+ * list: layer by layer, the lists are checked before anything of that layer moves, so a bad
+ * one leaves the earlier layers compacted). */
+static int compact_host(struct vase_seq *s, uint32_t n) {
+    const struct vase__layout *l = &s->model->layout;
+    int new_len = 0;
+
+    uint32_t *keep = malloc((size_t)l->kv_heads * s->keep * sizeof(*keep) + 1);
+    if (!keep)
+        return -ENOMEM;
     for (uint32_t layer = 0; layer < l->layers; layer++) {
-        int r = vase_plan_validate(keep + (size_t)layer * l->kv_heads * s->keep, l->kv_heads,
-                                   s->keep, n);
-        if (r < 0) {
-            free(keep);
-            return r == -EINVAL ? -EPROTO : r;
+        read_layer_plan(s, layer, keep);
+        struct vase_view kv =
+            vase__layout_kv_view(l, s->model->arena->map, s->pages, layer, VASE_K);
+        struct vase_view vv =
+            vase__layout_kv_view(l, s->model->arena->map, s->pages, layer, VASE_V);
+        new_len = vase_compact_layer(&kv, &vv, keep, s->keep, n, s->len);
+        if (new_len < 0) {
+            new_len = new_len == -EINVAL ? -EPROTO : new_len;
+            break;
         }
     }
-    *ret = keep;
-    return 0;
+    free(keep);
+    return new_len;
+}
+
+/* Compacts every layer on the engine's stream and waits for it (cuda.c). The kernel checks each
+ * layer's lists on the device and moves nothing of a layer whose lists are bad. */
+static int compact_device(struct vase_seq *s, uint32_t n) {
+    struct vase__cuda_compact cc = {
+        .layout = &s->model->layout,
+        .arena_base = s->model->arena->map,
+        .pages = s->pages,
+        .n_pages = s->n_pages,
+        .plan_pages = s->plan_pages,
+        .plans_per_page = s->plans_per_page,
+        .keep = s->keep,
+        .n = n,
+        .len = s->len,
+    };
+    return vase__cuda_compact(s->cuda, s->stream, &cc);
 }
 
 /* Applies the reply to the pending request. 1 if a plan was applied; the daemon's error if it
  * could not plan (the request is over then); -errno. */
 static int apply(struct vase_seq *s, Vase__Envelope *e) {
-    const struct vase__layout *l = &s->model->layout;
-    uint32_t *keep = NULL;
     int r;
 
     s->pending = false;
@@ -417,29 +466,15 @@ static int apply(struct vase_seq *s, Vase__Envelope *e) {
         r = -EPROTO;
         goto broken;
     }
-    /* Even a plan that cannot be read for want of memory breaks the sequence: the reply is
-     * consumed, and the daemon keeps waiting for a commit that will not come. */
-    r = read_plan(s, n, &keep);
-    if (r < 0)
-        goto broken;
-
+    /* Even a plan that cannot be applied (for want of memory, say) breaks the sequence: the
+     * reply is consumed, and the daemon keeps waiting for a commit that will not come. */
     double t0 = now_seconds();
-    int new_len = 0;
-    for (uint32_t layer = 0; layer < l->layers; layer++) {
-        const uint32_t *k = keep + (size_t)layer * l->kv_heads * s->keep;
-        for (int kv = VASE_K; kv <= VASE_V; kv++) {
-            struct vase_view v =
-                vase__layout_kv_view(l, s->model->arena->map, s->pages, layer, (enum vase_kv)kv);
-            new_len = vase_compact(&v, k, s->keep, n, s->len);
-            if (new_len < 0) {
-                r = new_len;
-                goto broken;
-            }
-        }
+    int new_len = s->cuda ? compact_device(s, n) : compact_host(s, n);
+    if (new_len < 0) {
+        r = new_len;
+        goto broken;
     }
     s->stats.compact_seconds += now_seconds() - t0;
-    free(keep);
-    keep = NULL;
 
     s->len = (uint32_t)new_len;
     s->rounds++;
@@ -451,7 +486,6 @@ static int apply(struct vase_seq *s, Vase__Envelope *e) {
     return 1;
 
 broken:
-    free(keep);
     s->broken = r;
     return r;
 }
@@ -664,6 +698,80 @@ int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind
     if (r == 0)
         vase__client_note_stats(s->client, id, s->id);
 out:
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
+/* ---- the engine's stream and convenience copies ---- */
+
+int vase_seq_set_stream(struct vase_seq *s, void *cuda_stream) {
+    if (!s)
+        return -EINVAL;
+    pthread_mutex_lock(&s->client->lock);
+    s->stream = cuda_stream;
+    pthread_mutex_unlock(&s->client->lock);
+    return 0;
+}
+
+/* Copies n bytes between the host buffer buf and offset off of the sequence's arena: memcpy on
+ * the host arena, a copy on the engine's stream (waited for) on a device arena. Lock held. */
+static int arena_copy(struct vase_seq *s, uint64_t off, void *buf, size_t n, bool to_arena) {
+    char *at = (char *)s->model->arena->map + off;
+
+    if (s->cuda)
+        return vase__cuda_copy(s->model->arena->device, s->stream, to_arena ? at : buf,
+                               to_arena ? buf : at, n, to_arena);
+    if (to_arena)
+        memcpy(at, buf, n);
+    else
+        memcpy(buf, at, n);
+    return 0;
+}
+
+/* K and V rows of (layer, slot), every KV head, from or to the host buffers k and v. */
+static int kv_copy(struct vase_seq *s, uint32_t layer, uint32_t slot, void *k, void *v,
+                   bool to_arena) {
+    int r;
+
+    if (!s || !k || !v || layer >= s->model->layout.layers)
+        return -EINVAL;
+    const struct vase__layout *l = &s->model->layout;
+    /* A token's heads are contiguous ([token][kv_head][dim]): one copy each for K and V. */
+    size_t bytes = (size_t)l->token_stride;
+    pthread_mutex_lock(&s->client->lock);
+    if (slot >= s->capacity) {
+        r = -EINVAL;
+        goto out;
+    }
+    r = arena_copy(s, vase__layout_kv_offset(l, s->pages, layer, VASE_K, slot, 0), k, bytes,
+                   to_arena);
+    if (r == 0)
+        r = arena_copy(s, vase__layout_kv_offset(l, s->pages, layer, VASE_V, slot, 0), v, bytes,
+                       to_arena);
+out:
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
+int vase_seq_write_kv(struct vase_seq *s, uint32_t layer, uint32_t slot, const void *k,
+                      const void *v) {
+    return kv_copy(s, layer, slot, (void *)k, (void *)v, true);
+}
+
+int vase_seq_read_kv(struct vase_seq *s, uint32_t layer, uint32_t slot, void *k, void *v) {
+    return kv_copy(s, layer, slot, k, v, false);
+}
+
+int vase_seq_write_query(struct vase_seq *s, uint32_t layer, uint64_t pos, const void *q) {
+    int r;
+
+    if (!s || !q || layer >= s->model->layout.layers || s->n_ring_pages == 0)
+        return -EINVAL;
+    const struct vase__layout *l = &s->model->layout;
+    pthread_mutex_lock(&s->client->lock);
+    /* A ring entry's query heads are contiguous ([entry][q_head][dim]). */
+    r = arena_copy(s, vase__layout_query_offset(l, s->ring_pages, s->window, layer, pos, 0),
+                   (void *)q, (size_t)l->ring_row_stride, true);
     pthread_mutex_unlock(&s->client->lock);
     return r;
 }

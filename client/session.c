@@ -5,8 +5,9 @@
  * descriptors), and then stays open and silent: its closing is how each side learns that the
  * other is gone. The welcome is copied out field by field and the unpacked message freed at
  * once; the arenas are mapped shared and read/write, since the engine writes K, V and queries
- * into them. Arenas are unmapped before the socket closes, so the daemon never sees a session
- * end while this process still maps its memory.
+ * into them. Device arenas are described here and mapped by cuda.c on first use. Arenas are
+ * unmapped before the socket closes, so the daemon never sees a session end while this process
+ * still maps its memory.
  */
 
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "chan.h"
+#include "cuda_arena.h"
 #include "session.h"
 #include "vase.h"
 #include "wire.h"
@@ -51,13 +53,22 @@ void vase__session_init(struct vase__session *s) {
     *s = (struct vase__session){.fd = -1};
 }
 
+bool vase__arena_on_device(const struct vase__arena *a) {
+    return a->share && strcmp(a->share, "memfd") != 0;
+}
+
 void vase__session_close(struct vase__session *s) {
     for (size_t i = 0; i < s->n_arenas; i++) {
         struct vase__arena *a = &s->arenas[i];
-        if (a->map)
+        if (a->mapping)
+            vase__cuda_unmap(a);
+        else if (a->map)
             munmap(a->map, (size_t)a->size_bytes);
+        if (a->fd >= 0)
+            close(a->fd);
         free(a->kind);
         free(a->share);
+        free(a->device_uuid);
     }
     free(s->arenas);
     if (s->fd >= 0)
@@ -181,7 +192,8 @@ static bool share_has_fd(const char *share) {
     return strcmp(share, "memfd") == 0 || strcmp(share, "cuda-vmm") == 0;
 }
 
-/* Copies one arena's description and, for a memfd, maps it. fd is consumed (closed) here. */
+/* Copies one arena's description and, for a memfd, maps it. fd is consumed: closed here, or
+ * kept in a for a cuda-vmm arena (imported when the arena is first used). */
 static int take_arena(const Vase__ArenaInfo *info, int fd, struct vase__arena *a) {
     struct stat st;
     int r = 0;
@@ -190,9 +202,12 @@ static int take_arena(const Vase__ArenaInfo *info, int fd, struct vase__arena *a
     a->page_bytes = info->page_bytes;
     a->num_pages = info->num_pages;
     a->size_bytes = info->size_bytes;
+    a->fd = -1;
+    a->device = -1;
     a->kind = strdup(info->kind);
     a->share = strdup(info->share);
-    if (!a->kind || !a->share) {
+    a->device_uuid = strdup(info->device_uuid);
+    if (!a->kind || !a->share || !a->device_uuid) {
         r = -ENOMEM;
         goto out;
     }
@@ -201,8 +216,24 @@ static int take_arena(const Vase__ArenaInfo *info, int fd, struct vase__arena *a
         r = -EPROTO;
         goto out;
     }
-    /* Device arenas (cuda-ipc, cuda-vmm) need a CUDA runtime this library does not link; they
-     * are listed but not mapped, and models cannot be registered on them through libvase. */
+    if (strcmp(a->share, "cuda-ipc") == 0 || strcmp(a->share, "cuda-vmm") == 0) {
+        /* A device arena names its GPU; a legacy IPC handle is exactly 64 bytes. */
+        bool ipc = strcmp(a->share, "cuda-ipc") == 0;
+        if (!a->device_uuid[0] ||
+            (ipc ? info->ipc_handle.len != sizeof(a->ipc_handle) : info->ipc_handle.len != 0)) {
+            r = -EPROTO;
+            goto out;
+        }
+        memcpy(a->ipc_handle, info->ipc_handle.data, info->ipc_handle.len);
+        a->ipc_handle_len = info->ipc_handle.len;
+        if (!ipc) {
+            a->fd = fd;
+            fd = -1;
+        }
+        goto out;
+    }
+    /* An arena this library does not know how to use is listed but not mapped; models cannot
+     * be registered on it. */
     if (strcmp(a->share, "memfd") != 0)
         goto out;
     if (fstat(fd, &st) < 0) {

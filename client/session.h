@@ -4,10 +4,15 @@
 /* The session socket: runtime directory, handshake, arena file descriptors and their
  * mappings. */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* An arena as the welcome described it, mapped when it is a memfd. */
+struct vase__cuda_mapping;
+
+/* An arena as the welcome described it, mapped when it is a memfd. A device arena (share
+ * "cuda-ipc" or "cuda-vmm") is mapped by client/cuda.c when a model is first registered on it,
+ * so that a client that never uses it never touches CUDA. */
 struct vase__arena {
     uint32_t id;
     char *kind;  /* "host", "cuda:N" */
@@ -15,8 +20,21 @@ struct vase__arena {
     uint64_t page_bytes;
     uint32_t num_pages;
     uint64_t size_bytes;
-    void *map; /* MAP_SHARED read/write mapping; NULL for device arenas */
+    void *map; /* memfd: MAP_SHARED read/write mapping; device arenas: the device address once
+                * mapped (NULL before) */
+    /* Device arenas: the GPU's UUID, the legacy IPC handle (cuda-ipc), the received fd
+     * (cuda-vmm, held until the import; -1 otherwise), and once mapped, the CUDA device
+     * ordinal in this process and the process-wide mapping this arena holds a reference on. */
+    char *device_uuid;
+    uint8_t ipc_handle[64];
+    size_t ipc_handle_len;
+    int fd;
+    int device;
+    struct vase__cuda_mapping *mapping;
 };
+
+/* Whether a's memory is on a device (share "cuda-ipc" or "cuda-vmm"). */
+bool vase__arena_on_device(const struct vase__arena *a);
 
 /* What the welcome told the client, copied out of the unpacked message. */
 struct vase__session {
@@ -50,8 +68,10 @@ int vase__runtime_dir(const char *dir, char *buf, size_t size);
  */
 int vase__session_open(const char *runtime_dir, const char *name, int timeout_ms,
                        struct vase__session *s);
-/* Unmaps every arena, then closes the socket (in that order: LESSONS.md, "Memory"), and frees
- * the copies. Accepts a session set up by vase__session_init() and never opened. */
+/* Unmaps every arena (device arenas: drops this session's reference on the process-wide
+ * mapping, closing the handle with the last one), then closes the socket (in that order:
+ * LESSONS.md, "Memory"), and frees the copies. Accepts a session set up by vase__session_init() and
+ * never opened. */
 void vase__session_close(struct vase__session *s);
 /* A session that holds nothing, safe to close. */
 void vase__session_init(struct vase__session *s);

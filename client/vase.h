@@ -21,6 +21,27 @@
  * vase_seq_append() is called, because the call itself is a synchronisation point (a system
  * call follows); the daemon writes plans before it replies, and libvase reads them after it
  * received the reply.
+ *
+ * Ordering (CUDA arena, ArenaInfo share "cuda-ipc" or "cuda-vmm"): the arena is GPU memory,
+ * mapped into the engine's process when its first model is registered on it (on the device
+ * whose UUID the daemon reports, in compute mode Default). Every address libvase hands out for
+ * it (vase_seq_kv_view(), vase_seq_kv_ptr(), vase_seq_query_ptr()) is a DEVICE address of that
+ * GPU, for the engine's kernels and CUDA copies; the host must not dereference it. The engine
+ * writes K, V and queries on its stream (vase_seq_set_stream(); default: the legacy default
+ * stream of the arena's device), and:
+ *   1. before libvase sends an EvictRequest (inside vase_seq_append()) it synchronises that
+ *      stream, so the engine's writes for every appended token are complete before the daemon
+ *      reads them; work the engine queued on other streams it must order before that stream
+ *      itself (an event, or a sync) before calling vase_seq_append();
+ *   2. the daemon's plan (computed on the same GPU) is complete in the arena before its reply;
+ *   3. when a plan is applied (vase_seq_poll(), vase_seq_wait(), or an append that waits),
+ *      libvase enqueues on the engine's stream, per layer, a device-to-device copy of the keep
+ *      lists from the plan area into its own scratch and the compaction kernel for K and V,
+ *      then synchronises the stream before it sends EvictCommit (the commit may release pages
+ *      the compaction reads); when the call returns, the compaction is complete, and work the
+ *      engine queues afterwards on any stream sees the compacted cache.
+ * Every call makes the arena's device current for its CUDA work and restores the caller's
+ * current device before it returns.
  */
 
 #include <stddef.h>
@@ -76,10 +97,14 @@ struct vase_geometry {
     uint32_t arena; /* arena id, 0 = the first */
 };
 
-/* Registers a model geometry; *ret is owned by the client (freed with it). -EINVAL for a
- * geometry the arena cannot lay out or an unknown arena id, -EOPNOTSUPP for a device (cuda)
- * arena, which this library does not map, -EPROTO if the daemon's layout differs from the one
- * PROTOCOL.md prescribes. */
+/* Registers a model geometry; *ret is owned by the client (freed with it). The first model on
+ * a CUDA arena maps it (once per process and daemon incarnation, shared by every client of the
+ * process; unmapped when the last such client disconnects). -EINVAL for a geometry the arena
+ * cannot lay out or an unknown arena id, -EPROTO if the daemon's layout differs from the one
+ * PROTOCOL.md prescribes. A CUDA arena that cannot be mapped: -EOPNOTSUPP (libvase built
+ * without CUDA, or a driver without the VMM API for cuda-vmm), -ENODEV (no CUDA device or
+ * driver, or no device with the arena's UUID visible to this process), -EBUSY (the device's
+ * compute mode forbids sharing it), -ENOMEM, -EIO; vase_last_error() then says which. */
 int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
                         struct vase_model **ret);
 /* Tokens per page of the model's layout. */
@@ -124,15 +149,38 @@ enum vase_kv {
 
 /* A view of one layer's K or V, every slot of the sequence, for the engine's kernels and for
  * its writes (vase_view_row() gives the address of a slot). The view stays valid until the
- * next vase_seq_poll()/vase_seq_append() that applies a plan (the block table may change). */
+ * next vase_seq_poll()/vase_seq_append() that applies a plan (the block table may change).
+ * On a CUDA arena base is a device address, while pages (the block table) is host memory: an
+ * engine kernel needs its own device copy of the table. */
 int vase_seq_kv_view(const struct vase_seq *s, uint32_t layer, enum vase_kv kv,
                      struct vase_view *ret);
-/* Address of (slot, kv_head) of layer's K or V; NULL if out of range. */
+/* Address of (slot, kv_head) of layer's K or V; NULL if out of range. A device address on a
+ * CUDA arena. */
 void *vase_seq_kv_ptr(const struct vase_seq *s, uint32_t layer, enum vase_kv kv, uint32_t slot,
                       uint32_t kv_head);
 /* Address where the engine writes the query of q_head for the token at position pos (the
- * position the next vase_seq_append() will count); NULL if the policy reads no queries. */
+ * position the next vase_seq_append() will count); NULL if the policy reads no queries. A device
+ * address on a CUDA arena. */
 void *vase_seq_query_ptr(const struct vase_seq *s, uint32_t layer, uint64_t pos, uint32_t q_head);
+
+/* The CUDA stream (a cudaStream_t of the arena's device; NULL: the legacy default stream) on
+ * which the engine writes this sequence's K, V and queries, and on which libvase synchronises
+ * and compacts (see "Ordering" above). Ignored on the host arena. 0 or -EINVAL. */
+int vase_seq_set_stream(struct vase_seq *s, void *cuda_stream);
+
+/*
+ * Convenience copies for examples and tests, on any arena: memcpy on the host arena, a copy on
+ * the sequence's stream that is complete when the call returns on a CUDA arena.
+ * vase_seq_write_kv() writes the K and V rows of token slot of layer, k and v host buffers
+ * [kv_heads][head_dim] in the model's dtype; vase_seq_read_kv() reads them back.
+ * vase_seq_write_query() writes the query of the token at position pos (as
+ * vase_seq_query_ptr()), q a host buffer [q_heads][head_dim]. 0, -EINVAL (NULL buffer, layer or
+ * slot out of range, or no query ring because the policy reads no queries), or a CUDA failure.
+ */
+int vase_seq_write_kv(struct vase_seq *s, uint32_t layer, uint32_t slot, const void *k,
+                      const void *v);
+int vase_seq_read_kv(struct vase_seq *s, uint32_t layer, uint32_t slot, void *k, void *v);
+int vase_seq_write_query(struct vase_seq *s, uint32_t layer, uint64_t pos, const void *q);
 
 /*
  * Counts n tokens the engine has written at slots len .. len + n - 1 (and their queries).

@@ -7,8 +7,13 @@
  * MAP_SHARED and passes the fd to clients. The memory lives until the daemon frees the arena
  * at exit, after every session is gone (LESSONS.md, "Memory that other processes have
  * mapped").
+ *
+ * vase_arena_new() checks the spec's syntax for every backend ("cuda:N", "cuda:GPU-<uuid>"), so
+ * that a typo is the same error in builds with and without CUDA; the CUDA backend resolves the
+ * device.
  */
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -71,21 +76,76 @@ const struct vase_arena_ops vase_arena_host_ops = {
     .destroy = host_destroy,
 };
 
-int vase_arena_new(uint32_t id, const char *spec, uint64_t size, uint64_t page_bytes,
-                   struct vase_arena **ret) {
+int vase_cuda_share_from_string(const char *s, enum vase_cuda_share *ret) {
+    if (!s || !ret)
+        return -EINVAL;
+    if (strcmp(s, "ipc") == 0)
+        *ret = VASE_CUDA_SHARE_IPC;
+    else if (strcmp(s, "vmm") == 0)
+        *ret = VASE_CUDA_SHARE_VMM;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+/* "GPU-" and 8-4-4-4-12 hex digits; copied lowercased into uuid. */
+static bool parse_uuid(const char *s, char uuid[VASE_ARENA_UUID_MAX]) {
+    static const char shape[] = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+
+    if (strlen(s) != sizeof(shape) - 1 || strncmp(s, "GPU-", 4) != 0)
+        return false;
+    for (size_t i = 0; i < sizeof(shape) - 1; i++) {
+        if (shape[i] == 'x' ? !isxdigit((unsigned char)s[i]) : s[i] != shape[i])
+            return false;
+        uuid[i] = i < 4 ? s[i] : (char)tolower((unsigned char)s[i]);
+    }
+    uuid[sizeof(shape) - 1] = '\0';
+    return true;
+}
+
+/* The device part of "cuda:<device>": an ordinal (at most 4 digits) or a GPU UUID. */
+static bool parse_cuda_device(const char *dev, int *ret_ordinal, char uuid[VASE_ARENA_UUID_MAX]) {
+    size_t n = strlen(dev);
+
+    if (n >= 1 && n <= 4 && strspn(dev, "0123456789") == n) {
+        int v = 0;
+        for (size_t i = 0; i < n; i++)
+            v = v * 10 + (dev[i] - '0');
+        *ret_ordinal = v;
+        uuid[0] = '\0';
+        return true;
+    }
+    *ret_ordinal = -1;
+    return parse_uuid(dev, uuid);
+}
+
+int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, uint64_t size,
+                   uint64_t page_bytes, struct vase_arena **ret) {
     const struct vase_arena_ops *ops;
-    int r;
+    int device = -1, r;
+    char uuid[VASE_ARENA_UUID_MAX] = "";
 
     if (!spec || !ret)
         return -EINVAL;
     if (strcmp(spec, "host") == 0)
         ops = &vase_arena_host_ops;
-    else if (strncmp(spec, "cuda:", 5) == 0)
-        return log_error_errno(-EOPNOTSUPP,
-                               "Arena \"%s\": CUDA arenas are not available in this build.",
-                               spec);
-    else
-        return log_error_errno(-EINVAL, "Unknown arena \"%s\" (expected \"host\" or \"cuda:N\").",
+    else if (strncmp(spec, "cuda:", 5) == 0) {
+        if (!parse_cuda_device(spec + 5, &device, uuid))
+            return log_error_errno(-EINVAL,
+                                   "Unknown arena \"%s\" (expected \"cuda:N\" or "
+                                   "\"cuda:GPU-<uuid>\", the UUID as nvidia-smi -L prints it).",
+                                   spec);
+        if (share == VASE_CUDA_SHARE_IPC)
+            ops = &vase_arena_cuda_ipc_ops;
+        else if (share == VASE_CUDA_SHARE_VMM)
+            ops = &vase_arena_cuda_vmm_ops;
+        else
+            return log_error_errno(-EINVAL, "Arena \"%s\": unknown CUDA sharing mode %d.", spec,
+                                   (int)share);
+    } else
+        return log_error_errno(-EINVAL,
+                               "Unknown arena \"%s\" (expected \"host\", \"cuda:N\" or "
+                               "\"cuda:GPU-<uuid>\").",
                                spec);
     if (page_bytes < 4096 || page_bytes % 4096 != 0 || size == 0 || size % page_bytes != 0 ||
         size / page_bytes > INT32_MAX)
@@ -103,7 +163,9 @@ int vase_arena_new(uint32_t id, const char *spec, uint64_t size, uint64_t page_b
         .page_bytes = page_bytes,
         .num_pages = (uint32_t)(size / page_bytes),
         .fd = -1,
+        .device = device,
     };
+    memcpy(a->device_uuid, uuid, sizeof(uuid));
     a->kind = strdup(spec);
     if (!a->kind) {
         r = log_oom();
@@ -132,4 +194,8 @@ struct vase_arena *vase_arena_free(struct vase_arena *a) {
 
 void *vase_arena_page(const struct vase_arena *a, uint32_t p) {
     return (char *)a->map + (uint64_t)p * a->page_bytes;
+}
+
+bool vase_arena_on_device(const struct vase_arena *a) {
+    return a->ops->plan_layers != NULL;
 }

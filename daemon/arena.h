@@ -2,15 +2,31 @@
 #pragma once
 
 /*
- * Arenas: the memory the daemon owns and shares with engines, one per device. A backend
- * (host now, CUDA later) sits behind struct vase_arena_ops: create the memory, export it to a
- * client, destroy it. Every backend also gives the daemon a mapping it can read (the evictor's
- * views) and write (plan pages).
+ * Arenas: the memory the daemon owns and shares with engines, one per device. A backend sits
+ * behind struct vase_arena_ops: create the memory, export it to a client, destroy it. Every
+ * backend also gives the daemon a mapping it can read (the evictor's views) and write (plan
+ * pages): host memory for the host backend, a device address for the CUDA backends, whose
+ * plans the evictor computes on the device through the backend's planner. No CUDA type appears
+ * here: the CUDA backends live in arena_cuda.c, or arena_nocuda.c in a build without CUDA,
+ * which refuses every CUDA arena.
  */
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct vase_arena;
+struct vase_arena_planner;
+struct vase_plan_run;
+
+/* How a CUDA arena is shared with clients (the cuda_share setting). */
+enum vase_cuda_share {
+    VASE_CUDA_SHARE_IPC = 0, /* cudaMalloc + legacy CUDA IPC handle: share "cuda-ipc" */
+    VASE_CUDA_SHARE_VMM,     /* cuMemCreate + POSIX fd over SCM_RIGHTS: share "cuda-vmm" */
+};
+
+/* "ipc" / "vmm" to the enum. 0 or -EINVAL. */
+int vase_cuda_share_from_string(const char *s, enum vase_cuda_share *ret);
 
 struct vase_arena_ops {
     const char *share; /* "memfd", "cuda-ipc" or "cuda-vmm": how clients get at the memory */
@@ -21,31 +37,61 @@ struct vase_arena_ops {
     int (*export_fd)(const struct vase_arena *a, int *ret_fd);
     /* Frees what create made; safe on a half-created arena. */
     void (*destroy)(struct vase_arena *a);
+    /*
+     * Device backends only (NULL for memory the CPU reads): per-thread planning state of an
+     * evictor thread, made on that thread and freed there; plan_layers() computes layers
+     * [l0, l1) of run on the device and writes their keep lists into the plan pages and
+     * run->keep_lists, complete before it returns (vase_plan_run_layers() is its CPU twin).
+     * -errno, logged once with the native message; *ret_bad_layer names the failing layer.
+     */
+    int (*planner_new)(const struct vase_arena *a, struct vase_arena_planner **ret);
+    void (*planner_free)(struct vase_arena_planner *p);
+    int (*plan_layers)(struct vase_arena_planner *p, struct vase_plan_run *run, uint32_t l0,
+                       uint32_t l1, uint32_t *ret_bad_layer);
 };
+
+#define VASE_ARENA_IPC_HANDLE_MAX 64 /* CUDA_IPC_HANDLE_SIZE */
+#define VASE_ARENA_UUID_MAX 48       /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" and a NUL */
 
 struct vase_arena {
     uint32_t id;
-    char *kind; /* "host" or "cuda:N" */
+    char *kind; /* "host", "cuda:N" or "cuda:GPU-<uuid>", as configured */
     const struct vase_arena_ops *ops;
     uint64_t size;
     uint64_t page_bytes;
     uint32_t num_pages;
-    void *map; /* the whole arena, readable and writable by the daemon */
-    int fd;    /* host: the memfd; -1 otherwise */
+    void *map; /* the whole arena, readable and writable by the daemon (a device address for
+                * CUDA arenas: only device code and CUDA copies may touch it) */
+    int fd;    /* host: the memfd; cuda-vmm: the exported POSIX fd; -1 otherwise */
     void *backend;
+    /* CUDA arenas: the device (ordinal in this process), its UUID as nvidia-smi prints it
+     * (ArenaInfo.device_uuid), and the legacy IPC handle of the allocation (cuda-ipc). */
+    int device;
+    char device_uuid[VASE_ARENA_UUID_MAX];
+    uint8_t ipc_handle[VASE_ARENA_IPC_HANDLE_MAX];
+    size_t ipc_handle_len;
 };
 
 /*
- * Creates arena id from spec ("host", "cuda:N"), size bytes cut into pages of page_bytes (which
- * must divide size and be a multiple of 4096). -EINVAL for a bad spec or geometry,
- * -EOPNOTSUPP for CUDA in this build, -errno of the backend. Logs the reason.
+ * Creates arena id from spec ("host", "cuda:N" or "cuda:GPU-<uuid>"), size bytes cut into pages
+ * of page_bytes (which must divide size and be a multiple of 4096); share chooses how a CUDA
+ * arena is shared (ignored for host). -EINVAL for a bad spec or geometry, -EOPNOTSUPP for CUDA
+ * in a build without it, -ENODEV (no such device, no driver), -EBUSY (the device's compute
+ * mode forbids sharing it), -ENOMEM, -EIO (other CUDA failures). Logs the reason.
  */
-int vase_arena_new(uint32_t id, const char *spec, uint64_t size, uint64_t page_bytes,
-                   struct vase_arena **ret);
+int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, uint64_t size,
+                   uint64_t page_bytes, struct vase_arena **ret);
 struct vase_arena *vase_arena_free(struct vase_arena *a);
 
-/* Address of page p in the daemon's mapping. p < num_pages. */
+/* Address of page p in the daemon's mapping (a device address for CUDA arenas). p < num_pages. */
 void *vase_arena_page(const struct vase_arena *a, uint32_t p);
+/* Whether the arena's memory is on a device (its plans are computed by the backend's planner). */
+bool vase_arena_on_device(const struct vase_arena *a);
 
 /* The host backend, exposed for tests. */
 extern const struct vase_arena_ops vase_arena_host_ops;
+/* The CUDA backends (arena_cuda.c; arena_nocuda.c refuses them), exposed for tests. */
+extern const struct vase_arena_ops vase_arena_cuda_ipc_ops;
+extern const struct vase_arena_ops vase_arena_cuda_vmm_ops;
+/* Whether this build has the CUDA backends (false: arena_nocuda.c). */
+extern const bool vase_arena_have_cuda;

@@ -28,8 +28,13 @@ const struct vase_setting vase_settings[] = {
      "Directory of session.sock, control.sock and events.sock, created with mode 0770 if "
      "missing. Empty: $VASE_RUNTIME_DIR, else $RUNTIME_DIRECTORY (set by systemd), else ./run."},
     {"arena", VASE_SETTING_STRING, OFF(arena), 0, 0, "host", false,
-     "Where the KV arena lives: \"host\" (a memfd shared with SCM_RIGHTS) or \"cuda:N\" "
-     "(GPU N; not available in this build)."},
+     "Where the KV arena lives: \"host\" (a memfd shared with SCM_RIGHTS), or a GPU as "
+     "\"cuda:N\" (device N as this process numbers them) or \"cuda:GPU-<uuid>\" (as nvidia-smi "
+     "-L prints it; stable across containers). CUDA arenas need a vased built with CUDA and a "
+     "device in compute mode Default."},
+    {"cuda_share", VASE_SETTING_STRING, OFF(cuda_share), 0, 0, "ipc", false,
+     "How a CUDA arena is shared with engines: \"ipc\" (cudaMalloc, legacy CUDA IPC handle) or "
+     "\"vmm\" (cuMemCreate, POSIX file descriptor passed over the session socket)."},
     {"arena_bytes", VASE_SETTING_SIZE, OFF(arena_bytes), 1 << 16, INT64_C(1) << 40, "256M", false,
      "Size of the arena in bytes (K, M, G, T suffixes); a multiple of page_bytes."},
     {"page_bytes", VASE_SETTING_SIZE, OFF(page_bytes), 4096, INT64_C(1) << 30, "2M", false,
@@ -107,41 +112,10 @@ const char *vase_setting_type_name(enum vase_setting_type t) {
 
 /* ---- checked number parsers ---- */
 
-int vase_parse_u64(const char *s, uint64_t *ret) {
-    if (!s || !ret)
-        return -EINVAL;
-    /* strtoull accepts leading blanks and a minus sign; we accept neither. */
-    if (!isdigit((unsigned char)s[0]))
-        return -EINVAL;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno == ERANGE)
-        return -ERANGE;
-    if (errno || *end)
-        return -EINVAL;
-    *ret = v;
-    return 0;
-}
-
-int vase_parse_i64(const char *s, int64_t *ret) {
-    if (!s || !ret)
-        return -EINVAL;
-    const char *p = s[0] == '-' || s[0] == '+' ? s + 1 : s;
-    if (!isdigit((unsigned char)p[0]))
-        return -EINVAL;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno == ERANGE)
-        return -ERANGE;
-    if (errno || *end)
-        return -EINVAL;
-    *ret = v;
-    return 0;
-}
-
-int vase_parse_size(const char *s, uint64_t *ret) {
+/* A decimal number; with suffix, optionally followed by K, M, G or T (then nothing, B or iB)
+ * for 2^10 .. 2^40. strtoull() would also accept leading blanks and a minus sign; this accepts
+ * neither. */
+static int parse_number(const char *s, bool suffix, uint64_t *ret) {
     if (!s || !ret)
         return -EINVAL;
     if (!isdigit((unsigned char)s[0]))
@@ -151,7 +125,7 @@ int vase_parse_size(const char *s, uint64_t *ret) {
     unsigned long long v = strtoull(s, &end, 10);
     if (errno == ERANGE)
         return -ERANGE;
-    if (errno)
+    if (errno || (*end && !suffix))
         return -EINVAL;
 
     unsigned shift = 0;
@@ -174,6 +148,31 @@ int vase_parse_size(const char *s, uint64_t *ret) {
         return -ERANGE;
     *ret = (uint64_t)v << shift;
     return 0;
+}
+
+int vase_parse_u64(const char *s, uint64_t *ret) {
+    return parse_number(s, false, ret);
+}
+
+int vase_parse_i64(const char *s, int64_t *ret) {
+    if (!s || !ret)
+        return -EINVAL;
+    const char *p = s[0] == '-' || s[0] == '+' ? s + 1 : s;
+    if (!isdigit((unsigned char)p[0]))
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    if (errno || *end)
+        return -EINVAL;
+    *ret = v;
+    return 0;
+}
+
+int vase_parse_size(const char *s, uint64_t *ret) {
+    return parse_number(s, true, ret);
 }
 
 void vase_format_size(uint64_t v, char *buf, size_t len) {
@@ -355,6 +354,9 @@ int vase_config_check(const struct vase_config *c, const char **ret_msg) {
         msg = "arena_bytes / page_bytes must be below 2^31 pages";
     else if (c->arena_bytes / c->page_bytes < 2)
         msg = "the arena must hold at least 2 pages";
+    else if (c->cuda_share && strcmp(c->cuda_share, "ipc") != 0 &&
+             strcmp(c->cuda_share, "vmm") != 0)
+        msg = "cuda_share must be \"ipc\" or \"vmm\"";
     if (ret_msg)
         *ret_msg = msg;
     return msg ? -EINVAL : 0;

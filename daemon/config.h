@@ -17,6 +17,7 @@
 struct vase_config {
     char *runtime_dir;
     char *arena;
+    char *cuda_share;
     uint64_t arena_bytes;
     uint64_t page_bytes;
     char *allow_users;

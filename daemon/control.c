@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,7 @@ int vase_control_open(void *zmq_ctx, const char *endpoint, uint64_t max_message_
      * by ZeroMQ itself (the peer is disconnected, no reply), so no peer can make us buffer
      * more. */
     int64_t cut = 2 * (int64_t)max_message_bytes + (64 << 10);
+    int r;
     void *s = zmq_socket(zmq_ctx, ZMQ_ROUTER);
     if (!s)
         return log_error_errno(-zmq_errno(), "Failed to create the control socket: %m");
@@ -149,17 +151,19 @@ int vase_control_open(void *zmq_ctx, const char *endpoint, uint64_t max_message_
         zmq_setsockopt(s, ZMQ_SNDTIMEO, &timeout, sizeof(timeout)) < 0 ||
         zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &zero, sizeof(zero)) < 0 ||
         zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &cut, sizeof(cut)) < 0) {
-        int r = log_error_errno(-zmq_errno(), "Failed to configure the control socket: %m");
-        zmq_close(s);
-        return r;
+        r = log_error_errno(-zmq_errno(), "Failed to configure the control socket: %m");
+        goto close_socket;
     }
     if (zmq_bind(s, endpoint) < 0) {
-        int r = log_error_errno(-zmq_errno(), "Failed to bind %s: %m", endpoint);
-        zmq_close(s);
-        return r;
+        r = log_error_errno(-zmq_errno(), "Failed to bind %s: %m", endpoint);
+        goto close_socket;
     }
     *ret = s;
     return 0;
+
+close_socket:
+    zmq_close(s);
+    return r;
 }
 
 /* ---- replies ---- */
@@ -214,6 +218,31 @@ static int reply_control_error(struct vased *d, const struct peer *p,
     struct peer q = *p;
     q.request_id = err->request_id;
     return reply_error(d, &q, err->code, "%s", err->message);
+}
+
+/*
+ * The entries of a repeated message field in one zeroed allocation: the array of n pointers that
+ * protobuf-c packs, then the n messages of size bytes they point to. The caller initialises each
+ * message through its pointer and frees the array with free(). n may be 0. NULL when out of
+ * memory.
+ */
+static ProtobufCMessage **repeated_new(size_t n, size_t size) {
+    size_t align = _Alignof(max_align_t), head, total;
+    ProtobufCMessage **ptrs;
+
+    /* The messages start at the first offset after the pointers that is aligned for anything. */
+    if (__builtin_mul_overflow(n, sizeof(*ptrs), &head) ||
+        __builtin_add_overflow(head, align - 1, &head))
+        return NULL;
+    head -= head % align;
+    if (__builtin_mul_overflow(n, size, &total) || __builtin_add_overflow(total, head, &total))
+        return NULL;
+    ptrs = calloc(1, total ? total : 1);
+    if (!ptrs)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        ptrs[i] = (ProtobufCMessage *)((char *)ptrs + head + i * size);
+    return ptrs;
 }
 
 static int reply_ok(struct vased *d, const struct peer *p) {
@@ -542,6 +571,7 @@ static int build_run(struct vased *d, struct vase_seq *s, const Vase__EvictReque
     run->policy = s->policy;
     run->params = s->params;
     run->seed = s->seed;
+    run->arena = a;
     run->arena_base = a->map;
     run->page_bytes = a->page_bytes;
     run->tokens_per_page = m->layout.tokens_per_page;
@@ -700,6 +730,18 @@ static int handle_evict_request(struct vased *d, struct vase_client *c, const st
     return 0;
 }
 
+/* The plan of a finished run, as the engine gets it and as the eviction event publishes it. */
+static void evict_plan_of(const struct vase_seq *s, const struct vase_plan_run *run,
+                          Vase__EvictPlan *ret) {
+    vase__evict_plan__init(ret);
+    ret->seq_id = s->id;
+    ret->round = run->round;
+    ret->n = run->n;
+    ret->len = run->len;
+    ret->keep = run->keep;
+    ret->plan_seconds = run->seconds;
+}
+
 void vase_control_plan_done(struct vased *d, struct vase_plan_run *run) {
     struct vase_seq *s = run->owner;
 
@@ -737,14 +779,9 @@ void vase_control_plan_done(struct vased *d, struct vase_plan_run *run) {
     s->last_plan_seconds = run->seconds;
     d->evictions_total++;
 
-    Vase__EvictPlan ep = VASE__EVICT_PLAN__INIT;
+    Vase__EvictPlan ep;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
-    ep.seq_id = s->id;
-    ep.round = run->round;
-    ep.n = run->n;
-    ep.len = run->len;
-    ep.keep = run->keep;
-    ep.plan_seconds = run->seconds;
+    evict_plan_of(s, run, &ep);
     e.body_case = VASE__ENVELOPE__BODY_EVICT_PLAN;
     e.evict_plan = &ep;
     send_envelope(d, &p, &e);
@@ -798,13 +835,8 @@ static int handle_evict_commit(struct vased *d, struct vase_client *c, const str
     if (r < 0)
         log_error_errno(r, "Cannot release surplus pages of sequence %u: %m", s->id);
 
-    Vase__EvictPlan ep = VASE__EVICT_PLAN__INIT;
-    ep.seq_id = s->id;
-    ep.round = run->round;
-    ep.n = run->n;
-    ep.len = run->len;
-    ep.keep = run->keep;
-    ep.plan_seconds = run->seconds;
+    Vase__EvictPlan ep;
+    evict_plan_of(s, run, &ep);
     Vase__Event ev = VASE__EVENT__INIT;
     ev.body_case = VASE__EVENT__BODY_EVICTION;
     ev.eviction = &ep;
@@ -920,27 +952,20 @@ static int handle_status(struct vased *d, const struct peer *p) {
 
 static int handle_list_clients(struct vased *d, const struct peer *p) {
     uint32_t n = d->reg->n_clients;
-    Vase__ClientInfo *info = calloc(n ? n : 1, sizeof(*info));
-    Vase__ClientInfo **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
-    if (!info || !ptrs) {
-        free(info);
-        free(ptrs);
+    ProtobufCMessage **entries = repeated_new(n, sizeof(Vase__ClientInfo));
+    if (!entries)
         return reply_error(d, p, ENOMEM, "out of memory");
-    }
     size_t i = 0;
-    for (struct vase_client *c = d->reg->clients; c && i < n; c = c->next, i++) {
-        vase_control_client_info(d, c, &info[i]);
-        ptrs[i] = &info[i];
-    }
+    for (struct vase_client *c = d->reg->clients; c && i < n; c = c->next, i++)
+        vase_control_client_info(d, c, (Vase__ClientInfo *)entries[i]);
     Vase__ClientsReply cr = VASE__CLIENTS_REPLY__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     cr.n_clients = i;
-    cr.clients = ptrs;
+    cr.clients = (Vase__ClientInfo **)entries;
     e.body_case = VASE__ENVELOPE__BODY_CLIENTS_REPLY;
     e.clients_reply = &cr;
     send_envelope(d, p, &e);
-    free(info);
-    free(ptrs);
+    free(entries);
     return 0;
 }
 
@@ -955,29 +980,22 @@ static int handle_list_seqs(struct vased *d, const struct peer *p, const Vase__L
     for (struct vase_client *c = d->reg->clients; c; c = c->next)
         if (!only || c == only)
             n += c->n_seqs;
-    Vase__SeqInfo *info = calloc(n ? n : 1, sizeof(*info));
-    Vase__SeqInfo **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
-    if (!info || !ptrs) {
-        free(info);
-        free(ptrs);
+    ProtobufCMessage **entries = repeated_new(n, sizeof(Vase__SeqInfo));
+    if (!entries)
         return reply_error(d, p, ENOMEM, "out of memory");
-    }
     size_t i = 0;
     for (struct vase_client *c = d->reg->clients; c; c = c->next)
         if (!only || c == only)
-            for (struct vase_seq *s = c->seqs; s && i < n; s = s->next, i++) {
-                vase_control_seq_info(s, &info[i]);
-                ptrs[i] = &info[i];
-            }
+            for (struct vase_seq *s = c->seqs; s && i < n; s = s->next, i++)
+                vase_control_seq_info(s, (Vase__SeqInfo *)entries[i]);
     Vase__SeqsReply sr = VASE__SEQS_REPLY__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     sr.n_seqs = i;
-    sr.seqs = ptrs;
+    sr.seqs = (Vase__SeqInfo **)entries;
     e.body_case = VASE__ENVELOPE__BODY_SEQS_REPLY;
     e.seqs_reply = &sr;
     send_envelope(d, p, &e);
-    free(info);
-    free(ptrs);
+    free(entries);
     return 0;
 }
 
@@ -1011,29 +1029,24 @@ static void config_entry(const struct vased *d, const struct vase_setting *s, ch
 
 static int reply_config(struct vased *d, const struct peer *p, const struct vase_setting *only) {
     size_t n = only ? 1 : vase_settings_count;
-    Vase__ConfigEntry *entries = calloc(n, sizeof(*entries));
-    Vase__ConfigEntry **ptrs = calloc(n, sizeof(*ptrs));
+    ProtobufCMessage **entries = repeated_new(n, sizeof(Vase__ConfigEntry));
     char *values = calloc(n, CONFIG_VALUE_MAX);
-    if (!entries || !ptrs || !values) {
+    if (!entries || !values) {
         free(entries);
-        free(ptrs);
         free(values);
         return reply_error(d, p, ENOMEM, "out of memory");
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         config_entry(d, only ? only : &vase_settings[i], values + i * CONFIG_VALUE_MAX,
-                     CONFIG_VALUE_MAX, &entries[i]);
-        ptrs[i] = &entries[i];
-    }
+                     CONFIG_VALUE_MAX, (Vase__ConfigEntry *)entries[i]);
     Vase__ConfigReply cr = VASE__CONFIG_REPLY__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     cr.n_entries = n;
-    cr.entries = ptrs;
+    cr.entries = (Vase__ConfigEntry **)entries;
     e.body_case = VASE__ENVELOPE__BODY_CONFIG_REPLY;
     e.config_reply = &cr;
     send_envelope(d, p, &e);
     free(entries);
-    free(ptrs);
     free(values);
     return 0;
 }

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "arena.h"
 #include "evictor.h"
 #include "log.h"
 
@@ -65,9 +66,8 @@ struct vase_plan_run *vase_plan_run_free(struct vase_plan_run *run) {
     return NULL;
 }
 
-/* The plan input of one layer: views over the arena through the run's copied page lists. */
-static void layer_input(const struct vase_plan_run *run, uint32_t layer,
-                        struct vase_plan_input *in) {
+void vase_plan_run_input(const struct vase_plan_run *run, uint32_t layer,
+                         struct vase_plan_input *in) {
     size_t es = vase_dtype_size(run->dtype);
     char *base = run->arena_base;
 
@@ -123,7 +123,7 @@ int vase_plan_run_layers(struct vase_plan_run *run, uint32_t l0, uint32_t l1,
 
     for (uint32_t l = l0; l < l1; l++) {
         struct vase_plan_input in;
-        layer_input(run, l, &in);
+        vase_plan_run_input(run, l, &in);
         r = vase_plan_heads(&in, 0, run->kv_heads, ws, run->keep_lists + l * list);
         if (r < 0) {
             if (ret_bad_layer)
@@ -137,20 +137,48 @@ int vase_plan_run_layers(struct vase_plan_run *run, uint32_t l0, uint32_t l1,
     for (uint32_t l = l0; l < l1; l++)
         for (uint32_t h = 0; h < run->kv_heads; h++) {
             uint32_t i = l * run->kv_heads + h;
-            char *dst = (char *)run->arena_base +
-                        (uint64_t)run->plan_pages[i / run->plans_per_page] * run->page_bytes +
-                        (uint64_t)(i % run->plans_per_page) * bytes;
-            memcpy(dst, run->keep_lists + (size_t)i * run->keep, bytes);
+            memcpy((char *)run->arena_base + vase_plan_run_list_offset(run, i),
+                   run->keep_lists + (size_t)i * run->keep, bytes);
         }
     return 0;
 }
+
+uint64_t vase_plan_run_list_offset(const struct vase_plan_run *run, uint32_t i) {
+    return (uint64_t)run->plan_pages[i / run->plans_per_page] * run->page_bytes +
+           (uint64_t)(i % run->plans_per_page) * run->keep * sizeof(uint32_t);
+}
+
+/* Device arenas a thread keeps planners for, by arena id (vased has at most 8 arenas). */
+#define MAX_DEVICE_ARENAS 8
 
 struct worker {
     struct vase_evictor *ev;
     void *push; /* made by vase_evictor_new(), used only by this worker's thread until joined */
     pthread_t thread;
     bool started;
+    /* This thread's planners for device arenas, made on its first job there (thread only). */
+    struct vase_arena_planner *planners[MAX_DEVICE_ARENAS];
+    const struct vase_arena *planner_arenas[MAX_DEVICE_ARENAS];
 };
+
+/* One job on the calling worker: on the CPU over the mapping, or on the arena's device. */
+static int run_job(struct worker *w, struct job *j, struct vase_workspace *ws) {
+    const struct vase_arena *a = j->run->arena;
+
+    if (!a || !vase_arena_on_device(a))
+        return vase_plan_run_layers(j->run, j->l0, j->l1, ws, &j->bad_layer);
+    j->bad_layer = j->l0;
+    if (a->id >= MAX_DEVICE_ARENAS)
+        return log_error_errno(-EINVAL, "Arena %u: no planner slot for it.", a->id);
+    if (!w->planners[a->id]) {
+        /* A failure is retried at the next job: the device may come back (logged each time). */
+        int r = a->ops->planner_new(a, &w->planners[a->id]);
+        if (r < 0)
+            return r;
+        w->planner_arenas[a->id] = a;
+    }
+    return a->ops->plan_layers(w->planners[a->id], j->run, j->l0, j->l1, &j->bad_layer);
+}
 
 static void *thread_main(void *arg) {
     struct worker *w = arg;
@@ -176,13 +204,17 @@ static void *thread_main(void *arg) {
         pthread_mutex_unlock(&ev->lock);
 
         j->next = NULL;
-        j->result = vase_plan_run_layers(j->run, j->l0, j->l1, ws, &j->bad_layer);
+        j->result = run_job(w, j, ws);
         /* With no high-water mark an inproc send only fails on EINTR or a terminated
          * context; the main thread must not lose a job, or it never learns the run is done. */
         while (zmq_send(w->push, &j, sizeof(j), 0) < 0 && zmq_errno() == EINTR)
             ;
     }
     vase_workspace_free(ws);
+    /* The arenas outlive the evictor (vased frees them last), so their ops are still there. */
+    for (unsigned i = 0; i < MAX_DEVICE_ARENAS; i++)
+        if (w->planners[i])
+            w->planner_arenas[i]->ops->planner_free(w->planners[i]);
     return NULL;
 }
 

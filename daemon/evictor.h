@@ -7,13 +7,17 @@
  * arena itself; the evictor cuts it into layer-range jobs, threads compute them with
  * vase_plan_heads() and write the keep lists into the sequence's plan pages, and each finished
  * job is posted back to the main thread over an inproc ZeroMQ PUSH/PULL pair. No lock guards
- * the registry: threads never see it.
+ * the registry: threads never see it. A run on a device arena (vase_arena_on_device()) is
+ * planned by that arena's backend on the device instead, through a planner each thread makes
+ * for the arena on its first job there.
  */
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "vase_kernels.h"
+
+struct vase_arena;
 
 #define VASE_EVICTOR_ENDPOINT "inproc://vase-evictor"
 
@@ -29,7 +33,8 @@ struct vase_plan_run {
     enum vase_policy policy;
     struct vase_params params;
     uint64_t seed;
-    void *arena_base;
+    const struct vase_arena *arena; /* NULL: host memory at arena_base (tests) */
+    void *arena_base;               /* the arena's mapping: a device address on a device arena */
     uint64_t page_bytes;
     uint32_t tokens_per_page;
     uint64_t layer_stride, kv_stride, token_stride;
@@ -84,6 +89,13 @@ int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run);
  * finished but its run is not complete, -EAGAIN when nothing is waiting.
  */
 int vase_evictor_receive(struct vase_evictor *ev, struct vase_plan_run **ret_run);
+
+/* The plan input of one layer of a run: views over arena_base through the run's page lists,
+ * and its slices of acc, scores and draws (host pointers, as the run holds them). */
+void vase_plan_run_input(const struct vase_plan_run *run, uint32_t layer,
+                         struct vase_plan_input *ret);
+/* Byte offset in the arena of keep list i = layer * kv_heads + head. */
+uint64_t vase_plan_run_list_offset(const struct vase_plan_run *run, uint32_t i);
 
 /* Computes the layers [l0, l1) of a run on the calling thread with workspace ws (NULL: one is
  * made): what a job does, exposed for tests. 0 or the first failure (run->error_layer set). */

@@ -196,6 +196,11 @@ static int send_welcome(struct vased *d, struct vase_client *c) {
         info[i].num_pages = a->num_pages;
         info[i].size_bytes = a->size;
         info[i].share = (char *)a->ops->share;
+        if (a->ipc_handle_len) {
+            info[i].ipc_handle.data = (uint8_t *)a->ipc_handle;
+            info[i].ipc_handle.len = a->ipc_handle_len;
+        }
+        info[i].device_uuid = (char *)a->device_uuid;
         ptrs[i] = &info[i];
         int fd;
         if (a->ops->export_fd && a->ops->export_fd(a, &fd) == 0)
@@ -645,14 +650,22 @@ static int setup_runtime_dir(struct vased *d) {
 }
 
 static int setup_arenas(struct vased *d) {
-    int r = vase_arena_new(0, d->cfg.arena, d->cfg.arena_bytes, d->cfg.page_bytes, &d->arenas[0]);
+    enum vase_cuda_share share;
+    int r = vase_cuda_share_from_string(d->cfg.cuda_share, &share);
+    if (r < 0)
+        return log_error_errno(r, "cuda_share=\"%s\": expected \"ipc\" or \"vmm\".",
+                               d->cfg.cuda_share);
+    r = vase_arena_new(0, d->cfg.arena, share, d->cfg.arena_bytes, d->cfg.page_bytes,
+                       &d->arenas[0]);
     if (r < 0)
         return r;
     d->n_arenas = 1;
     r = vase_alloc_new(d->arenas[0]->num_pages, &d->allocs[0]);
     if (r < 0)
         return log_oom();
-    log_info("Arena 0 (%s): %llu bytes, %u pages of %llu bytes.", d->arenas[0]->kind,
+    log_info("Arena 0 (%s%s%s, shared as %s): %llu bytes, %u pages of %llu bytes.",
+             d->arenas[0]->kind, d->arenas[0]->device_uuid[0] ? ", " : "",
+             d->arenas[0]->device_uuid, d->arenas[0]->ops->share,
              (unsigned long long)d->arenas[0]->size, d->arenas[0]->num_pages,
              (unsigned long long)d->arenas[0]->page_bytes);
     return 0;

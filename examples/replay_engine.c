@@ -25,7 +25,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,34 +35,16 @@
 
 #include "npy.h"
 #include "vase.h"
-
-/* params.txt is a dozen short lines. */
-#define MAX_PARAMS_BYTES 65536
-#define MAX_LINE 1024
+#include "vcase.h"
 
 static const char *arg_runtime_dir;
 
-struct result {
-    char msg[768];
-};
-
-static int failf(struct result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int failf(struct result *res, const char *fmt, ...) {
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(res->msg, sizeof res->msg, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
-static int fail_call(struct result *res, struct vase_client *c, int r, const char *fmt, ...)
+static int fail_call(struct vcase_result *res, struct vase_client *c, int r, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* A failed libvase call: the message, the call's errno, and the daemon's own words about it when
  * it sent some (vase_last_error()). Returns r. */
-static int fail_call(struct result *res, struct vase_client *c, int r, const char *fmt, ...) {
+static int fail_call(struct vcase_result *res, struct vase_client *c, int r, const char *fmt, ...) {
     const char *detail = c ? vase_last_error(c) : "";
     size_t len;
     va_list ap;
@@ -77,204 +58,6 @@ static int fail_call(struct result *res, struct vase_client *c, int r, const cha
     return r;
 }
 
-/* ---- params.txt ------------------------------------------------------------------------ */
-
-enum param_key {
-    P_MODE,
-    P_HQ,
-    P_HKV,
-    P_D,
-    P_BUDGET,
-    P_WINDOW,
-    P_CUR_LEN,
-    P_PROMPT,
-    P_STEPS,
-    P_N_LARGE,
-    P_N_SINK,
-    P_TEMPERATURE,
-    P_LAMBDA,
-    P_SMOOTH,
-    P_RANK,
-    _P_MAX,
-};
-
-/* Every key the vectors' generator writes. An unknown key is an error: it would be a setting
- * this replay does not pass on to the daemon. */
-static const char *const param_names[_P_MAX] = {
-    [P_MODE] = "mode",         [P_HQ] = "Hq",
-    [P_HKV] = "Hkv",           [P_D] = "D",
-    [P_BUDGET] = "budget",     [P_WINDOW] = "window",
-    [P_CUR_LEN] = "cur_len",   [P_PROMPT] = "prompt",
-    [P_STEPS] = "steps",       [P_N_LARGE] = "n_large",
-    [P_N_SINK] = "n_sink",     [P_TEMPERATURE] = "temperature",
-    [P_LAMBDA] = "rkv_lambda", [P_SMOOTH] = "smooth_kernel",
-    [P_RANK] = "sketch_rank",
-};
-
-struct case_params {
-    unsigned seen; /* bit per param_key */
-    char mode[64];
-    uint32_t u[_P_MAX]; /* the integer settings */
-    float temperature, lambda;
-};
-
-static bool has(const struct case_params *p, enum param_key k) {
-    return p->seen & (1u << k);
-}
-
-static bool is_space(char ch) {
-    return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n';
-}
-
-static char *trim(char *s) {
-    size_t n;
-
-    while (is_space(*s))
-        s++;
-    n = strlen(s);
-    while (n > 0 && is_space(s[n - 1]))
-        s[--n] = '\0';
-    return s;
-}
-
-/* A decimal unsigned 32-bit number and nothing else. */
-static int parse_u32(const char *s, uint32_t *ret) {
-    unsigned long long v;
-    char *end;
-
-    if (s[0] < '0' || s[0] > '9')
-        return -EINVAL;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno == ERANGE || v > UINT32_MAX)
-        return -ERANGE;
-    if (errno != 0 || *end != '\0')
-        return -EINVAL;
-    *ret = (uint32_t)v;
-    return 0;
-}
-
-/* A finite float and nothing else. */
-static int parse_f32(const char *s, float *ret) {
-    char *end;
-    float v;
-
-    if (s[0] == '\0')
-        return -EINVAL;
-    errno = 0;
-    v = strtof(s, &end);
-    if (end == s || *end != '\0')
-        return -EINVAL;
-    if (errno == ERANGE)
-        return -ERANGE;
-    if (!isfinite(v))
-        return -EINVAL;
-    *ret = v;
-    return 0;
-}
-
-static int join_path(char *buf, size_t size, const char *dir, const char *name) {
-    size_t len = strlen(dir);
-    int n = snprintf(buf, size, len > 0 && dir[len - 1] == '/' ? "%s%s" : "%s/%s", dir, name);
-
-    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
-}
-
-static int parse_line(struct case_params *p, char *line, unsigned lineno, struct result *res) {
-    char *eq = strchr(line, '='), *key, *value;
-    int k, r;
-
-    if (!eq)
-        return failf(res, "params.txt:%u: expected key=value", lineno);
-    *eq = '\0';
-    key = trim(line);
-    value = trim(eq + 1);
-    for (k = 0; k < _P_MAX; k++)
-        if (strcmp(param_names[k], key) == 0)
-            break;
-    if (k == _P_MAX)
-        return failf(res, "params.txt:%u: unknown key '%s'", lineno, key);
-    if (has(p, k))
-        return failf(res, "params.txt:%u: duplicate key '%s'", lineno, key);
-
-    switch (k) {
-    case P_MODE:
-        r = value[0] == '\0' || strlen(value) >= sizeof p->mode ? -EINVAL : 0;
-        if (r == 0)
-            strcpy(p->mode, value);
-        break;
-    case P_TEMPERATURE:
-        r = parse_f32(value, &p->temperature);
-        break;
-    case P_LAMBDA:
-        r = parse_f32(value, &p->lambda);
-        break;
-    default:
-        r = parse_u32(value, &p->u[k]);
-        break;
-    }
-    if (r < 0)
-        return failf(res, "params.txt:%u: invalid value for %s: '%s' (%s)", lineno, key, value,
-                     strerror(-r));
-    p->seen |= 1u << k;
-    return 0;
-}
-
-static int read_params(const char *dir, struct case_params *ret, struct result *res) {
-    struct case_params p = {.seen = 0};
-    char path[PATH_MAX], *line = NULL;
-    unsigned lineno = 0;
-    size_t cap = 0;
-    struct stat st;
-    ssize_t n;
-    FILE *f;
-    int r = 0;
-
-    if (join_path(path, sizeof path, dir, "params.txt") < 0)
-        return failf(res, "path too long");
-    f = fopen(path, "re");
-    if (!f)
-        return failf(res, "cannot open params.txt: %s", strerror(errno));
-    if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_PARAMS_BYTES) {
-        r = failf(res, "params.txt is not a regular file of at most %d bytes", MAX_PARAMS_BYTES);
-        goto close_file;
-    }
-    while ((n = getline(&line, &cap, f)) >= 0) {
-        char *s;
-
-        lineno++;
-        if (n > MAX_LINE || strlen(line) != (size_t)n) {
-            r = failf(res, "params.txt:%u: line too long or holds a NUL byte", lineno);
-            goto free_line;
-        }
-        s = trim(line);
-        if (s[0] == '\0' || s[0] == '#')
-            continue;
-        r = parse_line(&p, s, lineno, res);
-        if (r < 0)
-            goto free_line;
-    }
-    if (ferror(f)) {
-        r = failf(res, "cannot read params.txt: %s", strerror(errno));
-        goto free_line;
-    }
-    if (!has(&p, P_MODE) || !has(&p, P_BUDGET) || !has(&p, P_WINDOW) || !has(&p, P_PROMPT)) {
-        r = failf(res, "params.txt: missing %s",
-                  !has(&p, P_MODE)     ? "mode"
-                  : !has(&p, P_BUDGET) ? "budget"
-                  : !has(&p, P_WINDOW) ? "window"
-                                       : "prompt");
-        goto free_line;
-    }
-    *ret = p;
-
-free_line:
-    free(line);
-close_file:
-    fclose(f);
-    return r;
-}
-
 /* ---- one case ------------------------------------------------------------------------- */
 
 /* A K row of the stream, by content: rows sorted by (hash, token) for a binary search. */
@@ -284,19 +67,15 @@ struct row_key {
 };
 
 struct replay {
-    const char *dir;
+    struct vcase_trace vc; /* the case's arrays, T, prompt, Hkv, Hq and D */
     enum vase_policy policy;
     unsigned needs;
     struct vase_params params;
-    uint32_t T, prompt, hkv, hq, d, window, budget;
+    uint32_t window, budget;
 
-    struct vase_npy *ks, *vs, *qs; /* [T][Hkv][D], [T][Hkv][D], [T][Hq][D] */
-    struct vase_npy *steps;        /* [rounds] */
-    struct vase_npy *final;        /* [Hkv][len] */
-    struct vase_npy *gauss;        /* the sketch of the latest round that had one */
-    struct row_key *index;         /* [Hkv][T] */
-    uint32_t *pos;                 /* [Hkv][T]: the token found in each slot */
-    uint8_t *seen;                 /* [T] */
+    struct row_key *index; /* [Hkv][T] */
+    uint32_t *pos;         /* [Hkv][T]: the token found in each slot */
+    uint8_t *seen;         /* [T] */
 
     struct vase_client *client;
     struct vase_model *model;
@@ -310,47 +89,7 @@ static void replay_done(struct replay *rp) {
     free(rp->seen);
     free(rp->pos);
     free(rp->index);
-    vase_npy_free(rp->gauss);
-    vase_npy_free(rp->final);
-    vase_npy_free(rp->steps);
-    vase_npy_free(rp->qs);
-    vase_npy_free(rp->vs);
-    vase_npy_free(rp->ks);
-}
-
-static const float *stream_row(const struct vase_npy *s, uint32_t heads, uint32_t d, uint32_t t,
-                               uint32_t h) {
-    return (const float *)s->data + ((size_t)t * heads + h) * d;
-}
-
-static int load(const char *dir, const char *name, bool optional, struct vase_npy **ret,
-                struct result *res) {
-    char path[PATH_MAX];
-    int r;
-
-    if (join_path(path, sizeof path, dir, name) < 0)
-        return failf(res, "path too long");
-    r = vase_npy_load(path, ret);
-    if (r == -ENOENT && optional) {
-        *ret = NULL;
-        return 0;
-    }
-    if (r < 0)
-        return failf(res, "cannot load %s: %s", name, strerror(-r));
-    return 0;
-}
-
-/* a has dtype 'f' or 'i' and ndim dimensions; shape[axis] == want where want is given. */
-static int check_shape(const struct vase_npy *a, const char *name, char dtype, unsigned ndim,
-                       const int64_t *want, struct result *res) {
-    if (a->dtype != dtype || a->ndim != ndim)
-        return failf(res, "%s: want a %u-dimensional %s array", name, ndim,
-                     vase_npy_dtype_name(dtype));
-    for (unsigned i = 0; i < ndim; i++)
-        if (want[i] >= 0 && a->shape[i] != (size_t)want[i])
-            return failf(res, "%s: axis %u is %zu, want %lld", name, i, a->shape[i],
-                         (long long)want[i]);
-    return 0;
+    vcase_trace_done(&rp->vc);
 }
 
 static uint64_t hash_row(const float *row, uint32_t d) {
@@ -372,35 +111,38 @@ static int cmp_row_key(const void *a, const void *b) {
 
 /* Indexes every head's K rows by content; refuses duplicates, which would make a slot's token
  * ambiguous. */
-static int build_index(struct replay *rp, struct result *res) {
-    size_t row = (size_t)rp->d * sizeof(float);
+static int build_index(struct replay *rp, struct vcase_result *res) {
+    size_t row = (size_t)rp->vc.d * sizeof(float);
 
-    rp->index = calloc((size_t)rp->hkv * rp->T, sizeof *rp->index);
+    rp->index = calloc((size_t)rp->vc.hkv * rp->vc.T, sizeof *rp->index);
     if (!rp->index)
-        return failf(res, "out of memory");
-    for (uint32_t h = 0; h < rp->hkv; h++) {
-        struct row_key *ix = rp->index + (size_t)h * rp->T;
+        return vcase_failf(res, "out of memory");
+    for (uint32_t h = 0; h < rp->vc.hkv; h++) {
+        struct row_key *ix = rp->index + (size_t)h * rp->vc.T;
 
-        for (uint32_t t = 0; t < rp->T; t++)
-            ix[t] = (struct row_key){hash_row(stream_row(rp->ks, rp->hkv, rp->d, t, h), rp->d), t};
-        qsort(ix, rp->T, sizeof *ix, cmp_row_key);
-        for (uint32_t i = 1; i < rp->T; i++)
+        for (uint32_t t = 0; t < rp->vc.T; t++)
+            ix[t] = (struct row_key){
+                hash_row(vcase_stream_row(rp->vc.ks, rp->vc.hkv, rp->vc.d, t, h), rp->vc.d), t};
+        qsort(ix, rp->vc.T, sizeof *ix, cmp_row_key);
+        for (uint32_t i = 1; i < rp->vc.T; i++)
             if (ix[i].hash == ix[i - 1].hash &&
-                memcmp(stream_row(rp->ks, rp->hkv, rp->d, ix[i].token, h),
-                       stream_row(rp->ks, rp->hkv, rp->d, ix[i - 1].token, h), row) == 0)
-                return failf(res,
-                             "k_stream.npy: tokens %u and %u have identical K rows in head %u, so "
-                             "slots cannot be told apart by their contents",
-                             ix[i - 1].token, ix[i].token, h);
+                memcmp(vcase_stream_row(rp->vc.ks, rp->vc.hkv, rp->vc.d, ix[i].token, h),
+                       vcase_stream_row(rp->vc.ks, rp->vc.hkv, rp->vc.d, ix[i - 1].token, h),
+                       row) == 0)
+                return vcase_failf(
+                    res,
+                    "k_stream.npy: tokens %u and %u have identical K rows in head %u, so "
+                    "slots cannot be told apart by their contents",
+                    ix[i - 1].token, ix[i].token, h);
     }
     return 0;
 }
 
 /* The token whose K row of head h is k, or -1. */
 static int64_t lookup(const struct replay *rp, uint32_t h, const float *k) {
-    const struct row_key *ix = rp->index + (size_t)h * rp->T;
-    uint64_t hash = hash_row(k, rp->d);
-    size_t lo = 0, hi = rp->T;
+    const struct row_key *ix = rp->index + (size_t)h * rp->vc.T;
+    uint64_t hash = hash_row(k, rp->vc.d);
+    size_t lo = 0, hi = rp->vc.T;
 
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -410,154 +152,109 @@ static int64_t lookup(const struct replay *rp, uint32_t h, const float *k) {
         else
             hi = mid;
     }
-    for (; lo < rp->T && ix[lo].hash == hash; lo++)
-        if (memcmp(stream_row(rp->ks, rp->hkv, rp->d, ix[lo].token, h), k,
-                   (size_t)rp->d * sizeof(float)) == 0)
+    for (; lo < rp->vc.T && ix[lo].hash == hash; lo++)
+        if (memcmp(vcase_stream_row(rp->vc.ks, rp->vc.hkv, rp->vc.d, ix[lo].token, h), k,
+                   (size_t)rp->vc.d * sizeof(float)) == 0)
             return ix[lo].token;
     return -1;
 }
 
 /* Reads every live slot back from the arena and finds its token: K must be a stream row, V the
  * same token's V row, and no token may sit in two slots of a head. */
-static int identify_slots(struct replay *rp, const char *when, struct result *res) {
+static int identify_slots(struct replay *rp, const char *when, struct vcase_result *res) {
     uint32_t len = vase_seq_len(rp->seq);
-    size_t row = (size_t)rp->d * sizeof(float);
+    size_t row = (size_t)rp->vc.d * sizeof(float);
 
-    if (len > rp->T)
-        return failf(res, "%s: length %u exceeds the %u tokens of the stream", when, len, rp->T);
-    for (uint32_t h = 0; h < rp->hkv; h++) {
-        memset(rp->seen, 0, rp->T);
+    if (len > rp->vc.T)
+        return vcase_failf(res, "%s: length %u exceeds the %u tokens of the stream", when, len,
+                           rp->vc.T);
+    for (uint32_t h = 0; h < rp->vc.hkv; h++) {
+        memset(rp->seen, 0, rp->vc.T);
         for (uint32_t s = 0; s < len; s++) {
             const float *k = vase_seq_kv_ptr(rp->seq, 0, VASE_K, s, h);
             const float *v = vase_seq_kv_ptr(rp->seq, 0, VASE_V, s, h);
             int64_t t;
 
             if (!k || !v)
-                return failf(res,
-                             "%s: vase_seq_kv_ptr() has no address for slot %u of head %u "
-                             "(len %u, capacity %u)",
-                             when, s, h, len, vase_seq_capacity(rp->seq));
+                return vcase_failf(res,
+                                   "%s: vase_seq_kv_ptr() has no address for slot %u of head %u "
+                                   "(len %u, capacity %u)",
+                                   when, s, h, len, vase_seq_capacity(rp->seq));
             t = lookup(rp, h, k);
             if (t < 0)
-                return failf(res, "%s: head %u slot %u holds a K row that is no token's", when, h,
-                             s);
-            if (memcmp(v, stream_row(rp->vs, rp->hkv, rp->d, (uint32_t)t, h), row) != 0)
-                return failf(res,
-                             "%s: head %u slot %u holds the K row of token %lld but another "
-                             "V row",
-                             when, h, s, (long long)t);
+                return vcase_failf(res, "%s: head %u slot %u holds a K row that is no token's",
+                                   when, h, s);
+            if (memcmp(v, vcase_stream_row(rp->vc.vs, rp->vc.hkv, rp->vc.d, (uint32_t)t, h), row) !=
+                0)
+                return vcase_failf(res,
+                                   "%s: head %u slot %u holds the K row of token %lld but another "
+                                   "V row",
+                                   when, h, s, (long long)t);
             if (rp->seen[t])
-                return failf(res, "%s: head %u holds token %lld twice (again in slot %u)", when, h,
-                             (long long)t, s);
+                return vcase_failf(res, "%s: head %u holds token %lld twice (again in slot %u)",
+                                   when, h, (long long)t, s);
             rp->seen[t] = 1;
-            rp->pos[(size_t)h * rp->T + s] = (uint32_t)t;
+            rp->pos[(size_t)h * rp->vc.T + s] = (uint32_t)t;
         }
     }
     return 0;
 }
 
-static int setup(struct replay *rp, struct result *res) {
-    struct case_params p;
-    enum vase_metric metric = VASE_METRIC_RANGE;
+static int setup(struct replay *rp, const char *dir, struct vcase_result *res) {
+    struct vcase_params p;
     int r;
 
-    r = read_params(rp->dir, &p, res);
+    r = vcase_read_params(dir, true, &p, &rp->policy, &rp->params, res);
     if (r < 0)
         return r;
-    if (vase_policy_from_mode(p.mode, &rp->policy, &metric) < 0 &&
-        vase_policy_from_string(p.mode, &rp->policy) < 0)
-        return failf(res, "unknown mode '%s'", p.mode);
     rp->needs = vase_policy_needs(rp->policy);
-    rp->budget = p.u[P_BUDGET];
-    rp->window = p.u[P_WINDOW];
-    rp->prompt = p.u[P_PROMPT];
-    rp->params = vase_params_default(rp->budget);
-    rp->params.window = rp->window;
-    rp->params.metric = metric;
-    if (has(&p, P_N_SINK))
-        rp->params.n_sink = p.u[P_N_SINK];
-    if (has(&p, P_N_LARGE))
-        rp->params.n_large = p.u[P_N_LARGE];
-    if (has(&p, P_SMOOTH))
-        rp->params.smooth = p.u[P_SMOOTH];
-    if (has(&p, P_RANK))
-        rp->params.rank = p.u[P_RANK];
-    if (has(&p, P_TEMPERATURE))
-        rp->params.temperature = p.temperature;
-    if (has(&p, P_LAMBDA))
-        rp->params.lambda = p.lambda;
+    rp->budget = p.budget;
+    rp->window = p.window;
     r = vase_params_check(&rp->params, rp->policy);
     if (r < 0)
-        return failf(res, "vase_params_check() refuses the parameters of %s: %s", p.mode,
-                     strerror(-r));
+        return vcase_failf(res, "vase_params_check() refuses the parameters of %s: %s", p.mode,
+                           strerror(-r));
 
-    if ((r = load(rp->dir, "k_stream.npy", false, &rp->ks, res)) < 0 ||
-        (r = load(rp->dir, "v_stream.npy", false, &rp->vs, res)) < 0 ||
-        (r = load(rp->dir, "q_stream.npy", false, &rp->qs, res)) < 0 ||
-        (r = load(rp->dir, "evict_steps.npy", false, &rp->steps, res)) < 0 ||
-        (r = load(rp->dir, "final_pos.npy", false, &rp->final, res)) < 0)
+    r = vcase_trace_load(&rp->vc, dir, &p, res);
+    if (r < 0)
         return r;
-    if ((r = check_shape(rp->ks, "k_stream.npy", 'f', 3, (int64_t[]){-1, -1, -1}, res)) < 0)
-        return r;
-    rp->T = (uint32_t)rp->ks->shape[0];
-    rp->hkv = (uint32_t)rp->ks->shape[1];
-    rp->d = (uint32_t)rp->ks->shape[2];
-    if (rp->T == 0 || rp->hkv == 0 || rp->d == 0)
-        return failf(res, "k_stream.npy: an empty axis");
-    if ((r = check_shape(rp->vs, "v_stream.npy", 'f', 3, (int64_t[]){rp->T, rp->hkv, rp->d}, res)) <
-            0 ||
-        (r = check_shape(rp->qs, "q_stream.npy", 'f', 3, (int64_t[]){rp->T, -1, rp->d}, res)) < 0 ||
-        (r = check_shape(rp->steps, "evict_steps.npy", 'i', 1, (int64_t[]){-1}, res)) < 0 ||
-        (r = check_shape(rp->final, "final_pos.npy", 'i', 2, (int64_t[]){rp->hkv, -1}, res)) < 0)
-        return r;
-    rp->hq = (uint32_t)rp->qs->shape[1];
-    if (rp->hq == 0 || rp->hq % rp->hkv != 0)
-        return failf(res, "q_stream.npy: %u query heads is not a multiple of %u KV heads", rp->hq,
-                     rp->hkv);
-    if ((has(&p, P_HKV) && p.u[P_HKV] != rp->hkv) || (has(&p, P_HQ) && p.u[P_HQ] != rp->hq) ||
-        (has(&p, P_D) && p.u[P_D] != rp->d))
-        return failf(res, "params.txt: Hq/Hkv/D disagree with the streams (%u/%u/%u)", rp->hq,
-                     rp->hkv, rp->d);
-    if (rp->prompt > rp->T)
-        return failf(res, "params.txt: prompt=%u exceeds the %u tokens of the stream", rp->prompt,
-                     rp->T);
-    if (has(&p, P_STEPS) && p.u[P_STEPS] != rp->T - rp->prompt)
-        return failf(res, "params.txt: steps=%u, but the stream has %u tokens after the prompt",
-                     p.u[P_STEPS], rp->T - rp->prompt);
+    if (rp->vc.T == 0)
+        return vcase_failf(res, "k_stream.npy: an empty axis");
 
-    rp->pos = calloc((size_t)rp->hkv * rp->T, sizeof *rp->pos);
-    rp->seen = calloc(rp->T, 1);
+    rp->pos = calloc((size_t)rp->vc.hkv * rp->vc.T, sizeof *rp->pos);
+    rp->seen = calloc(rp->vc.T, 1);
     if (!rp->pos || !rp->seen)
-        return failf(res, "out of memory");
+        return vcase_failf(res, "out of memory");
     return build_index(rp, res);
 }
 
 /* Writes token t's K and V into slot, and its query into the ring. */
 static int write_token(struct replay *rp, uint32_t t, uint32_t slot, bool query,
-                       struct result *res) {
-    size_t row = (size_t)rp->d * sizeof(float);
+                       struct vcase_result *res) {
+    size_t row = (size_t)rp->vc.d * sizeof(float);
 
-    for (uint32_t h = 0; h < rp->hkv; h++) {
+    for (uint32_t h = 0; h < rp->vc.hkv; h++) {
         void *k = vase_seq_kv_ptr(rp->seq, 0, VASE_K, slot, h);
         void *v = vase_seq_kv_ptr(rp->seq, 0, VASE_V, slot, h);
 
         if (!k || !v)
-            return failf(res, "t=%u: vase_seq_kv_ptr() has no address for slot %u (capacity %u)", t,
-                         slot, vase_seq_capacity(rp->seq));
-        memcpy(k, stream_row(rp->ks, rp->hkv, rp->d, t, h), row);
-        memcpy(v, stream_row(rp->vs, rp->hkv, rp->d, t, h), row);
+            return vcase_failf(res,
+                               "t=%u: vase_seq_kv_ptr() has no address for slot %u (capacity %u)",
+                               t, slot, vase_seq_capacity(rp->seq));
+        memcpy(k, vcase_stream_row(rp->vc.ks, rp->vc.hkv, rp->vc.d, t, h), row);
+        memcpy(v, vcase_stream_row(rp->vc.vs, rp->vc.hkv, rp->vc.d, t, h), row);
     }
     if (!query || !(rp->needs & VASE_NEEDS_Q))
         return 0;
-    for (uint32_t h = 0; h < rp->hq; h++) {
+    for (uint32_t h = 0; h < rp->vc.hq; h++) {
         void *q = vase_seq_query_ptr(rp->seq, 0, t, h);
 
         if (!q)
-            return failf(res,
-                         "t=%u: vase_seq_query_ptr() is NULL for a policy that reads "
-                         "queries",
-                         t);
-        memcpy(q, stream_row(rp->qs, rp->hq, rp->d, t, h), row);
+            return vcase_failf(res,
+                               "t=%u: vase_seq_query_ptr() is NULL for a policy that reads "
+                               "queries",
+                               t);
+        memcpy(q, vcase_stream_row(rp->vc.qs, rp->vc.hq, rp->vc.d, t, h), row);
     }
     return 0;
 }
@@ -565,68 +262,40 @@ static int write_token(struct replay *rp, uint32_t t, uint32_t slot, bool query,
 /* Hands the daemon the draws of the coming round: the Exp(1) draws from exp_noise_NNN.npy,
  * and the sketch from gauss_NNN.npy or, when this round has none (cur_fixed_gauss draws once),
  * the latest earlier one. */
-static int inject_draws(struct replay *rp, uint32_t round, uint32_t n, struct result *res) {
-    struct vase_npy *exp = NULL, *gauss = NULL;
-    char name[64];
+static int inject_draws(struct replay *rp, uint32_t round, uint32_t n, struct vcase_result *res) {
+    struct vase_npy *exp = NULL;
     int r;
 
-    if (rp->needs & VASE_NEEDS_EXP) {
-        snprintf(name, sizeof name, "exp_noise_%03u.npy", round);
-        if ((r = load(rp->dir, name, false, &exp, res)) < 0)
-            return r;
-        if ((r = check_shape(exp, name, 'f', 2, (int64_t[]){rp->hkv, n}, res)) < 0)
-            goto free_exp;
-    }
-    if (rp->needs & VASE_NEEDS_GAUSS) {
-        snprintf(name, sizeof name, "gauss_%03u.npy", round);
-        if ((r = load(rp->dir, name, true, &gauss, res)) < 0)
-            goto free_exp;
-        if (gauss) {
-            r = check_shape(gauss, name, 'f', 2, (int64_t[]){rp->d, rp->params.rank}, res);
-            if (r < 0) {
-                vase_npy_free(gauss);
-                goto free_exp;
-            }
-            vase_npy_free(rp->gauss);
-            rp->gauss = gauss;
-        } else if (!rp->gauss) {
-            r = failf(res, "round %u: no %s and no earlier sketch", round, name);
-            goto free_exp;
-        }
-    }
+    r = vcase_trace_round_draws(&rp->vc, rp->needs, rp->params.rank, round, n, &exp, res);
+    if (r < 0)
+        return r;
     /* One layer, so the [layers][kv_heads][N] draws of the request are the file's [Hkv][N]. */
     r = vase_seq_set_draws(rp->seq, exp ? exp->data : NULL, exp ? exp->count : 0,
-                           (rp->needs & VASE_NEEDS_GAUSS) ? rp->gauss->data : NULL,
-                           (rp->needs & VASE_NEEDS_GAUSS) ? rp->gauss->count : 0);
+                           (rp->needs & VASE_NEEDS_GAUSS) ? rp->vc.gauss->data : NULL,
+                           (rp->needs & VASE_NEEDS_GAUSS) ? rp->vc.gauss->count : 0);
     if (r < 0)
         r = fail_call(res, rp->client, r, "round %u: vase_seq_set_draws() failed", round);
-
-free_exp:
     vase_npy_free(exp);
     return r;
 }
 
 /* Decodes token t; an eviction it triggers must be the next of evict_steps. */
-static int decode(struct replay *rp, uint32_t t, struct result *res) {
-    const int32_t *want = rp->steps->data;
-    uint32_t len = vase_seq_len(rp->seq), rounds = (uint32_t)rp->steps->shape[0];
+static int decode(struct replay *rp, uint32_t t, struct vcase_result *res) {
+    uint32_t len = vase_seq_len(rp->seq);
     bool trigger = len + 1 > rp->budget && (len + 1) % rp->window == 0;
     char when[64];
     int r;
 
     if (vase_seq_position(rp->seq) != t)
-        return failf(res, "t=%u: libvase's position is %llu", t,
-                     (unsigned long long)vase_seq_position(rp->seq));
+        return vcase_failf(res, "t=%u: libvase's position is %llu", t,
+                           (unsigned long long)vase_seq_position(rp->seq));
     r = write_token(rp, t, len, true, res);
     if (r < 0)
         return r;
     if (trigger) {
-        if (rp->rounds >= rounds || want[rp->rounds] < 0 || (uint32_t)want[rp->rounds] != t)
-            return rp->rounds < rounds
-                       ? failf(res, "eviction %u at t=%u, want t=%d", rp->rounds, t,
-                               want[rp->rounds])
-                       : failf(res, "eviction %u at t=%u, but evict_steps lists only %u",
-                               rp->rounds, t, rounds);
+        r = vcase_trace_check_round(&rp->vc, rp->rounds, t, res);
+        if (r < 0)
+            return r;
         r = inject_draws(rp, rp->rounds, len + 1 - rp->window, res);
         if (r < 0)
             return r;
@@ -636,40 +305,40 @@ static int decode(struct replay *rp, uint32_t t, struct result *res) {
     if (r < 0)
         return fail_call(res, rp->client, r, "t=%u (len %u): vase_seq_append() failed", t, len);
     if (trigger != (r > 0))
-        return failf(res, "t=%u (len %u -> %u): %s", t, len, len + 1,
-                     trigger ? "the trigger rule evicts here, but the sync append applied no plan"
-                             : "the append applied a plan the trigger rule does not call for");
+        return vcase_failf(res, "t=%u (len %u -> %u): %s", t, len, len + 1,
+                           trigger
+                               ? "the trigger rule evicts here, but the sync append applied no plan"
+                               : "the append applied a plan the trigger rule does not call for");
     if (!trigger)
         return 0;
 
     snprintf(when, sizeof when, "after eviction %u (t=%u)", rp->rounds, t);
     rp->rounds++;
     if (vase_seq_rounds(rp->seq) != rp->rounds)
-        return failf(res, "%s: libvase counts %u rounds", when, vase_seq_rounds(rp->seq));
+        return vcase_failf(res, "%s: libvase counts %u rounds", when, vase_seq_rounds(rp->seq));
     if (vase_seq_len(rp->seq) != rp->budget)
-        return failf(res, "%s: length %u, want the budget %u", when, vase_seq_len(rp->seq),
-                     rp->budget);
+        return vcase_failf(res, "%s: length %u, want the budget %u", when, vase_seq_len(rp->seq),
+                           rp->budget);
     return identify_slots(rp, when, res);
 }
 
 /* Each case has a client of its own, so that cases cannot affect one another and no number of
  * cases runs into the daemon's per-client model quota. */
-static int run_case(const char *dir, const char *name, struct result *res) {
-    struct replay rp = {.dir = dir};
+static int run_case(const char *dir, const char *name, struct vcase_result *res) {
+    struct replay rp = {.window = 0};
     char model_name[80];
-    const int32_t *want;
     uint32_t len;
     int r;
 
-    r = setup(&rp, res);
+    r = setup(&rp, dir, res);
     if (r < 0)
         goto out;
     r = vase_connect(
         &(struct vase_connect_options){.runtime_dir = arg_runtime_dir, .name = "replay_engine"},
         &rp.client);
     if (r < 0) {
-        r = failf(res, "cannot connect to vased: %s%s", vase_strerror(r),
-                  r == -ENOENT || r == -ECONNREFUSED ? " (is vased running?)" : "");
+        r = vcase_failf(res, "cannot connect to vased: %s%s", vase_strerror(r),
+                        r == -ENOENT || r == -ECONNREFUSED ? " (is vased running?)" : "");
         goto out;
     }
 
@@ -678,23 +347,23 @@ static int run_case(const char *dir, const char *name, struct result *res) {
                             &(struct vase_geometry){
                                 .name = model_name,
                                 .layers = 1,
-                                .q_heads = rp.hq,
-                                .kv_heads = rp.hkv,
-                                .head_dim = rp.d,
+                                .q_heads = rp.vc.hq,
+                                .kv_heads = rp.vc.hkv,
+                                .head_dim = rp.vc.d,
                                 .dtype = VASE_DTYPE_F32,
                             },
                             &rp.model);
     if (r < 0) {
         r = fail_call(res, rp.client, r,
-                      "vase_model_register(1 layer, %u/%u heads, dim %u, f32) failed", rp.hq,
-                      rp.hkv, rp.d);
+                      "vase_model_register(1 layer, %u/%u heads, dim %u, f32) failed", rp.vc.hq,
+                      rp.vc.hkv, rp.vc.d);
         goto out;
     }
     r = vase_seq_open(rp.client, rp.model,
                       &(struct vase_seq_config){
                           .policy = rp.policy,
                           .params = rp.params,
-                          .prompt_len = rp.prompt,
+                          .prompt_len = rp.vc.prompt,
                           .mode = VASE_MODE_SYNC,
                           .slack = -1,
                       },
@@ -702,52 +371,47 @@ static int run_case(const char *dir, const char *name, struct result *res) {
     if (r < 0) {
         r = fail_call(res, rp.client, r,
                       "vase_seq_open(%s, budget %u, window %u, prompt %u) failed",
-                      vase_policy_to_string(rp.policy), rp.budget, rp.window, rp.prompt);
+                      vase_policy_to_string(rp.policy), rp.budget, rp.window, rp.vc.prompt);
         goto out;
     }
 
     /* Prefill in one append, as an engine does. Only the last 2 * window queries can still be
      * in the ring afterwards, and only those are written. */
-    for (uint32_t t = 0; t < rp.prompt; t++) {
-        r = write_token(&rp, t, t, rp.prompt - t <= 2 * rp.window, res);
+    for (uint32_t t = 0; t < rp.vc.prompt; t++) {
+        r = write_token(&rp, t, t, rp.vc.prompt - t <= 2 * rp.window, res);
         if (r < 0)
             goto out;
     }
-    if (rp.prompt > 0) {
-        r = vase_seq_append(rp.seq, rp.prompt);
+    if (rp.vc.prompt > 0) {
+        r = vase_seq_append(rp.seq, rp.vc.prompt);
         if (r != 0) {
-            r = r < 0 ? fail_call(res, rp.client, r, "the prompt's append failed")
-                      : failf(res, "the prompt's append applied a plan: prefill never evicts");
+            r = r < 0
+                    ? fail_call(res, rp.client, r, "the prompt's append failed")
+                    : vcase_failf(res, "the prompt's append applied a plan: prefill never evicts");
             goto out;
         }
     }
-    for (uint32_t t = rp.prompt; t < rp.T; t++) {
+    for (uint32_t t = rp.vc.prompt; t < rp.vc.T; t++) {
         r = decode(&rp, t, res);
         if (r < 0)
             goto out;
     }
 
-    want = rp.steps->data;
-    if (rp.rounds != rp.steps->shape[0]) {
-        r = failf(res, "%u evictions, want %zu (the next at t=%d)", rp.rounds, rp.steps->shape[0],
-                  want[rp.rounds]);
-        goto out;
-    }
     len = vase_seq_len(rp.seq);
-    if (rp.final->shape[1] != len) {
-        r = failf(res, "final length %u, want %zu", len, rp.final->shape[1]);
+    r = vcase_trace_check_end(&rp.vc, rp.rounds, len, res);
+    if (r < 0)
         goto out;
-    }
     r = identify_slots(&rp, "at the end", res);
     if (r < 0)
         goto out;
-    for (uint32_t h = 0; h < rp.hkv; h++)
+    for (uint32_t h = 0; h < rp.vc.hkv; h++)
         for (uint32_t s = 0; s < len; s++) {
-            int32_t w = ((const int32_t *)rp.final->data)[(size_t)h * len + s];
-            uint32_t got = rp.pos[(size_t)h * rp.T + s];
+            int32_t w = ((const int32_t *)rp.vc.final->data)[(size_t)h * len + s];
+            uint32_t got = rp.pos[(size_t)h * rp.vc.T + s];
 
             if (w < 0 || (uint32_t)w != got) {
-                r = failf(res, "final_pos: head %u slot %u holds token %u, want %d", h, s, got, w);
+                r = vcase_failf(res, "final_pos: head %u slot %u holds token %u, want %d", h, s,
+                                got, w);
                 goto out;
             }
         }
@@ -759,19 +423,6 @@ out:
 }
 
 /* ---- driver -------------------------------------------------------------------------- */
-
-/* The case is named after the directory's basename, trailing slashes ignored. */
-static void case_name(const char *path, char *buf, size_t size) {
-    size_t len = strlen(path);
-    const char *base;
-
-    while (len > 1 && path[len - 1] == '/')
-        len--;
-    base = path + len;
-    while (base > path && base[-1] != '/')
-        base--;
-    snprintf(buf, size, "%.*s", (int)(path + len - base), base);
-}
 
 static void help(void) {
     printf(
@@ -820,10 +471,10 @@ int main(int argc, char **argv) {
         return r < 0 ? 2 : 0;
 
     for (int i = optind; i < argc; i++) {
-        struct result res = {.msg = ""};
+        struct vcase_result res = {.msg = ""};
         char name[NAME_MAX + 1];
 
-        case_name(argv[i], name, sizeof name);
+        vcase_name(argv[i], name, sizeof name);
         r = run_case(argv[i], name, &res);
         if (r < 0) {
             printf("FAIL %s: %s\n", name, res.msg[0] ? res.msg : vase_strerror(r));

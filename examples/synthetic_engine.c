@@ -15,7 +15,10 @@
  *
  * Rows are cut from one precomputed pool of normal draws at random offsets, already converted
  * to the model's dtype, so that writing a token is a few memcpy()s and the engine measures the
- * service rather than its own random number generator.
+ * service rather than its own random number generator. Rows are assembled in host buffers and
+ * written with vase_seq_write_kv() and vase_seq_write_query(), so the same engine runs on the
+ * host arena (memcpy) and on a CUDA arena (copies to the GPU on the legacy default stream):
+ * whichever arena vased offers as --arena.
  */
 
 #include <errno.h>
@@ -30,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "argnum.h"
 #include "vase.h"
 
 /* Normal draws in the row pool: far more than any head dim, so rows cut at random offsets are
@@ -61,6 +65,7 @@ static double arg_step_ms = 1.0;
 static enum step_work arg_step_work = STEP_SLEEP;
 static uint64_t arg_seed = 1;
 static bool arg_push_stats;
+static uint32_t arg_arena;
 static const char *arg_runtime_dir;
 static const char *arg_name = "synthetic_engine";
 
@@ -109,34 +114,6 @@ static void store(void *dst, enum vase_dtype dtype, size_t i, float x) {
         ((uint16_t *)dst)[i] = vase_f32_to_bf16(x);
         break;
     }
-}
-
-static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
-    unsigned long long v;
-    char *end;
-
-    if (s[0] < '0' || s[0] > '9')
-        return -EINVAL;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno == ERANGE)
-        return -ERANGE;
-    if (errno != 0 || end == s || *end != '\0')
-        return -EINVAL;
-    if (v < min || v > max)
-        return -ERANGE;
-    *ret = v;
-    return 0;
-}
-
-static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret) {
-    uint64_t v;
-    int r = parse_u64(s, min, max, &v);
-
-    if (r < 0)
-        return r;
-    *ret = (uint32_t)v;
-    return 0;
 }
 
 static int parse_seconds(const char *s, double max, double *ret) {
@@ -213,6 +190,7 @@ struct seq_state {
     double plan_seconds, plan_max; /* the daemon's plan time, as reported with each plan */
     float *stats;                  /* [kv_heads][capacity], --push-stats only */
     uint32_t stats_cap;
+    bool has_ring; /* the policy reads queries: the sequence has a query ring */
 };
 
 struct engine {
@@ -221,7 +199,12 @@ struct engine {
     struct pool pool;
     struct seq_state *seqs;
     uint32_t nseqs;
+    /* One token's rows in the model's dtype, assembled on the host: K and V [kv_heads][dim],
+     * the query [q_heads][dim]. */
+    void *k_row, *v_row, *q_row;
 };
+
+static int fail(const struct engine *e, const char *what, const struct seq_state *ss, int r);
 
 /* Writes one row of dim elements at dst, cut from the pool at a random offset; scaled for an
  * outlier. Returns whether the row is an outlier. */
@@ -252,32 +235,31 @@ static bool write_row(const struct pool *p, struct rng *r, void *dst, bool may_b
 static int write_tokens(struct engine *e, struct seq_state *ss, uint32_t n) {
     uint32_t len = vase_seq_len(ss->seq);
     uint64_t pos = vase_seq_position(ss->seq);
+    size_t row = (size_t)arg_head_dim * e->pool.es;
+    int r;
 
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t l = 0; l < arg_layers; l++) {
+            if (len + i >= vase_seq_capacity(ss->seq)) {
+                fprintf(stderr, "%s: sequence %u: no slot %u (capacity %u) for the next token\n",
+                        arg_name, vase_seq_id(ss->seq), len + i, vase_seq_capacity(ss->seq));
+                return -ENOSPC;
+            }
             for (uint32_t h = 0; h < arg_kv_heads; h++) {
-                void *k = vase_seq_kv_ptr(ss->seq, l, VASE_K, len + i, h);
-                void *v = vase_seq_kv_ptr(ss->seq, l, VASE_V, len + i, h);
-
-                if (!k || !v) {
-                    fprintf(stderr,
-                            "%s: sequence %u: no slot %u (capacity %u) for the next token\n",
-                            arg_name, vase_seq_id(ss->seq), len + i, vase_seq_capacity(ss->seq));
-                    return -ENOSPC;
-                }
-                write_row(&e->pool, &ss->rng, k, false);
-                if (write_row(&e->pool, &ss->rng, v, true))
+                write_row(&e->pool, &ss->rng, (char *)e->k_row + h * row, false);
+                if (write_row(&e->pool, &ss->rng, (char *)e->v_row + h * row, true))
                     ss->outliers++;
             }
-            if (n - i > 2 * arg_window)
+            r = vase_seq_write_kv(ss->seq, l, len + i, e->k_row, e->v_row);
+            if (r < 0)
+                return fail(e, "vase_seq_write_kv()", ss, r);
+            if (n - i > 2 * arg_window || !ss->has_ring)
                 continue;
-            for (uint32_t h = 0; h < arg_q_heads; h++) {
-                void *q = vase_seq_query_ptr(ss->seq, l, pos + i, h);
-
-                if (!q)
-                    break; /* the policy reads no queries */
-                write_row(&e->pool, &ss->rng, q, false);
-            }
+            for (uint32_t h = 0; h < arg_q_heads; h++)
+                write_row(&e->pool, &ss->rng, (char *)e->q_row + h * row, false);
+            r = vase_seq_write_query(ss->seq, l, pos + i, e->q_row);
+            if (r < 0)
+                return fail(e, "vase_seq_write_query()", ss, r);
         }
     return 0;
 }
@@ -423,17 +405,16 @@ static int count_outliers(const struct engine *e, const struct seq_state *ss, ui
     row = malloc((size_t)arg_head_dim * sizeof(float));
     if (!row)
         return -ENOMEM;
-    for (uint32_t l = 0; l < arg_layers && r >= 0; l++) {
-        struct vase_view view;
-
-        r = vase_seq_kv_view(ss->seq, l, VASE_V, &view);
-        if (r < 0)
-            break;
-        for (uint32_t h = 0; h < arg_kv_heads; h++)
-            for (uint32_t s = 0; s < len; s++) {
+    /* The token's V rows, read back to the host: [kv_heads][dim], one row per head. */
+    struct vase_view view =
+        vase_view_contiguous(e->v_row, arg_dtype, arg_kv_heads, 1, arg_head_dim);
+    for (uint32_t l = 0; l < arg_layers && r >= 0; l++)
+        for (uint32_t s = 0; s < len && r >= 0; s++) {
+            r = vase_seq_read_kv(ss->seq, l, s, e->k_row, e->v_row);
+            for (uint32_t h = 0; h < arg_kv_heads && r >= 0; h++) {
                 float lo = INFINITY, hi = -INFINITY;
 
-                vase_view_read_row(&view, s, h, row);
+                vase_view_read_row(&view, 0, h, row);
                 for (uint32_t d = 0; d < arg_head_dim; d++) {
                     lo = fminf(lo, row[d]);
                     hi = fmaxf(hi, row[d]);
@@ -441,7 +422,7 @@ static int count_outliers(const struct engine *e, const struct seq_state *ss, ui
                 if (hi - lo > e->pool.threshold)
                     count++;
             }
-    }
+        }
     free(row);
     if (r < 0)
         return r;
@@ -528,9 +509,12 @@ static int run(void) {
     if (r < 0)
         return fail(&e, "allocating the row pool", NULL, r);
     e.seqs = calloc(arg_seqs, sizeof *e.seqs);
-    if (!e.seqs) {
+    e.k_row = malloc((size_t)arg_kv_heads * arg_head_dim * e.pool.es);
+    e.v_row = malloc((size_t)arg_kv_heads * arg_head_dim * e.pool.es);
+    e.q_row = malloc((size_t)arg_q_heads * arg_head_dim * e.pool.es);
+    if (!e.seqs || !e.k_row || !e.v_row || !e.q_row) {
         r = fail(&e, "allocating the sequences", NULL, -ENOMEM);
-        goto free_pool;
+        goto free_seqs;
     }
 
     r = vase_connect(&copts, &e.client);
@@ -552,6 +536,7 @@ static int run(void) {
                                 .kv_heads = arg_kv_heads,
                                 .head_dim = arg_head_dim,
                                 .dtype = arg_dtype,
+                                .arena = arg_arena,
                             },
                             &e.model);
     if (r < 0) {
@@ -578,6 +563,8 @@ static int run(void) {
             goto close_seqs;
         }
         e.nseqs++;
+        /* Only tested, never dereferenced: on a CUDA arena it is a device address. */
+        ss->has_ring = vase_seq_query_ptr(ss->seq, 0, 0, 0) != NULL;
     }
 
     /* Prefill: the whole prompt in one append, as an engine's prefill writes it in one pass. */
@@ -628,7 +615,9 @@ disconnect:
     vase_disconnect(e.client);
 free_seqs:
     free(e.seqs);
-free_pool:
+    free(e.k_row);
+    free(e.v_row);
+    free(e.q_row);
     pool_done(&e.pool);
     return r;
 }
@@ -661,6 +650,7 @@ static void help(void) {
         "      --step-ms=MS       simulated forward time per step (1)\n"
         "      --step-work=KIND   sleep or busy (sleep)\n"
         "      --seed=N           data and sampling seed (1)\n"
+        "      --arena=ID         the daemon's arena to run on, host or CUDA alike (0)\n"
         "      --runtime-dir=DIR  vased's runtime directory ($VASE_RUNTIME_DIR, /run/vase, ./run)\n"
         "      --name=NAME        client name shown by vasectl\n"
         "  -h --help              show this help\n",
@@ -686,6 +676,7 @@ enum {
     OPT_STEP_MS,
     OPT_STEP_WORK,
     OPT_SEED,
+    OPT_ARENA,
     OPT_RUNTIME_DIR,
     OPT_NAME,
 };
@@ -718,6 +709,7 @@ static int parse_argv(int argc, char **argv) {
         {"step-ms", required_argument, NULL, OPT_STEP_MS},
         {"step-work", required_argument, NULL, OPT_STEP_WORK},
         {"seed", required_argument, NULL, OPT_SEED},
+        {"arena", required_argument, NULL, OPT_ARENA},
         {"runtime-dir", required_argument, NULL, OPT_RUNTIME_DIR},
         {"name", required_argument, NULL, OPT_NAME},
         {"help", no_argument, NULL, 'h'},
@@ -734,19 +726,19 @@ static int parse_argv(int argc, char **argv) {
             help();
             return 0;
         case OPT_LAYERS:
-            if ((r = parse_u32(optarg, 1, 65535, &arg_layers)) < 0)
+            if ((r = argnum_u32(optarg, 1, 65535, &arg_layers)) < 0)
                 return bad_value(name, optarg, r, "1..65535");
             break;
         case OPT_Q_HEADS:
-            if ((r = parse_u32(optarg, 1, VASE_MAX_HEADS, &arg_q_heads)) < 0)
+            if ((r = argnum_u32(optarg, 1, VASE_MAX_HEADS, &arg_q_heads)) < 0)
                 return bad_value(name, optarg, r, "1..1024");
             break;
         case OPT_KV_HEADS:
-            if ((r = parse_u32(optarg, 1, VASE_MAX_HEADS, &arg_kv_heads)) < 0)
+            if ((r = argnum_u32(optarg, 1, VASE_MAX_HEADS, &arg_kv_heads)) < 0)
                 return bad_value(name, optarg, r, "1..1024");
             break;
         case OPT_HEAD_DIM:
-            if ((r = parse_u32(optarg, 1, VASE_MAX_DIM, &arg_head_dim)) < 0)
+            if ((r = argnum_u32(optarg, 1, VASE_MAX_DIM, &arg_head_dim)) < 0)
                 return bad_value(name, optarg, r, "1..1024");
             break;
         case OPT_DTYPE:
@@ -757,19 +749,19 @@ static int parse_argv(int argc, char **argv) {
             }
             break;
         case OPT_SEQS:
-            if ((r = parse_u32(optarg, 1, MAX_SEQS, &arg_seqs)) < 0)
+            if ((r = argnum_u32(optarg, 1, MAX_SEQS, &arg_seqs)) < 0)
                 return bad_value(name, optarg, r, "1..1024");
             break;
         case OPT_BUDGET:
-            if ((r = parse_u32(optarg, 2, VASE_MAX_BUDGET, &arg_budget)) < 0)
+            if ((r = argnum_u32(optarg, 2, VASE_MAX_BUDGET, &arg_budget)) < 0)
                 return bad_value(name, optarg, r, "2..4194304");
             break;
         case OPT_WINDOW:
-            if ((r = parse_u32(optarg, 1, VASE_MAX_BUDGET, &arg_window)) < 0)
+            if ((r = argnum_u32(optarg, 1, VASE_MAX_BUDGET, &arg_window)) < 0)
                 return bad_value(name, optarg, r, "1..4194304");
             break;
         case OPT_SLACK:
-            if ((r = parse_u32(optarg, 0, VASE_MAX_BUDGET, &slack)) < 0)
+            if ((r = argnum_u32(optarg, 0, VASE_MAX_BUDGET, &slack)) < 0)
                 return bad_value(name, optarg, r, "0..4194304");
             arg_slack = (int32_t)slack;
             break;
@@ -792,14 +784,14 @@ static int parse_argv(int argc, char **argv) {
             }
             break;
         case OPT_PROMPT:
-            if ((r = parse_u32(optarg, 0, VASE_MAX_TOKENS, &arg_prompt)) < 0)
+            if ((r = argnum_u32(optarg, 0, VASE_MAX_TOKENS, &arg_prompt)) < 0)
                 return bad_value(name, optarg, r, "0..4194304");
             break;
         case OPT_PUSH_STATS:
             arg_push_stats = true;
             break;
         case OPT_STEPS:
-            if ((r = parse_u64(optarg, 0, UINT64_MAX, &arg_steps)) < 0)
+            if ((r = argnum_u64(optarg, 0, UINT64_MAX, &arg_steps)) < 0)
                 return bad_value(name, optarg, r, NULL);
             arg_steps_set = true;
             break;
@@ -823,8 +815,12 @@ static int parse_argv(int argc, char **argv) {
             }
             break;
         case OPT_SEED:
-            if ((r = parse_u64(optarg, 0, UINT64_MAX, &arg_seed)) < 0)
+            if ((r = argnum_u64(optarg, 0, UINT64_MAX, &arg_seed)) < 0)
                 return bad_value(name, optarg, r, NULL);
+            break;
+        case OPT_ARENA:
+            if ((r = argnum_u32(optarg, 0, 255, &arg_arena)) < 0)
+                return bad_value(name, optarg, r, "0..255");
             break;
         case OPT_RUNTIME_DIR:
             arg_runtime_dir = optarg;

@@ -259,6 +259,10 @@ int vase_plan(const struct vase_plan_input *in, unsigned nthreads, struct vase_w
  */
 int vase_compact(struct vase_view *view, const uint32_t *keep, uint32_t K, uint32_t n,
                  uint32_t len);
+/* vase_compact() of a layer's K and V (v may be NULL) by one plan, checked once. Returns the
+ * new length, or -EINVAL / -ENOMEM with nothing moved. */
+int vase_compact_layer(struct vase_view *k, struct vase_view *v, const uint32_t *keep, uint32_t K,
+                       uint32_t n, uint32_t len);
 /* The same move on a [heads][stride] float array (per-slot statistics such as h2o's
  * accumulated attention); entries past the new length are zeroed. Returns the new length. */
 int vase_compact_f32(float *data, uint32_t heads, size_t stride, const uint32_t *keep, uint32_t K,
@@ -266,6 +270,98 @@ int vase_compact_f32(float *data, uint32_t heads, size_t stride, const uint32_t 
 
 /* Validates a plan: every head's K entries distinct and below n. 0 or -EINVAL. */
 int vase_plan_validate(const uint32_t *keep, uint32_t heads, uint32_t K, uint32_t n);
+
+/* ---- CUDA (built when USE_CUDA=1) ---- */
+
+/*
+ * The same plans and compaction on the GPU, in libvasekernels_cuda.a (the .cu files of
+ * kernels/; link it before libvasekernels.a, with -lcudart -lstdc++). Declared whatever the
+ * build; defined only when USE_CUDA=1.
+ *
+ * The CUDA entry points take the CPU's structures, but every pointer they reach through them is
+ * a DEVICE pointer of the current device: each view's base and its block table (pages), acc,
+ * scores, exp_draws, gauss, keep and out. Views must be aligned to their element size (base
+ * and every stride), block tables to 4 bytes (-EINVAL otherwise). Nothing is read on the host
+ * but the structures themselves. Work goes to the CUDA stream `stream` (a cudaStream_t; NULL is
+ * the legacy default stream) of the calling thread's current device.
+ *
+ * Returns: as the CPU functions, plus CUDA failures mapped to -errno: -ENOMEM for
+ * cudaErrorMemoryAllocation, -EINVAL for cudaErrorInvalidValue, -ENODEV for no device or an
+ * insufficient driver, -EIO for anything else; vase_cuda_last_error() gives the runtime's
+ * message for logging. Each call first clears the thread's pending (non-sticky) runtime error.
+ */
+
+/* 1 if a CUDA device is usable, 0 if there is none (or no driver), -errno on another error. */
+int vase_cuda_available(void);
+/* The CUDA runtime's message for the last CUDA failure a vase_*_cuda() call of this thread
+ * mapped to -errno, or NULL. A static string. */
+const char *vase_cuda_last_error(void);
+
+/* Device scratch memory for plans, bound to the device current at creation; one per thread.
+ * Grows as needed; freed (with its buffers) by vase_cuda_workspace_free(), which accepts NULL. */
+struct vase_cuda_workspace;
+int vase_cuda_workspace_new(struct vase_cuda_workspace **ret);
+struct vase_cuda_workspace *vase_cuda_workspace_free(struct vase_cuda_workspace *ws);
+
+/*
+ * vase_plan() on the GPU: the plan of every KV head of the layer into keep, DEVICE [Hkv][K], the
+ * same plan as the CPU's for the same inputs and seed (the Philox draws of the CPU, the same
+ * selection order; scores that cannot be summed in the CPU's order, the attention's, agree to
+ * float rounding). ws may be NULL (scratch is then allocated for the call) and must belong to
+ * the current device.
+ *
+ * Ordering: the plan reads the views on stream, so the engine's writes to the slots it reads
+ * must be complete before the call (the engine synchronises its stream before it sends the
+ * request). The call synchronises stream before it returns: on success the plan is complete in
+ * device memory, and any process or stream may read it once told so. On failure nothing has
+ * been written to keep: -EINVAL for invalid parameters or views, or NaN/Inf in what the policy
+ * reads (detected on the device); -ENOMEM; the CUDA errors above.
+ */
+int vase_plan_cuda(const struct vase_plan_input *in, struct vase_cuda_workspace *ws, void *stream,
+                   uint32_t *keep);
+
+/*
+ * The CPU's test exports on the GPU, for every head of the view at once: out DEVICE [heads][n].
+ * They run the kernels the plans run, so that tests can compare scores and draws, not only
+ * plans. Each synchronises stream; ws may be NULL. 0, -EINVAL (bad arguments, or NaN/Inf where
+ * the CPU function rejects it: out is then undefined), -ENOMEM, CUDA errors.
+ *
+ * vase_score_attention_cuda(): vase_score_attention() of every KV head (in->scores, when set,
+ * checked and copied). vase_value_metric_cuda(): vase_value_metric(). vase_score_leverage_cuda():
+ * vase_score_leverage() with gm DEVICE [D][r] as vase_sketch() makes it.
+ * vase_score_redundancy_cuda(): vase_score_redundancy(). vase_rng_exp_cuda(),
+ * vase_rng_normal_cuda(): vase_rng_exp() and vase_rng_normal() into out DEVICE [n].
+ */
+int vase_score_attention_cuda(const struct vase_plan_input *in, struct vase_cuda_workspace *ws,
+                              void *stream, float *out);
+int vase_value_metric_cuda(const struct vase_view *v, uint32_t n, enum vase_metric m,
+                           struct vase_cuda_workspace *ws, void *stream, float *out);
+int vase_score_leverage_cuda(const struct vase_view *k, const struct vase_view *v, uint32_t n,
+                             const float *gm, uint32_t r, struct vase_cuda_workspace *ws,
+                             void *stream, float *out);
+int vase_score_redundancy_cuda(const struct vase_view *k, uint32_t n,
+                               struct vase_cuda_workspace *ws, void *stream, float *out);
+int vase_rng_exp_cuda(const struct vase_rng *rng, uint32_t kv_head, float *out, size_t n,
+                      void *stream);
+int vase_rng_normal_cuda(const struct vase_rng *rng, uint32_t kv_head, float *out, size_t n,
+                         void *stream);
+
+/*
+ * vase_compact() on the GPU, enqueued on stream (the engine's) without waiting for it: view's
+ * base and block table and keep [heads][K] are device pointers. Ordered after the work already
+ * on stream and before the work queued after it; keep, and every slot up to len - 1 (the tail
+ * may sit in pages that the new length no longer needs), must stay untouched until the
+ * compaction has run: wait for it (an event, or a stream sync) before reporting a commit that
+ * lets those pages be handed to someone else. The plan is validated on the device: an invalid one
+ * (an entry >= n, or repeated within a head) moves nothing, which the call cannot report since
+ * it does not wait; plans of vase_plan() and vase_plan_cuda() are always valid. Returns the new
+ * length K + len - n once the work is queued, -EINVAL for invalid arguments (nothing queued),
+ * -ENOMEM or a CUDA error.
+ */
+int vase_compact_cuda(struct vase_view *view, const uint32_t *keep, uint32_t K, uint32_t n,
+                      uint32_t len, void *stream);
+
+/* ---- end CUDA ---- */
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "argnum.h"
 #include "vase.h"
 
 static const char *arg_runtime_dir;
@@ -675,22 +676,6 @@ static void help(void) {
            program_invocation_short_name);
 }
 
-static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret) {
-    unsigned long long v;
-    char *end;
-
-    if (s[0] < '0' || s[0] > '9')
-        return -EINVAL;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno == ERANGE || (errno == 0 && *end == '\0' && (v < min || v > max)))
-        return -ERANGE;
-    if (errno != 0 || *end != '\0')
-        return -EINVAL;
-    *ret = (uint32_t)v;
-    return 0;
-}
-
 /* Returns < 0 on a usage error, 0 to exit successfully (help), > 0 to go on. */
 static int parse_argv(int argc, char **argv) {
     enum {
@@ -739,24 +724,24 @@ static int parse_argv(int argc, char **argv) {
             }
             continue;
         case OPT_PINGS:
-            r = parse_u32(optarg, 1, 100000000, &arg_pings);
+            r = argnum_u32(optarg, 1, 100000000, &arg_pings);
             break;
         case OPT_RTT:
-            r = parse_u32(optarg, 1, 100000000, &arg_rtt_evictions);
+            r = argnum_u32(optarg, 1, 100000000, &arg_rtt_evictions);
             break;
         case OPT_STATS:
-            r = parse_u32(optarg, 1, 1000000000, &arg_stats_messages);
+            r = argnum_u32(optarg, 1, 1000000000, &arg_stats_messages);
             break;
         case OPT_STALL:
-            r = parse_u32(optarg, 1, 100000, &arg_stall_evictions);
+            r = argnum_u32(optarg, 1, 100000, &arg_stall_evictions);
             break;
         case OPT_BUDGET:
-            r = parse_u32(optarg, 128, VASE_MAX_BUDGET, &arg_budget);
+            r = argnum_u32(optarg, 128, VASE_MAX_BUDGET, &arg_budget);
             if (r == 0 && arg_budget % 64 != 0)
                 r = -EINVAL;
             break;
         case OPT_LAYERS:
-            r = parse_u32(optarg, 1, 1024, &arg_layers);
+            r = argnum_u32(optarg, 1, 1024, &arg_layers);
             break;
         case OPT_STEP_MS:
             errno = 0;

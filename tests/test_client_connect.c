@@ -120,6 +120,10 @@ static void send_welcome(struct peer *p, int fd, uint32_t version, bool with_fd)
     dev.num_pages = 2;
     dev.size_bytes = 2 * PAGE;
     dev.share = "cuda-ipc";
+    /* A CUDA arena names its GPU and carries its 64-byte legacy IPC handle. */
+    static uint8_t handle[64];
+    dev.device_uuid = "GPU-01234567-89ab-cdef-0123-456789abcdef";
+    dev.ipc_handle = (ProtobufCBinaryData){.len = sizeof(handle), .data = handle};
     w.client_id = 7;
     w.token = (ProtobufCBinaryData){.len = sizeof(token), .data = (uint8_t *)token};
     w.n_arenas = 2;
@@ -438,8 +442,10 @@ static void test_welcome(void **state) {
     assert_string_equal(s.arenas[0].share, "memfd");
     assert_int_equal(s.arenas[0].num_pages, NPAGES);
     assert_non_null(s.arenas[0].map);
-    /* Device arenas are described but not mapped. */
+    /* Device arenas are described but not mapped (until a model is registered on them). */
     assert_string_equal(s.arenas[1].kind, "cuda:0");
+    assert_string_equal(s.arenas[1].device_uuid, "GPU-01234567-89ab-cdef-0123-456789abcdef");
+    assert_int_equal(s.arenas[1].ipc_handle_len, 64);
     assert_null(s.arenas[1].map);
 
     /* The mapping is shared and writable: what the engine writes, the daemon reads. */
@@ -508,8 +514,17 @@ static void test_connect_ok(void **state) {
     g.layers = 2;
     g.arena = 9; /* no such arena */
     assert_int_equal(vase_model_register(c, &g, &m), -EINVAL);
-    g.arena = 1; /* a device arena: no CPU path */
-    assert_int_equal(vase_model_register(c, &g, &m), -EOPNOTSUPP);
+    /* A device arena this process cannot map: a libvase without CUDA, or one with CUDA and no
+     * device with the arena's made-up UUID. Either way the library says why, without a word to
+     * the daemon. */
+    g.arena = 1;
+    int r = vase_model_register(c, &g, &m);
+    if (r == -EOPNOTSUPP)
+        assert_non_null(strstr(vase_last_error(c), "built without CUDA"));
+    else {
+        assert_int_equal(r, -ENODEV);
+        assert_non_null(strstr(vase_last_error(c), "GPU-01234567-89ab-cdef-0123-456789abcdef"));
+    }
     assert_null(m);
 
     /* The daemon goes away: the next call says so at once, and every later one too. */

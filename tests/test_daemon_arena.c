@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/arena.c: the host backend's memfd, its seals and mappings, and the
- * refusal of CUDA arenas in this build. */
+/* Unit tests of daemon/arena.c: the host backend's memfd, its seals and mappings, the syntax of
+ * arena specs, and the refusal of CUDA arenas in a build without CUDA (the CUDA backends
+ * themselves: test_daemon_cuda_arena.c). */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +23,7 @@ static void test_host(void **state) {
     (void)state;
     struct vase_arena *a = NULL;
     int fd;
-    assert_int_equal(vase_arena_new(3, "host", 1 << 20, 64 << 10, &a), 0);
+    assert_int_equal(vase_arena_new(3, "host", VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a), 0);
     assert_non_null(a);
     assert_int_equal(a->id, 3);
     assert_string_equal(a->kind, "host");
@@ -66,23 +67,82 @@ static void test_host(void **state) {
 static void test_refusals(void **state) {
     (void)state;
     struct vase_arena *a = NULL;
-    assert_int_equal(vase_arena_new(0, "cuda:0", 1 << 20, 64 << 10, &a), -EOPNOTSUPP);
-    assert_int_equal(vase_arena_new(0, "cuda:1", 1 << 20, 64 << 10, &a), -EOPNOTSUPP);
-    assert_int_equal(vase_arena_new(0, "gpu", 1 << 20, 64 << 10, &a), -EINVAL);
-    assert_int_equal(vase_arena_new(0, "", 1 << 20, 64 << 10, &a), -EINVAL);
-    assert_int_equal(vase_arena_new(0, NULL, 1 << 20, 64 << 10, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, "gpu", VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, "", VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, NULL, VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a), -EINVAL);
     /* Pages must be 4 KiB multiples and divide the size. */
-    assert_int_equal(vase_arena_new(0, "host", 1 << 20, 1000, &a), -EINVAL);
-    assert_int_equal(vase_arena_new(0, "host", 1 << 20, 2048, &a), -EINVAL);
-    assert_int_equal(vase_arena_new(0, "host", (1 << 20) + 4096, 64 << 10, &a), -EINVAL);
-    assert_int_equal(vase_arena_new(0, "host", 0, 64 << 10, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 1 << 20, 1000, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 1 << 20, 2048, &a), -EINVAL);
+    assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, (1 << 20) + 4096, 64 << 10, &a),
+                     -EINVAL);
+    assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 0, 64 << 10, &a), -EINVAL);
     assert_null(a);
+}
+
+/* CUDA specs are checked the same way in every build, before any backend runs. */
+static void test_cuda_spec_syntax(void **state) {
+    (void)state;
+    static const char *const bad[] = {
+        "cuda:",
+        "cuda:-1",
+        "cuda:+1",
+        "cuda:x",
+        "cuda:12345",
+        "cuda:0x1",
+        "cuda: 0",
+        "cuda:GPU-",
+        "cuda:GPU-0123456789-abcd-ef01-2345-6789abcdef01", /* wrong grouping */
+        "cuda:GPU-01234567-89ab-cdef-0123-456789abcdeg",   /* not hex */
+        "cuda:GPU-01234567-89ab-cdef-0123-456789abcdef0",  /* too long */
+        "cuda:MIG-01234567-89ab-cdef-0123-456789abcdef",
+    };
+    struct vase_arena *a = NULL;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(vase_arena_new(0, bad[i], VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a),
+                         -EINVAL);
+    assert_int_equal(vase_arena_new(0, "cuda:0", (enum vase_cuda_share)7, 1 << 20, 64 << 10, &a),
+                     -EINVAL);
+    assert_null(a);
+
+    enum vase_cuda_share share;
+    assert_int_equal(vase_cuda_share_from_string("ipc", &share), 0);
+    assert_int_equal(share, VASE_CUDA_SHARE_IPC);
+    assert_int_equal(vase_cuda_share_from_string("vmm", &share), 0);
+    assert_int_equal(share, VASE_CUDA_SHARE_VMM);
+    assert_int_equal(vase_cuda_share_from_string("VMM", &share), -EINVAL);
+    assert_int_equal(vase_cuda_share_from_string("", &share), -EINVAL);
+    assert_int_equal(vase_cuda_share_from_string(NULL, &share), -EINVAL);
+}
+
+/* Without CUDA every well-formed CUDA arena is refused as unsupported, whatever the sharing;
+ * with CUDA, test_daemon_cuda_arena runs the backends against a fake runtime instead. */
+static void test_cuda_refused_without_cuda(void **state) {
+    (void)state;
+    static const char *const good[] = {"cuda:0", "cuda:1",
+                                       "cuda:GPU-01234567-89ab-cdef-0123-456789ABCDEF"};
+    struct vase_arena *a = NULL;
+    if (vase_arena_have_cuda) {
+        print_message("This build has CUDA: its backends are tested by test_daemon_cuda_arena.\n");
+        assert_true(vase_arena_cuda_ipc_ops.plan_layers != NULL);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        assert_int_equal(vase_arena_new(0, good[i], VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a),
+                         -EOPNOTSUPP);
+        assert_int_equal(vase_arena_new(0, good[i], VASE_CUDA_SHARE_VMM, 1 << 20, 64 << 10, &a),
+                         -EOPNOTSUPP);
+    }
+    assert_null(a);
+    assert_string_equal(vase_arena_cuda_ipc_ops.share, "cuda-ipc");
+    assert_string_equal(vase_arena_cuda_vmm_ops.share, "cuda-vmm");
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_cuda_spec_syntax),
+        cmocka_unit_test(test_cuda_refused_without_cuda),
     };
     vase_log_set_max_level(LOG_EMERG);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,7 +50,8 @@ static int setup(void **state) {
     struct fixture *f = calloc(1, sizeof(*f));
     const struct vase_geometry_desc g = {L, HQ, HKV, D, VASE_DTYPE_F32, 1};
     uint32_t client = 0, all[40];
-    assert_int_equal(vase_arena_new(0, "host", 4 << 20, 64 << 10, &f->arena), 0);
+    assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 4 << 20, 64 << 10, &f->arena),
+                     0);
     assert_int_equal(vase_alloc_new(f->arena->num_pages, &f->alloc), 0);
     assert_int_equal(vase_layout_compute(&g, 64 << 10, &f->lay, NULL), 0);
     f->n_pages = (LEN + W + f->lay.tokens_per_page - 1) / f->lay.tokens_per_page;

@@ -1,0 +1,578 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * libvase on a CUDA arena: the arena mapped into this process, the ordering the eviction cycle
+ * needs on the engine's stream, and compaction by the CUDA kernel (vase.h, "Ordering").
+ *
+ * Mappings are process-wide: a legacy IPC handle can be opened only once per process, so two
+ * clients of one daemon in one process share one mapping, reference-counted, in a cache keyed
+ * by (arena id, daemon incarnation), never by address (LESSONS.md). The last reference unmaps
+ * (cudaIpcCloseMemHandle, or cuMemUnmap + cuMemAddressFree) before the session socket closes,
+ * so the daemon never sees a session end while this process still maps its memory; the daemon
+ * frees the memory only at its exit. The cache and its mutex are the library's only process-wide
+ * state, and exist because the CUDA handle rules are process-wide.
+ *
+ * The device is the one whose UUID the daemon reported (ordinals differ between processes and
+ * containers), in a compute mode that lets processes share it. The driver API is not linked: the
+ * VMM entry points come from the runtime (cudaGetDriverEntryPointByVersion), so libvase loads
+ * and works on host arenas on machines without a driver. Every call makes the arena's device
+ * current and restores the caller's device before it returns. Nothing is logged: failures are
+ * -errno, with a sentence for vase_last_error() where the errno alone would not say enough.
+ */
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_arena.h"
+#include "layout.h"
+#include "session.h"
+#include "vase_kernels.h"
+
+/* The driver ABI asked for; see daemon/arena_cuda.c. */
+#define DRIVER_API_VERSION 12000
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+static int rt_errno(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess:
+        return 0;
+    case cudaErrorMemoryAllocation:
+        return -ENOMEM;
+    case cudaErrorInvalidValue:
+        return -EINVAL;
+    case cudaErrorNoDevice:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInitializationError:
+    case cudaErrorCallRequiresNewerDriver:
+    case cudaErrorSystemDriverMismatch:
+        return -ENODEV;
+    case cudaErrorDevicesUnavailable:
+        return -EBUSY;
+    case cudaErrorNotSupported:
+        return -EOPNOTSUPP;
+    default:
+        return -EIO;
+    }
+}
+
+static int drv_errno(CUresult e) {
+    switch (e) {
+    case CUDA_SUCCESS:
+        return 0;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return -ENOMEM;
+    case CUDA_ERROR_INVALID_VALUE:
+        return -EINVAL;
+    case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED:
+        return -ENODEV;
+    case CUDA_ERROR_NOT_SUPPORTED:
+        return -EOPNOTSUPP;
+    default:
+        return -EIO;
+    }
+}
+
+static int say(char *msg, size_t msg_len, int r, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Writes the message of a failure r into msg; returns r. */
+static int say(char *msg, size_t msg_len, int r, const char *fmt, ...) {
+    va_list ap;
+    if (msg && msg_len) {
+        va_start(ap, fmt);
+        vsnprintf(msg, msg_len, fmt, ap);
+        va_end(ap);
+    }
+    return r;
+}
+
+/* ---- the current device ------------------------------------------------------------------- */
+
+/* Makes device current; *ret_prev is the caller's, for leave(). */
+static int enter(int device, int *ret_prev) {
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess)
+        prev = -1;
+    *ret_prev = prev;
+    if (prev == device)
+        return 0;
+    return rt_errno(cudaSetDevice(device));
+}
+
+static void leave(int device, int prev) {
+    if (prev >= 0 && prev != device)
+        (void)cudaSetDevice(prev);
+}
+
+/* ---- mappings ----------------------------------------------------------------------------- */
+
+typedef CUresult (*pfn_get_granularity)(size_t *, const CUmemAllocationProp *,
+                                        CUmemAllocationGranularity_flags);
+typedef CUresult (*pfn_import)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+typedef CUresult (*pfn_release)(CUmemGenericAllocationHandle);
+typedef CUresult (*pfn_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult (*pfn_address_free)(CUdeviceptr, size_t);
+typedef CUresult (*pfn_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                            unsigned long long);
+typedef CUresult (*pfn_unmap)(CUdeviceptr, size_t);
+typedef CUresult (*pfn_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+
+struct vmm_api {
+    pfn_get_granularity get_granularity;
+    pfn_import import;
+    pfn_release release;
+    pfn_reserve reserve;
+    pfn_address_free address_free;
+    pfn_map map;
+    pfn_unmap unmap;
+    pfn_set_access set_access;
+};
+
+struct vase__cuda_mapping {
+    struct vase__cuda_mapping *next;
+    uint32_t arena_id;
+    uint64_t incarnation;
+    unsigned refs;
+    int device;
+    void *base;
+    bool vmm;
+    uint64_t map_bytes; /* vmm: the reserved and mapped range */
+    pfn_unmap unmap;
+    pfn_address_free address_free;
+};
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vase__cuda_mapping *cache; /* guarded by cache_lock */
+
+static void format_uuid(const cudaUUID_t *u, char out[48]) {
+    const unsigned char *b = (const unsigned char *)u->bytes;
+    snprintf(out, 48, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+}
+
+/* The local device with the arena's UUID, in a compute mode that allows sharing. */
+static int find_device(const struct vase__arena *a, int *ret, char *msg, size_t msg_len) {
+    struct cudaDeviceProp prop;
+    char uuid[48];
+    int count = 0, mode = 0;
+    cudaError_t e;
+
+    e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return say(msg, msg_len, -ENODEV,
+                   "arena %u (%s) is on GPU %s, but this process sees no CUDA device: %s", a->id,
+                   a->kind, a->device_uuid,
+                   e != cudaSuccess ? cudaGetErrorString(e) : "the runtime sees none");
+    for (int dev = 0; dev < count; dev++) {
+        e = cudaGetDeviceProperties(&prop, dev);
+        if (e != cudaSuccess)
+            return say(msg, msg_len, rt_errno(e), "cudaGetDeviceProperties(%d) failed: %s", dev,
+                       cudaGetErrorString(e));
+        format_uuid(&prop.uuid, uuid);
+        if (strcasecmp(uuid, a->device_uuid) != 0)
+            continue;
+        e = cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, dev);
+        if (e != cudaSuccess)
+            return say(msg, msg_len, rt_errno(e), "cudaDeviceGetAttribute(compute mode) failed: %s",
+                       cudaGetErrorString(e));
+        if (mode == cudaComputeModeProhibited || mode == cudaComputeModeExclusive ||
+            mode == cudaComputeModeExclusiveProcess)
+            return say(msg, msg_len, -EBUSY,
+                       "GPU %s is in compute mode %s, but the engines and vased must share it "
+                       "(nvidia-smi -c DEFAULT)",
+                       uuid, mode == cudaComputeModeProhibited ? "Prohibited" : "Exclusive");
+        *ret = dev;
+        return 0;
+    }
+    return say(msg, msg_len, -ENODEV,
+               "arena %u (%s) is on GPU %s, which is not among the %d CUDA devices this process "
+               "sees (CUDA_VISIBLE_DEVICES?)",
+               a->id, a->kind, a->device_uuid, count);
+}
+
+static int map_ipc(const struct vase__arena *a, struct vase__cuda_mapping *m, char *msg,
+                   size_t msg_len) {
+    cudaIpcMemHandle_t h;
+    void *p = NULL;
+
+    if (a->ipc_handle_len != sizeof(h))
+        return say(msg, msg_len, -EPROTO, "arena %u: an IPC handle of %zu bytes", a->id,
+                   a->ipc_handle_len);
+    memcpy(&h, a->ipc_handle, sizeof(h));
+    cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess)
+        return say(msg, msg_len, rt_errno(e), "cudaIpcOpenMemHandle() of arena %u failed: %s",
+                   a->id, cudaGetErrorString(e));
+    m->base = p;
+    return 0;
+}
+
+static int get_entry(const char *symbol, void **ret, char *msg, size_t msg_len) {
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    void *fn = NULL;
+
+    cudaError_t e =
+        cudaGetDriverEntryPointByVersion(symbol, &fn, DRIVER_API_VERSION, cudaEnableDefault, &q);
+    if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && fn) {
+        *ret = fn;
+        return 0;
+    }
+    if (e != cudaSuccess)
+        return say(msg, msg_len, -ENODEV, "cannot reach the CUDA driver for %s: %s", symbol,
+                   cudaGetErrorString(e));
+    return say(msg, msg_len, -EOPNOTSUPP,
+               "the CUDA driver does not provide %s, which a cuda-vmm arena needs", symbol);
+}
+
+static int resolve_vmm(struct vmm_api *v, char *msg, size_t msg_len) {
+    const struct {
+        const char *name;
+        void **fn;
+    } syms[] = {
+        {"cuMemGetAllocationGranularity", (void **)&v->get_granularity},
+        {"cuMemImportFromShareableHandle", (void **)&v->import},
+        {"cuMemRelease", (void **)&v->release},
+        {"cuMemAddressReserve", (void **)&v->reserve},
+        {"cuMemAddressFree", (void **)&v->address_free},
+        {"cuMemMap", (void **)&v->map},
+        {"cuMemUnmap", (void **)&v->unmap},
+        {"cuMemSetAccess", (void **)&v->set_access},
+    };
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+        int r = get_entry(syms[i].name, syms[i].fn, msg, msg_len);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* Imports the arena's fd, reserves a range, maps the allocation there and makes it readable
+ * and writable by the device. The allocation handle is released once mapped: the mapping keeps
+ * the memory, and unmapping is then all that is left to do. */
+static int map_vmm(const struct vase__arena *a, int device, struct vase__cuda_mapping *m, char *msg,
+                   size_t msg_len) {
+    CUmemAllocationProp prop = {
+        .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+        .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+    };
+    CUmemAccessDesc access = {.location = prop.location,
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUmemGenericAllocationHandle h;
+    struct vmm_api v;
+    CUdeviceptr va = 0;
+    size_t gran = 0;
+    CUresult e;
+    int r;
+
+    if (a->fd < 0)
+        return say(msg, msg_len, -EPROTO, "arena %u (cuda-vmm) came without its fd", a->id);
+    r = resolve_vmm(&v, msg, msg_len);
+    if (r < 0)
+        return r;
+    e = v.get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (e != CUDA_SUCCESS || gran == 0)
+        return say(msg, msg_len, e != CUDA_SUCCESS ? drv_errno(e) : -EIO,
+                   "cuMemGetAllocationGranularity() failed (CUresult %d)", (int)e);
+    /* The daemon rounded the allocation up the same way, on the same device. */
+    m->map_bytes = (a->size_bytes + gran - 1) / gran * gran;
+
+    e = v.import(&h, (void *)(uintptr_t)a->fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (e != CUDA_SUCCESS)
+        return say(msg, msg_len, drv_errno(e),
+                   "cuMemImportFromShareableHandle() of arena %u failed (CUresult %d)", a->id,
+                   (int)e);
+    e = v.reserve(&va, (size_t)m->map_bytes, gran, 0, 0);
+    if (e != CUDA_SUCCESS) {
+        r = say(msg, msg_len, drv_errno(e),
+                "cuMemAddressReserve() of %llu bytes failed (CUresult %d)",
+                (unsigned long long)m->map_bytes, (int)e);
+        goto release;
+    }
+    e = v.map(va, (size_t)m->map_bytes, 0, h, 0);
+    if (e != CUDA_SUCCESS) {
+        r = say(msg, msg_len, drv_errno(e), "cuMemMap() of arena %u failed (CUresult %d)", a->id,
+                (int)e);
+        goto free_range;
+    }
+    e = v.set_access(va, (size_t)m->map_bytes, &access, 1);
+    if (e != CUDA_SUCCESS) {
+        r = say(msg, msg_len, drv_errno(e), "cuMemSetAccess() on arena %u failed (CUresult %d)",
+                a->id, (int)e);
+        goto unmap;
+    }
+    (void)v.release(h);
+    m->base = (void *)(uintptr_t)va;
+    m->vmm = true;
+    m->unmap = v.unmap;
+    m->address_free = v.address_free;
+    return 0;
+
+unmap:
+    (void)v.unmap(va, (size_t)m->map_bytes);
+free_range:
+    (void)v.address_free(va, (size_t)m->map_bytes);
+release:
+    (void)v.release(h);
+    return r;
+}
+
+/* Unmaps m on its device. Cache lock held. */
+static void unmap_mapping(struct vase__cuda_mapping *m) {
+    int prev;
+    if (enter(m->device, &prev) < 0)
+        prev = -1;
+    if (m->vmm) {
+        (void)m->unmap((CUdeviceptr)(uintptr_t)m->base, (size_t)m->map_bytes);
+        (void)m->address_free((CUdeviceptr)(uintptr_t)m->base, (size_t)m->map_bytes);
+    } else
+        (void)cudaIpcCloseMemHandle(m->base);
+    leave(m->device, prev);
+}
+
+int vase__cuda_map(struct vase__arena *a, uint64_t incarnation, char *msg, size_t msg_len) {
+    struct vase__cuda_mapping *m;
+    int device = -1, prev = -1, r;
+
+    if (!a || !vase__arena_on_device(a))
+        return -EINVAL;
+    if (a->mapping)
+        return 0;
+    bool vmm = strcmp(a->share, "cuda-vmm") == 0;
+    if (!vmm && strcmp(a->share, "cuda-ipc") != 0)
+        return say(msg, msg_len, -EOPNOTSUPP,
+                   "arena %u is shared as \"%s\", which this libvase "
+                   "cannot map",
+                   a->id, a->share);
+
+    pthread_mutex_lock(&cache_lock);
+    for (m = cache; m; m = m->next)
+        if (m->arena_id == a->id && m->incarnation == incarnation)
+            break;
+    if (m) {
+        m->refs++;
+        goto done;
+    }
+
+    r = find_device(a, &device, msg, msg_len);
+    if (r < 0)
+        goto unlock;
+    m = calloc(1, sizeof(*m));
+    if (!m) {
+        r = -ENOMEM;
+        goto unlock;
+    }
+    *m = (struct vase__cuda_mapping){
+        .arena_id = a->id, .incarnation = incarnation, .refs = 1, .device = device};
+    r = enter(device, &prev);
+    if (r < 0) {
+        say(msg, msg_len, r, "cannot use GPU %s", a->device_uuid);
+        goto free_mapping;
+    }
+    r = vmm ? map_vmm(a, device, m, msg, msg_len) : map_ipc(a, m, msg, msg_len);
+    leave(device, prev);
+    if (r < 0)
+        goto free_mapping;
+    m->next = cache;
+    cache = m;
+
+done:
+    /* The fd has done its work (or was not needed: the process maps the arena already). */
+    if (a->fd >= 0) {
+        close(a->fd);
+        a->fd = -1;
+    }
+    a->mapping = m;
+    a->map = m->base;
+    a->device = m->device;
+    pthread_mutex_unlock(&cache_lock);
+    return 0;
+
+free_mapping:
+    free(m);
+unlock:
+    pthread_mutex_unlock(&cache_lock);
+    return r;
+}
+
+void vase__cuda_unmap(struct vase__arena *a) {
+    if (!a || !a->mapping)
+        return;
+    pthread_mutex_lock(&cache_lock);
+    struct vase__cuda_mapping *m = a->mapping;
+    if (--m->refs == 0) {
+        for (struct vase__cuda_mapping **p = &cache; *p; p = &(*p)->next)
+            if (*p == m) {
+                *p = m->next;
+                break;
+            }
+        unmap_mapping(m);
+        free(m);
+    }
+    pthread_mutex_unlock(&cache_lock);
+    a->mapping = NULL;
+    a->map = NULL;
+}
+
+/* ---- streams and copies ------------------------------------------------------------------- */
+
+int vase__cuda_sync(int device, void *stream) {
+    int prev, r = enter(device, &prev);
+    if (r < 0)
+        return r;
+    r = rt_errno(cudaStreamSynchronize((cudaStream_t)stream));
+    leave(device, prev);
+    return r;
+}
+
+int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t n,
+                    bool to_device) {
+    int prev, r = enter(device, &prev);
+    if (r < 0)
+        return r;
+    /* On the engine's stream, so ordered with its own work; and complete on return. */
+    cudaError_t e =
+        cudaMemcpyAsync(dst, src, n, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                        (cudaStream_t)stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize((cudaStream_t)stream);
+    leave(device, prev);
+    return rt_errno(e);
+}
+
+/* ---- compaction --------------------------------------------------------------------------- */
+
+struct vase__cuda_seq {
+    int device;
+    uint32_t *pages; /* device [max_pages] */
+    size_t max_pages;
+    uint32_t *keep; /* device [keep_entries]: one layer's [heads][K] */
+    size_t keep_entries;
+};
+
+struct vase__cuda_seq *vase__cuda_seq_free(struct vase__cuda_seq *cs) {
+    if (!cs)
+        return NULL;
+    int prev;
+    if (enter(cs->device, &prev) == 0) {
+        /* cudaFree() waits for the device, so no compaction still reads these. */
+        if (cs->pages)
+            (void)cudaFree(cs->pages);
+        if (cs->keep)
+            (void)cudaFree(cs->keep);
+        leave(cs->device, prev);
+    }
+    free(cs);
+    return NULL;
+}
+
+int vase__cuda_seq_new(int device, size_t max_pages, size_t keep_entries,
+                       struct vase__cuda_seq **ret) {
+    int prev, r;
+
+    if (!ret || max_pages == 0 || keep_entries == 0)
+        return -EINVAL;
+    struct vase__cuda_seq *cs = calloc(1, sizeof(*cs));
+    if (!cs)
+        return -ENOMEM;
+    *cs = (struct vase__cuda_seq){
+        .device = device, .max_pages = max_pages, .keep_entries = keep_entries};
+    r = enter(device, &prev);
+    if (r < 0) {
+        free(cs);
+        return r;
+    }
+    cudaError_t e = cudaMalloc((void **)&cs->pages, max_pages * sizeof(uint32_t));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&cs->keep, keep_entries * sizeof(uint32_t));
+    leave(device, prev);
+    if (e != cudaSuccess) {
+        vase__cuda_seq_free(cs);
+        return rt_errno(e);
+    }
+    *ret = cs;
+    return 0;
+}
+
+/* Enqueues the copies of one layer's keep lists from the plan pages into cs->keep, merging
+ * lists that are adjacent in one plan page. */
+static cudaError_t copy_layer_lists(struct vase__cuda_seq *cs, cudaStream_t stream,
+                                    const struct vase__cuda_compact *c, uint32_t layer) {
+    const struct vase__layout *l = c->layout;
+    size_t list = (size_t)c->keep * sizeof(uint32_t);
+
+    for (uint32_t h = 0; h < l->kv_heads;) {
+        uint32_t i = layer * l->kv_heads + h, run = 1;
+        uint64_t off =
+            vase__plan_offset(l->page_bytes, c->plan_pages, c->plans_per_page, c->keep, i);
+        while (h + run < l->kv_heads &&
+               vase__plan_offset(l->page_bytes, c->plan_pages, c->plans_per_page, c->keep,
+                                 i + run) == off + run * list)
+            run++;
+        cudaError_t e =
+            cudaMemcpyAsync((char *)cs->keep + (size_t)h * list, (const char *)c->arena_base + off,
+                            run * list, cudaMemcpyDeviceToDevice, stream);
+        if (e != cudaSuccess)
+            return e;
+        h += run;
+    }
+    return cudaSuccess;
+}
+
+int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream,
+                       const struct vase__cuda_compact *c) {
+    const struct vase__layout *l = c->layout;
+    cudaStream_t st = (cudaStream_t)stream;
+    int prev, r, new_len = -EPROTO;
+    cudaError_t e;
+
+    if (c->n_pages > cs->max_pages || (size_t)l->kv_heads * c->keep > cs->keep_entries)
+        return -EPROTO;
+    r = enter(cs->device, &prev);
+    if (r < 0)
+        return r;
+    /* Stream order carries everything below: the block table lands before the first kernel
+     * reads it, and each layer's lists land after the previous layer's kernels read theirs. */
+    e = cudaMemcpyAsync(cs->pages, c->pages, c->n_pages * sizeof(uint32_t), cudaMemcpyHostToDevice,
+                        st);
+    if (e != cudaSuccess) {
+        r = rt_errno(e);
+        goto out;
+    }
+    for (uint32_t layer = 0; layer < l->layers; layer++) {
+        e = copy_layer_lists(cs, st, c, layer);
+        if (e != cudaSuccess) {
+            r = rt_errno(e);
+            goto out;
+        }
+        for (int kv = VASE_K; kv <= VASE_V; kv++) {
+            struct vase_view v =
+                vase__layout_kv_view(l, c->arena_base, cs->pages, layer, (enum vase_kv)kv);
+            new_len = vase_compact_cuda(&v, cs->keep, c->keep, c->n, c->len, st);
+            if (new_len < 0) {
+                r = new_len == -EINVAL ? -EPROTO : new_len;
+                goto out;
+            }
+        }
+    }
+    /* The commit may release pages the compaction reads: it must be done before. */
+    r = rt_errno(cudaStreamSynchronize(st));
+out:
+    if (r < 0)
+        (void)cudaStreamSynchronize(st); /* nothing of ours still runs after a failure */
+    leave(cs->device, prev);
+    return r < 0 ? r : new_len;
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * libvase's CUDA side, behind a header with no CUDA types: mapping device arenas (cuda-ipc,
+ * cuda-vmm) once per process, stream synchronisation, copies, and compaction on the engine's
+ * stream. client/cuda.c implements it when libvase is built with CUDA; client/nocuda.c refuses
+ * every call with -EOPNOTSUPP otherwise. (The header is not called cuda.h: with -Iclient that
+ * name would hide the toolkit's <cuda.h>.)
+ *
+ * Every function that touches a device makes the arena's device current for the call and
+ * restores the caller's current device before it returns. CUDA failures are -errno: -ENOMEM
+ * (allocation), -EINVAL (invalid value), -ENODEV (no device, no driver, no device with the
+ * arena's UUID), -EBUSY (the device's compute mode does not let processes share it),
+ * -EOPNOTSUPP (no CUDA in this build, or a driver without the VMM API), -EIO (anything else).
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct vase__arena;
+struct vase__layout;
+
+/*
+ * Maps device arena a for this process, or takes another reference on the mapping this process
+ * already has for (a->id, incarnation): a legacy IPC handle may be opened only once per process,
+ * and a cache keyed by address would mistake a new allocation for an old one (LESSONS.md). Sets
+ * a->map (device address), a->device and a->mapping; a cuda-vmm fd is closed once imported.
+ * On failure msg (msg_len bytes) says why, for vase_last_error(). Thread-safe.
+ */
+int vase__cuda_map(struct vase__arena *a, uint64_t incarnation, char *msg, size_t msg_len);
+/* Drops a's reference; the last one unmaps and closes the handle. Clears a->map and
+ * a->mapping. Call before the session socket closes. */
+void vase__cuda_unmap(struct vase__arena *a);
+
+/* Waits for all work queued on stream (NULL: the legacy default stream) of device. */
+int vase__cuda_sync(int device, void *stream);
+/* Copies n bytes host to device (to_device) or device to host on stream, and waits for it. */
+int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t n, bool to_device);
+
+/* A sequence's device state: its block table and a [heads][K] keep-list scratch on the device. */
+struct vase__cuda_seq;
+int vase__cuda_seq_new(int device, size_t max_pages, size_t keep_entries,
+                       struct vase__cuda_seq **ret);
+struct vase__cuda_seq *vase__cuda_seq_free(struct vase__cuda_seq *cs);
+
+/* One eviction plan to apply on the device. */
+struct vase__cuda_compact {
+    const struct vase__layout *layout;
+    void *arena_base;      /* device */
+    const uint32_t *pages; /* the block table (host), n_pages entries */
+    size_t n_pages;
+    const uint32_t *plan_pages; /* host */
+    uint32_t plans_per_page;
+    uint32_t keep, n, len;
+};
+
+/*
+ * Applies a plan on stream: the block table to the device, then for each layer its keep lists
+ * copied device to device from the plan pages into the scratch, and vase_compact_cuda() of its K
+ * and V; then waits for the stream, so that the commit that follows may release pages the
+ * compaction read. Returns the new length, -EPROTO if the kernel refused the arguments, or a
+ * CUDA failure; the sequence's memory may be half compacted after a failure.
+ */
+int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream, const struct vase__cuda_compact *c);

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * libvase's CUDA side in a build without CUDA (USE_CUDA=0): device arenas are listed in the
+ * welcome but cannot be mapped, so a model cannot be registered on one (-EOPNOTSUPP, with a
+ * sentence for vase_last_error()), and nothing else here is ever reached. client/cuda.c
+ * replaces this file when the build has CUDA.
+ */
+
+#include <errno.h>
+#include <stdio.h>
+
+#include "cuda_arena.h"
+#include "session.h"
+
+int vase__cuda_map(struct vase__arena *a, uint64_t incarnation, char *msg, size_t msg_len) {
+    (void)incarnation;
+    if (msg && msg_len)
+        snprintf(msg, msg_len,
+                 "arena %u (%s) is GPU memory, and this libvase was built without CUDA",
+                 a ? a->id : 0, a && a->kind ? a->kind : "?");
+    return -EOPNOTSUPP;
+}
+
+void vase__cuda_unmap(struct vase__arena *a) {
+    (void)a;
+}
+
+int vase__cuda_sync(int device, void *stream) {
+    (void)device;
+    (void)stream;
+    return -EOPNOTSUPP;
+}
+
+int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t n,
+                    bool to_device) {
+    (void)device;
+    (void)stream;
+    (void)dst;
+    (void)src;
+    (void)n;
+    (void)to_device;
+    return -EOPNOTSUPP;
+}
+
+int vase__cuda_seq_new(int device, size_t max_pages, size_t keep_entries,
+                       struct vase__cuda_seq **ret) {
+    (void)device;
+    (void)max_pages;
+    (void)keep_entries;
+    (void)ret;
+    return -EOPNOTSUPP;
+}
+
+struct vase__cuda_seq *vase__cuda_seq_free(struct vase__cuda_seq *cs) {
+    (void)cs;
+    return NULL;
+}
+
+int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream,
+                       const struct vase__cuda_compact *c) {
+    (void)cs;
+    (void)stream;
+    (void)c;
+    return -EOPNOTSUPP;
+}

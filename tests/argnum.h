@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * Checked parsers for the numbers of command-line options, shared by the example engines and the
+ * service benchmark: a decimal number and nothing else (no blanks, no sign), within [min, max].
+ */
+
+#include <stdint.h>
+
+/* Parses s into *ret. Returns 0; -EINVAL when s is not a decimal number; -ERANGE when it is one
+ * but lies outside [min, max]. *ret is untouched on failure. */
+int argnum_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
+
+/* The same for a uint32_t. */
+int argnum_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret);

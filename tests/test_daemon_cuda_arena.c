@@ -1,0 +1,653 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * Unit tests of daemon/arena_cuda.c against the fake CUDA of tests/mock_cuda.c (no GPU, no
+ * libcudart): device selection by ordinal and UUID, compute-mode and device refusals, the
+ * cuda-ipc allocation and handle, the cuda-vmm allocation, its fd and an SCM_RIGHTS round trip
+ * to an importer, unwinding after each injected failure (exact -errno, a message naming the
+ * problem, nothing left allocated), memory freed only by vase_arena_free(), and the planner:
+ * plans on the "device" equal the CPU's, reach the plan pages, fail whole on NaN, and the
+ * evictor's threads make and free their planners. Last, the real vased must refuse a CUDA
+ * arena it cannot have.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <cmocka.h>
+
+#include "../daemon/alloc.h"
+#include "../daemon/arena.h"
+#include "../daemon/evictor.h"
+#include "../daemon/log.h"
+#include "../daemon/registry.h"
+#include "../daemon/session.h"
+#include "mock_cuda.h"
+#include "wire.h"
+
+#define ARENA_BYTES (3u << 20)
+#define PAGE_BYTES (64u << 10)
+
+/* ---- the daemon's log, captured ---- */
+
+static int saved_stderr = -1, capture_fd = -1;
+static char captured[8192];
+
+static void capture_begin(void) {
+    fflush(stderr);
+    capture_fd = memfd_create("log", MFD_CLOEXEC);
+    assert_true(capture_fd >= 0);
+    saved_stderr = dup(STDERR_FILENO);
+    assert_true(saved_stderr >= 0);
+    assert_int_equal(dup2(capture_fd, STDERR_FILENO), STDERR_FILENO);
+}
+
+static const char *capture_end(void) {
+    fflush(stderr);
+    assert_int_equal(dup2(saved_stderr, STDERR_FILENO), STDERR_FILENO);
+    close(saved_stderr);
+    ssize_t n = pread(capture_fd, captured, sizeof(captured) - 1, 0);
+    close(capture_fd);
+    captured[n > 0 ? n : 0] = '\0';
+    return captured;
+}
+
+/* vase_arena_new() must fail with err and log a line holding want. */
+static void expect_refusal(const char *spec, enum vase_cuda_share share, int err,
+                           const char *want) {
+    struct vase_arena *a = NULL;
+    capture_begin();
+    int r = vase_arena_new(0, spec, share, ARENA_BYTES, PAGE_BYTES, &a);
+    const char *log = capture_end();
+    if (r != err || !strstr(log, want))
+        print_error("%s: got %d, log \"%s\"; want %d and \"%s\"\n", spec, r, log, err, want);
+    assert_int_equal(r, err);
+    assert_non_null(strstr(log, want));
+    assert_null(a);
+    /* Whatever failed, nothing stays allocated or mapped. */
+    assert_int_equal(mock_cuda_live_allocations(), 0);
+    assert_int_equal(mock_cuda_live_mappings(), 0);
+}
+
+static int reset(void **state) {
+    (void)state;
+    mock_cuda_reset();
+    return 0;
+}
+
+static int check_nothing_left(void **state) {
+    (void)state;
+    assert_int_equal(mock_cuda_live_allocations(), 0);
+    assert_int_equal(mock_cuda_live_mappings(), 0);
+    return 0;
+}
+
+/* ---- cuda-ipc ---- */
+
+static void test_ipc_create(void **state) {
+    (void)state;
+    struct vase_arena *a = NULL;
+    int fd = 7;
+
+    assert_int_equal(vase_arena_new(2, "cuda:0", VASE_CUDA_SHARE_IPC, ARENA_BYTES, PAGE_BYTES, &a),
+                     0);
+    assert_string_equal(a->ops->share, "cuda-ipc");
+    assert_true(vase_arena_on_device(a));
+    assert_int_equal(a->device, 0);
+    assert_string_equal(a->device_uuid, "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f");
+    assert_int_equal(a->num_pages, ARENA_BYTES / PAGE_BYTES);
+    assert_non_null(a->map);
+    assert_int_equal(a->fd, -1);
+    /* Shared by handle: no fd rides on the welcome. */
+    assert_int_equal(a->ops->export_fd(a, &fd), -EBADF);
+    assert_int_equal(fd, 7);
+    /* One plain allocation, cleared, and a handle of its base. */
+    assert_int_equal(mock_cuda.mallocs, 1);
+    assert_int_equal(mock_cuda.memsets, 1);
+    assert_int_equal(mock_cuda.ipc_gets, 1);
+    assert_int_equal(a->ipc_handle_len, sizeof(cudaIpcMemHandle_t));
+    assert_int_equal(mock_cuda.current_device, 0);
+
+    /* An importer's mapping of the handle sees the daemon's writes at the same offsets. */
+    cudaIpcMemHandle_t h;
+    void *client = NULL;
+    memcpy(&h, a->ipc_handle, sizeof(h));
+    assert_int_equal(cudaIpcOpenMemHandle(&client, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+    assert_ptr_not_equal(client, a->map);
+    memcpy(vase_arena_page(a, 5), "plan", 5);
+    assert_string_equal((char *)client + 5 * PAGE_BYTES, "plan");
+    assert_int_equal(cudaIpcCloseMemHandle(client), cudaSuccess);
+
+    /* Memory is freed by vase_arena_free() and nothing else. */
+    assert_int_equal(mock_cuda.frees, 0);
+    assert_null(vase_arena_free(a));
+    assert_int_equal(mock_cuda.frees, 1);
+}
+
+static void test_select_by_uuid(void **state) {
+    (void)state;
+    struct vase_arena *a = NULL;
+    mock_cuda.device_count = 3;
+
+    /* Upper case as some tools print it; device 1 of 3. */
+    assert_int_equal(vase_arena_new(0, "cuda:GPU-20212223-2425-2627-2829-2A2B2C2D2E2F",
+                                    VASE_CUDA_SHARE_IPC, ARENA_BYTES, PAGE_BYTES, &a),
+                     0);
+    assert_int_equal(a->device, 1);
+    assert_string_equal(a->device_uuid, "GPU-20212223-2425-2627-2829-2a2b2c2d2e2f");
+    assert_int_equal(mock_cuda.current_device, 1);
+    a = vase_arena_free(a);
+
+    assert_int_equal(vase_arena_new(0, "cuda:2", VASE_CUDA_SHARE_IPC, ARENA_BYTES, PAGE_BYTES, &a),
+                     0);
+    assert_int_equal(a->device, 2);
+    assert_string_equal(a->device_uuid, "GPU-30313233-3435-3637-3839-3a3b3c3d3e3f");
+    vase_arena_free(a);
+}
+
+static void test_device_refusals(void **state) {
+    (void)state;
+    static const enum vase_cuda_share shares[] = {VASE_CUDA_SHARE_IPC, VASE_CUDA_SHARE_VMM};
+
+    for (size_t i = 0; i < 2; i++) {
+        enum vase_cuda_share s = shares[i];
+        mock_cuda_reset();
+        mock_cuda.count_error = cudaErrorInsufficientDriver;
+        expect_refusal("cuda:0", s, -ENODEV, "no usable CUDA device");
+        mock_cuda.count_error = cudaSuccess;
+        mock_cuda.device_count = 0;
+        expect_refusal("cuda:0", s, -ENODEV, "no usable CUDA device");
+        mock_cuda.device_count = 2;
+        expect_refusal("cuda:2", s, -ENODEV, "no CUDA device 2 (this machine has 2)");
+        expect_refusal("cuda:GPU-00000000-0000-0000-0000-000000000000", s, -ENODEV,
+                       "no CUDA device with UUID GPU-00000000-0000-0000-0000-000000000000");
+        mock_cuda.compute_mode[1] = cudaComputeModeExclusiveProcess;
+        expect_refusal("cuda:1", s, -EBUSY, "exclusive compute mode");
+        mock_cuda.compute_mode[1] = cudaComputeModeProhibited;
+        expect_refusal("cuda:GPU-20212223-2425-2627-2829-2a2b2c2d2e2f", s, -EBUSY,
+                       "compute mode Prohibited");
+    }
+    assert_int_equal(mock_cuda.mallocs + mock_cuda.mem_creates, 0);
+}
+
+static void test_ipc_failures(void **state) {
+    (void)state;
+    mock_cuda.fail_malloc = true;
+    expect_refusal("cuda:0", VASE_CUDA_SHARE_IPC, -ENOMEM, "cannot allocate 3145728 bytes");
+    mock_cuda.fail_malloc = false;
+    mock_cuda.fail_ipc_get = true;
+    expect_refusal("cuda:0", VASE_CUDA_SHARE_IPC, -EIO, "cudaIpcGetMemHandle() failed");
+    /* The allocation made before the failure was freed. */
+    assert_int_equal(mock_cuda.mallocs, 1);
+    assert_int_equal(mock_cuda.frees, 1);
+}
+
+/* ---- cuda-vmm ---- */
+
+static void *driver_entry(const char *name) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    assert_int_equal(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q),
+                     cudaSuccess);
+    assert_int_equal(q, cudaDriverEntryPointSuccess);
+    return fn;
+}
+
+/* Receives one packet and the one fd riding on it. */
+static int recv_fd(int sock) {
+    char buf[4096];
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = control.buf,
+                         .msg_controllen = sizeof(control.buf)};
+    int fd = -1;
+    assert_true(recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) > 0);
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+            memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    return fd;
+}
+
+static void test_vmm_create_and_pass_fd(void **state) {
+    (void)state;
+    struct vase_arena *a = NULL;
+    struct stat st_daemon, st_client;
+    int fd, sv[2];
+
+    assert_int_equal(vase_arena_new(0, "cuda:0", VASE_CUDA_SHARE_VMM, ARENA_BYTES, PAGE_BYTES, &a),
+                     0);
+    assert_string_equal(a->ops->share, "cuda-vmm");
+    assert_true(vase_arena_on_device(a));
+    assert_int_equal(a->ipc_handle_len, 0);
+    /* One allocation rounded up to the 2 MiB granularity, reserved, mapped and made accessible
+     * for the daemon, cleared, exported once as a close-on-exec fd. */
+    assert_int_equal(mock_cuda.mem_creates, 1);
+    assert_int_equal(mock_cuda.reserves, 1);
+    assert_int_equal(mock_cuda.maps, 1);
+    assert_int_equal(mock_cuda.set_accesses, 1);
+    assert_int_equal(mock_cuda.memsets, 1);
+    assert_int_equal(mock_cuda.exports, 1);
+    assert_int_equal(mock_cuda.mallocs, 0);
+    assert_int_equal(a->ops->export_fd(a, &fd), 0);
+    assert_int_equal(fd, a->fd);
+    assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    assert_int_equal(fstat(fd, &st_daemon), 0);
+    assert_int_equal(st_daemon.st_size, 4u << 20);
+
+    /* The fd goes out on a session packet, as the welcome carries it... */
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    Vase__Ping ping = VASE__PING__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    e.version = VASE_WIRE_VERSION;
+    e.body_case = VASE__ENVELOPE__BODY_PING;
+    e.ping = &ping;
+    assert_int_equal(vase_session_send(sv[0], &e, &fd, 1), 0);
+    /* ...and arrives as another fd of the same allocation. */
+    int got = recv_fd(sv[1]);
+    assert_true(got >= 0);
+    assert_int_not_equal(got, fd);
+    assert_int_equal(fstat(got, &st_client), 0);
+    assert_int_equal(st_client.st_ino, st_daemon.st_ino);
+    assert_int_equal(st_client.st_dev, st_daemon.st_dev);
+
+    /* An importer maps it and shares the daemon's bytes. */
+    CUresult (*import)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType) =
+        driver_entry("cuMemImportFromShareableHandle");
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
+        driver_entry("cuMemAddressReserve");
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) =
+        driver_entry("cuMemMap");
+    CUresult (*unmap)(CUdeviceptr, size_t) = driver_entry("cuMemUnmap");
+    CUresult (*address_free)(CUdeviceptr, size_t) = driver_entry("cuMemAddressFree");
+    CUresult (*release)(CUmemGenericAllocationHandle) = driver_entry("cuMemRelease");
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va;
+    assert_int_equal(import(&h, (void *)(intptr_t)got, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                     CUDA_SUCCESS);
+    close(got);
+    assert_int_equal(reserve(&va, 4u << 20, 2u << 20, 0, 0), CUDA_SUCCESS);
+    assert_int_equal(map(va, 4u << 20, 0, h, 0), CUDA_SUCCESS);
+    assert_int_equal(release(h), CUDA_SUCCESS);
+    memcpy(vase_arena_page(a, 9), "keep", 5);
+    assert_string_equal((char *)(uintptr_t)va + 9 * PAGE_BYTES, "keep");
+
+    /* The daemon frees at teardown; the importer's mapping keeps the memory until it goes. */
+    assert_int_equal(mock_cuda.mem_releases, 1);
+    assert_null(vase_arena_free(a));
+    assert_int_equal(mock_cuda.unmaps, 1);
+    assert_int_equal(mock_cuda.address_frees, 1);
+    assert_int_equal(mock_cuda.mem_releases, 2);
+    assert_int_equal(mock_cuda_live_allocations(), 1);
+    assert_string_equal((char *)(uintptr_t)va + 9 * PAGE_BYTES, "keep");
+    assert_int_equal(unmap(va, 4u << 20), CUDA_SUCCESS);
+    assert_int_equal(address_free(va, 4u << 20), CUDA_SUCCESS);
+    assert_int_equal(mock_cuda_live_allocations(), 0);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+static void test_vmm_failures(void **state) {
+    (void)state;
+    mock_cuda.no_symbols = true;
+    expect_refusal("cuda:0", VASE_CUDA_SHARE_VMM, -EOPNOTSUPP,
+                   "the CUDA driver does not provide cuMemGetAllocationGranularity");
+    mock_cuda.no_symbols = false;
+    mock_cuda.entry_error = cudaErrorInsufficientDriver;
+    expect_refusal("cuda:0", VASE_CUDA_SHARE_VMM, -ENODEV, "cannot reach the CUDA driver");
+    mock_cuda.entry_error = cudaSuccess;
+    mock_cuda.fail_mem_create = true;
+    expect_refusal("cuda:0", VASE_CUDA_SHARE_VMM, -ENOMEM, "cuMemCreate() failed");
+    mock_cuda.fail_mem_create = false;
+    mock_cuda.fail_mem_map = true;
+    expect_refusal("cuda:0", VASE_CUDA_SHARE_VMM, -EIO, "cuMemMap() failed");
+    /* Made, reserved, then unwound: the reservation freed and the handle released. */
+    assert_int_equal(mock_cuda.mem_creates, 1);
+    assert_int_equal(mock_cuda.reserves, 1);
+    assert_int_equal(mock_cuda.address_frees, 1);
+    assert_int_equal(mock_cuda.mem_releases, 1);
+    assert_int_equal(mock_cuda.exports, 0);
+}
+
+/* ---- the planner ---- */
+
+enum { L = 3, HQ = 4, HKV = 2, D = 16, BUDGET = 128, W = 32, LEN = 512, N = LEN - W };
+
+struct plan_fixture {
+    struct vase_arena *arena;
+    struct vase_layout lay;
+    uint32_t pages[32], ring[4], plan[4];
+    uint32_t n_pages, n_ring, n_plan, ppp;
+};
+
+static float *kv_addr(struct plan_fixture *f, uint32_t l, int v, uint32_t slot, uint32_t h) {
+    uint32_t tpp = f->lay.tokens_per_page;
+    return (float *)((char *)f->arena->map + (uint64_t)f->pages[slot / tpp] * PAGE_BYTES +
+                     l * f->lay.layer_stride + v * f->lay.kv_stride +
+                     (slot % tpp) * f->lay.token_stride + h * f->lay.head_stride);
+}
+
+static float *q_addr(struct plan_fixture *f, uint32_t l, uint32_t entry, uint32_t h) {
+    uint32_t rr = f->lay.ring_rows_per_page;
+    return (float *)((char *)f->arena->map + (uint64_t)f->ring[entry / rr] * PAGE_BYTES +
+                     l * f->lay.ring_layer_stride + (entry % rr) * f->lay.ring_row_stride +
+                     h * f->lay.head_stride);
+}
+
+/* A cuda-ipc arena (the fake's device memory is readable by the CPU, so the CPU planner can
+ * check the device planner on the same bytes) with one sequence's K, V and queries. */
+static int plan_setup(void **state) {
+    struct plan_fixture *f = calloc(1, sizeof(*f));
+    const struct vase_geometry_desc g = {L, HQ, HKV, D, VASE_DTYPE_F32, 1};
+
+    mock_cuda_reset();
+    assert_int_equal(
+        vase_arena_new(0, "cuda:0", VASE_CUDA_SHARE_IPC, 4u << 20, PAGE_BYTES, &f->arena), 0);
+    assert_int_equal(vase_layout_compute(&g, PAGE_BYTES, &f->lay, NULL), 0);
+    f->n_pages = (LEN + W + f->lay.tokens_per_page - 1) / f->lay.tokens_per_page;
+    f->n_ring = (2 * W + f->lay.ring_rows_per_page - 1) / f->lay.ring_rows_per_page;
+    f->ppp = PAGE_BYTES / (4 * (BUDGET - W));
+    f->n_plan = (L * HKV + f->ppp - 1) / f->ppp;
+    assert_true(f->n_pages + f->n_ring + f->n_plan < 60);
+    /* Pages backwards, so that the block table matters. */
+    for (uint32_t i = 0; i < f->n_pages; i++)
+        f->pages[i] = 60 - i;
+    for (uint32_t i = 0; i < f->n_ring; i++)
+        f->ring[i] = 2 + i;
+    for (uint32_t i = 0; i < f->n_plan; i++)
+        f->plan[i] = 10 + i;
+    srand(5);
+    for (uint32_t l = 0; l < L; l++) {
+        for (uint32_t s = 0; s < LEN; s++)
+            for (int v = 0; v < 2; v++)
+                for (uint32_t h = 0; h < HKV; h++)
+                    for (uint32_t d = 0; d < D; d++)
+                        kv_addr(f, l, v, s, h)[d] = (float)rand() / RAND_MAX - 0.5f;
+        for (uint32_t e = 0; e < 2 * W; e++)
+            for (uint32_t h = 0; h < HQ; h++)
+                for (uint32_t d = 0; d < D; d++)
+                    q_addr(f, l, e, h)[d] = (float)rand() / RAND_MAX - 0.5f;
+    }
+    *state = f;
+    return 0;
+}
+
+static int plan_teardown(void **state) {
+    struct plan_fixture *f = *state;
+    vase_arena_free(f->arena);
+    free(f);
+    return check_nothing_left(state);
+}
+
+static struct vase_plan_run *make_run(struct plan_fixture *f, enum vase_policy policy,
+                                      const struct vase_arena *arena) {
+    struct vase_plan_run *run;
+    assert_int_equal(vase_plan_run_new(&run), 0);
+    run->seq_id = 3;
+    run->round = 1;
+    run->len = LEN;
+    run->n = N;
+    run->layers = L;
+    run->kv_heads = HKV;
+    run->q_heads = HQ;
+    run->head_dim = D;
+    run->dtype = VASE_DTYPE_F32;
+    run->policy = policy;
+    run->params = vase_params_default(BUDGET);
+    run->params.window = W;
+    run->keep = vase_plan_keep_count(&run->params);
+    run->seed = 42;
+    run->arena = arena;
+    run->arena_base = f->arena->map;
+    run->page_bytes = PAGE_BYTES;
+    run->tokens_per_page = f->lay.tokens_per_page;
+    run->layer_stride = f->lay.layer_stride;
+    run->kv_stride = f->lay.kv_stride;
+    run->token_stride = f->lay.token_stride;
+    run->ring_rows_per_page = f->lay.ring_rows_per_page;
+    run->ring_layer_stride = f->lay.ring_layer_stride;
+    run->ring_row_stride = f->lay.ring_row_stride;
+    run->ring_first = 5;
+    run->plans_per_page = f->ppp;
+    run->n_pages = f->n_pages;
+    run->n_plan_pages = f->n_plan;
+    run->pages = malloc(sizeof(f->pages));
+    run->ring_pages = malloc(sizeof(f->ring));
+    run->plan_pages = malloc(sizeof(f->plan));
+    run->keep_lists = calloc((size_t)L * HKV * run->keep, sizeof(uint32_t));
+    memcpy(run->pages, f->pages, sizeof(f->pages));
+    memcpy(run->ring_pages, f->ring, sizeof(f->ring));
+    memcpy(run->plan_pages, f->plan, sizeof(f->plan));
+    if (vase_policy_needs(policy) & VASE_NEEDS_ACC) {
+        run->acc = malloc((size_t)L * HKV * N * sizeof(float));
+        for (size_t i = 0; i < (size_t)L * HKV * N; i++)
+            run->acc[i] = (float)((i * 7919) % 1000) / 1000.0f;
+    }
+    return run;
+}
+
+/* The device planner's lists equal the CPU's, in run->keep_lists and in the plan pages. */
+static void check_against_cpu(struct plan_fixture *f, enum vase_policy policy) {
+    struct vase_plan_run *dev = make_run(f, policy, f->arena);
+    struct vase_plan_run *cpu = make_run(f, policy, NULL);
+    struct vase_arena_planner *p = NULL;
+    uint32_t bad = 99;
+    size_t list = (size_t)dev->keep;
+
+    assert_int_equal(f->arena->ops->planner_new(f->arena, &p), 0);
+    unsigned syncs = mock_cuda.stream_syncs;
+    assert_int_equal(f->arena->ops->plan_layers(p, dev, 0, L, &bad), 0);
+    /* Complete before it returns: the stream was synchronised. */
+    assert_true(mock_cuda.stream_syncs > syncs);
+    assert_int_equal(mock_cuda.plans, L);
+    assert_int_equal(mock_cuda.copies_d2d, L * HKV);
+    assert_int_equal(mock_cuda.copies_d2h, 1);
+    for (uint32_t i = 0; i < L * HKV; i++)
+        assert_memory_equal((char *)f->arena->map + vase_plan_run_list_offset(dev, i),
+                            dev->keep_lists + i * list, list * sizeof(uint32_t));
+
+    assert_int_equal(vase_plan_run_layers(cpu, 0, L, NULL, &bad), 0);
+    assert_memory_equal(dev->keep_lists, cpu->keep_lists, (size_t)L * HKV * list * 4);
+    f->arena->ops->planner_free(p);
+    vase_plan_run_free(dev);
+    vase_plan_run_free(cpu);
+    assert_int_equal(mock_cuda.workspaces_live, 0);
+    assert_int_equal(mock_cuda.stream_destroys, mock_cuda.stream_creates);
+}
+
+static void test_planner_attnv(void **state) {
+    check_against_cpu(*state, VASE_POLICY_VASE_ATTNV);
+}
+
+static void test_planner_h2o(void **state) {
+    check_against_cpu(*state, VASE_POLICY_H2O);
+}
+
+static void test_planner_nan(void **state) {
+    struct plan_fixture *f = *state;
+    struct vase_plan_run *run = make_run(f, VASE_POLICY_VASE_ATTNV, f->arena);
+    struct vase_arena_planner *p = NULL;
+    uint32_t bad = 99, i0 = 1 * HKV;
+    uint32_t sentinel[4] = {0xdeadbeef, 0xdeadbeef, 0xdeadbeef, 0xdeadbeef};
+
+    /* A NaN in layer 1: the plan fails whole, naming the layer; no plan page is written. */
+    kv_addr(f, 1, 1, 17, 0)[3] = NAN;
+    memcpy((char *)f->arena->map + vase_plan_run_list_offset(run, i0), sentinel, sizeof(sentinel));
+    assert_int_equal(f->arena->ops->planner_new(f->arena, &p), 0);
+    assert_int_equal(f->arena->ops->plan_layers(p, run, 0, L, &bad), -EINVAL);
+    assert_int_equal(bad, 1);
+    assert_memory_equal((char *)f->arena->map + vase_plan_run_list_offset(run, i0), sentinel,
+                        sizeof(sentinel));
+    f->arena->ops->planner_free(p);
+    vase_plan_run_free(run);
+}
+
+static void test_planner_failures(void **state) {
+    struct plan_fixture *f = *state;
+    struct vase_plan_run *run = make_run(f, VASE_POLICY_SNAPKV, f->arena);
+    struct vase_arena_planner *p = NULL;
+    uint32_t bad = 99;
+
+    mock_cuda.fail_malloc = true;
+    assert_int_equal(f->arena->ops->planner_new(f->arena, &p), 0);
+    capture_begin();
+    int r = f->arena->ops->plan_layers(p, run, 0, L, &bad);
+    const char *log = capture_end();
+    assert_int_equal(r, -ENOMEM);
+    assert_non_null(strstr(log, "plan scratch"));
+    assert_int_equal(bad, 0);
+    mock_cuda.fail_malloc = false;
+    mock_cuda.fail_stream_sync = true;
+    capture_begin();
+    r = f->arena->ops->plan_layers(p, run, 0, L, &bad);
+    log = capture_end();
+    assert_int_equal(r, -EIO);
+    assert_non_null(strstr(log, "cudaStreamSynchronize"));
+    mock_cuda.fail_stream_sync = false;
+    assert_int_equal(f->arena->ops->plan_layers(p, run, 0, L, &bad), 0);
+    f->arena->ops->planner_free(p);
+    vase_plan_run_free(run);
+}
+
+/* The evictor sends device runs to the arena's planner, one per thread, freed at its end. */
+static void test_evictor_on_device(void **state) {
+    struct plan_fixture *f = *state;
+    void *ctx = zmq_ctx_new();
+    struct vase_evictor *ev = NULL;
+    struct vase_plan_run *runs[4], *cpu = make_run(f, VASE_POLICY_VASE_ATTNV, NULL);
+    uint32_t bad;
+
+    assert_int_equal(vase_plan_run_layers(cpu, 0, L, NULL, &bad), 0);
+    assert_int_equal(vase_evictor_new(ctx, 2, &ev), 0);
+    for (int i = 0; i < 4; i++) {
+        runs[i] = make_run(f, VASE_POLICY_VASE_ATTNV, f->arena);
+        assert_int_equal(vase_evictor_submit(ev, runs[i]), 0);
+    }
+    zmq_pollitem_t item = {.socket = vase_evictor_socket(ev), .events = ZMQ_POLLIN};
+    for (int done = 0; done < 4;) {
+        struct vase_plan_run *run;
+        assert_true(zmq_poll(&item, 1, 5000) > 0);
+        int r;
+        while ((r = vase_evictor_receive(ev, &run)) >= 0)
+            if (r == 1) {
+                assert_int_equal(run->error, 0);
+                assert_memory_equal(run->keep_lists, cpu->keep_lists,
+                                    (size_t)L * HKV * run->keep * sizeof(uint32_t));
+                done++;
+            }
+        assert_int_equal(r, -EAGAIN);
+    }
+    assert_int_equal(mock_cuda.plans, 4 * L);
+    assert_true(mock_cuda.workspaces >= 1 && mock_cuda.workspaces <= 2);
+    vase_evictor_free(ev);
+    assert_int_equal(mock_cuda.workspaces_live, 0);
+    assert_int_equal(mock_cuda.stream_destroys, mock_cuda.stream_creates);
+    for (int i = 0; i < 4; i++)
+        vase_plan_run_free(runs[i]);
+    vase_plan_run_free(cpu);
+    zmq_ctx_term(ctx);
+}
+
+/* ---- the real vased ---- */
+
+/* Runs build/vased with args in a fresh runtime directory; its exit status and stderr. */
+static int run_vased(const char *arena, const char *share, char *out, size_t out_len) {
+    const char *bdir = getenv("VASE_BUILD_DIR");
+    char vased[4096], dir[] = "/tmp/vase-cuda-test-XXXXXX", rt[4200], ar[256], sh[64];
+    int pipefd[2], status;
+
+    assert_non_null(bdir);
+    snprintf(vased, sizeof(vased), "%s/vased", bdir);
+    assert_non_null(mkdtemp(dir));
+    snprintf(rt, sizeof(rt), "--runtime-dir=%s", dir);
+    snprintf(ar, sizeof(ar), "--arena=%s", arena);
+    snprintf(sh, sizeof(sh), "--cuda-share=%s", share);
+    assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(pipefd[1], STDERR_FILENO);
+        dup2(pipefd[1], STDOUT_FILENO);
+        execl(vased, vased, "--config=/dev/null", rt, ar, sh, "--arena-bytes=64M", (char *)NULL);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    size_t n = 0;
+    ssize_t k;
+    while (n + 1 < out_len && (k = read(pipefd[0], out + n, out_len - 1 - n)) > 0)
+        n += (size_t)k;
+    out[n] = '\0';
+    close(pipefd[0]);
+    /* A vased that started after all must not outlive the test. */
+    alarm(20);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    alarm(0);
+    rmdir(dir);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static bool have_nvidia_gpu(void) {
+    return access("/dev/nvidiactl", F_OK) == 0 || access("/proc/driver/nvidia/gpus", F_OK) == 0;
+}
+
+static void test_vased_refuses(void **state) {
+    (void)state;
+    char out[4096];
+
+    /* A device no machine has: refused everywhere, naming it. */
+    assert_int_equal(
+        run_vased("cuda:GPU-00000000-0000-0000-0000-000000000000", "ipc", out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "Arena \"cuda:GPU-00000000-0000-0000-0000-000000000000\""));
+    assert_non_null(strstr(out, "CUDA device"));
+    assert_int_equal(run_vased("cuda:GPU-nope", "vmm", out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "Unknown arena \"cuda:GPU-nope\""));
+    if (have_nvidia_gpu()) {
+        print_message("An NVIDIA driver is present: cuda:0 is checked by tests/gpu.\n");
+        return;
+    }
+    /* No GPU here: cuda:0 is refused with the reason, over both sharing paths. */
+    assert_int_equal(run_vased("cuda:0", "ipc", out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "Arena \"cuda:0\": no usable CUDA device"));
+    assert_int_equal(run_vased("cuda:0", "vmm", out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "Arena \"cuda:0\": no usable CUDA device"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ipc_create, reset, check_nothing_left),
+        cmocka_unit_test_setup_teardown(test_select_by_uuid, reset, check_nothing_left),
+        cmocka_unit_test_setup_teardown(test_device_refusals, reset, check_nothing_left),
+        cmocka_unit_test_setup_teardown(test_ipc_failures, reset, check_nothing_left),
+        cmocka_unit_test_setup_teardown(test_vmm_create_and_pass_fd, reset, check_nothing_left),
+        cmocka_unit_test_setup_teardown(test_vmm_failures, reset, check_nothing_left),
+        cmocka_unit_test_setup_teardown(test_planner_attnv, plan_setup, plan_teardown),
+        cmocka_unit_test_setup_teardown(test_planner_h2o, plan_setup, plan_teardown),
+        cmocka_unit_test_setup_teardown(test_planner_nan, plan_setup, plan_teardown),
+        cmocka_unit_test_setup_teardown(test_planner_failures, plan_setup, plan_teardown),
+        cmocka_unit_test_setup_teardown(test_evictor_on_device, plan_setup, plan_teardown),
+        cmocka_unit_test(test_vased_refuses),
+    };
+    vase_log_set_max_level(LOG_ERR);
+    vase_log_set_prefix(false);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
