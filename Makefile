@@ -73,7 +73,10 @@ deps: $(DEPS_STAMP)
 
 # ---- kernels/ -------------------------------------------------------------------------
 
-KERNEL_SRCS := $(wildcard kernels/*.c)
+# kernels/*_cuda.c are host code of the CUDA build (compiled against the toolkit's headers into
+# the CUDA archive, below), not CPU kernels.
+CUDA_HOST_SRCS := $(wildcard kernels/*_cuda.c)
+KERNEL_SRCS := $(filter-out $(CUDA_HOST_SRCS),$(wildcard kernels/*.c))
 KERNEL_OBJS := $(KERNEL_SRCS:%.c=$(BUILD)/%.o)
 KERNEL_LIB := $(BUILD)/libvasekernels.a
 
@@ -85,7 +88,8 @@ $(KERNEL_LIB): $(KERNEL_OBJS)
 
 # ---- CUDA (kernels/*.cu) ----
 #
-# With HAVE_CUDA=1: kernels/*.cu into build/libvasekernels_cuda.a (link it before
+# With HAVE_CUDA=1: kernels/*.cu, and the host code kernels/*_cuda.c (the CUDA error mapping, the
+# device lookup of the arenas), into build/libvasekernels_cuda.a (link it before
 # libvasekernels.a, with $(CUDA_LIBS)), and the GPU test programs of tests/gpu/, built by `all`
 # and run only by `make check-gpu` (tests/gpu/run.sh), never by `make check`. --fmad=false keeps
 # nvcc from contracting multiply-adds that the CPU reference (ISO C, so no contraction) rounds
@@ -109,13 +113,16 @@ NVCCFLAGS := -O3 -std=c++17 --fmad=false -lineinfo -Werror all-warnings \
              -gencode arch=compute_$(CUDA_PTX_ARCH),code=compute_$(CUDA_PTX_ARCH) \
              -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Ikernels
 CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.cu.o)
+CUDA_HOST_OBJS := $(CUDA_HOST_SRCS:%.c=$(BUILD)/%.o)
+
+$(CUDA_HOST_OBJS): CPPFLAGS += -I$(CUDA_INC)
 
 $(BUILD)/kernels/%.cu.o: kernels/%.cu | $(DEPS_STAMP)
 	$(call say,NVCC,$@)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCCFLAGS) -MD -MP -MF $(@:.o=.d) -c -o $@ $<
 
-$(CUDA_LIB): $(CUDA_OBJS)
+$(CUDA_LIB): $(CUDA_OBJS) $(CUDA_HOST_OBJS)
 	$(call say,AR,$@)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
@@ -124,6 +131,8 @@ $(GPU_TEST_DIR)/%.o: CPPFLAGS += -I$(CUDA_INC) -Itests
 $(GPU_TEST_DIR)/compare_kernels $(GPU_TEST_DIR)/bench_plan_gpu: %: %.o $(CUDA_LIB) $(KERNEL_LIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(BLAS_LIBS) $(LIBM)
+
+$(GPU_TEST_DIR)/bench_plan_gpu: $(BUILD)/tests/argnum.o
 
 # The vector runner with its CUDA backend linked in (run_vectors --cuda). Its support objects
 # are those of TEST_SUPPORT_OBJS, named here because that is defined further down.
@@ -160,10 +169,11 @@ check-gpu-emu: $(KERNEL_LIB)
 # The CUDA arena backends of vased (daemon/arena_cuda.c) and libvase (client/cuda.c) when
 # HAVE_CUDA=1, else their refusing twins (daemon/arena_nocuda.c, client/nocuda.c): the variant
 # not built is filtered out of DAEMON_SRCS and LIBVASE_SRCS (CUDA_ARENA_EXCLUDED). With CUDA,
-# vased and libvase link the CUDA kernels (with the CPU kernels they use) and the runtime
-# (DAEMON_CUDA_LIBS, LIBVASE_CUDA_LIBS: libvase.so takes them in, static users of libvase.a link
-# them after it); the driver library is never linked (its cuMem* entry points are looked up at
-# run time). The unit tests of the two backends link the runtime faked by tests/mock_cuda.c
+# vased links the CUDA kernels (with the CPU kernels they use) and the runtime (DAEMON_CUDA_LIBS);
+# libvase takes in only the compaction kernel and the host code of the CUDA archive
+# (LIBVASE_CUDA_OBJS: no planner, no CPU scoring, no BLAS) and links the runtime
+# (LIBVASE_CUDA_LIBS, which static users of libvase.a link after it). The driver library is
+# never linked (its cuMem* entry points are looked up at run time). The unit tests of the two backends link the runtime faked by tests/mock_cuda.c
 # instead of libcudart and are built only with CUDA (CUDA_ARENA_TEST_SRCS are kept out of the
 # generic test lists and added to TEST_PROGS as CUDA_ARENA_TESTS).
 
@@ -172,21 +182,24 @@ CUDA_ARENA_TEST_SRCS := tests/test_daemon_cuda_arena.c tests/test_client_cuda.c
 ifeq ($(HAVE_CUDA),1)
 CUDA_ARENA_EXCLUDED := daemon/arena_nocuda.c client/nocuda.c
 DAEMON_CUDA_LIBS = $(CUDA_LIB) $(KERNEL_LIB) $(CUDA_LIBS) -lm
-LIBVASE_CUDA_LIBS = $(CUDA_LIB) $(KERNEL_LIB) $(BLAS_LIBS) $(CUDA_LIBS) -lm
+LIBVASE_CUDA_OBJS := $(addprefix $(BUILD)/kernels/,compact_cuda.cu.o runtime_cuda.cu.o) \
+                     $(CUDA_HOST_OBJS)
+LIBVASE_CUDA_LIBS = $(CUDA_LIBS)
 CUDA_ARENA_TESTS := $(CUDA_ARENA_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 MOCK_CUDA_OBJ := $(BUILD)/tests/mock_cuda.o
 
 $(BUILD)/daemon/arena_cuda.o $(BUILD)/client/cuda.o $(MOCK_CUDA_OBJ) \
 $(CUDA_ARENA_TESTS:%=%.o): CPPFLAGS += -I$(CUDA_INC)
 
-# Everything that links vased's or libvase's archive links the kernels' archives too.
-$(BUILD)/libvased.a $(BUILD)/libvase.a: | $(CUDA_LIB) $(KERNEL_LIB)
+# Everything that links vased's archive links the kernels' archives too.
+$(BUILD)/libvased.a: | $(CUDA_LIB) $(KERNEL_LIB)
 
 # The backends' host-side logic against the fake runtime: no libcudart, no GPU. The daemon test
-# takes arena_cuda.o (and what it needs) from the daemon archive, the client test client/cuda.o
-# from libvase; the fake defines every CUDA symbol they reach, kernels included.
+# takes arena_cuda.o (and what it needs) from the daemon archive, with the CUDA archive's host code,
+# the client test client/cuda.o and that host code from libvase; the fake defines every other
+# CUDA symbol they reach, kernels included.
 $(BUILD)/tests/test_daemon_cuda_arena: $(BUILD)/tests/test_daemon_cuda_arena.o $(MOCK_CUDA_OBJ) \
-                                      $(BUILD)/libvased.a $(KERNEL_LIB)
+                                      $(BUILD)/libvased.a $(CUDA_HOST_OBJS) $(KERNEL_LIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) \
 	  $(INIH_LIBS) $(BLAS_LIBS) -lm
@@ -202,6 +215,7 @@ $(BUILD)/tests/test_daemon_cuda_arena: | $(BUILD)/vased
 else
 CUDA_ARENA_EXCLUDED := daemon/arena_cuda.c client/cuda.c
 DAEMON_CUDA_LIBS :=
+LIBVASE_CUDA_OBJS :=
 LIBVASE_CUDA_LIBS :=
 CUDA_ARENA_TESTS :=
 endif
@@ -236,7 +250,8 @@ INIH_LIBS := -linih
 
 # ---- client/: libvase and vasectl --------------------------------------------------------
 
-# libvase needs only the kernels that carry no BLAS: views, compaction and policy names.
+# libvase needs only the kernels that carry no BLAS: views, compaction and policy names (with
+# CUDA also LIBVASE_CUDA_OBJS, above).
 LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o)
 LIBVASE_SRCS := $(filter-out client/vasectl.c $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)
@@ -245,11 +260,11 @@ LIBVASE_SO := $(BUILD)/libvase.so
 LIBVASE_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) -lm $(LIBVASE_CUDA_LIBS)
 VASECTL := $(BUILD)/vasectl
 
-$(LIBVASE_A): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS)
+$(LIBVASE_A): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS) $(LIBVASE_CUDA_OBJS)
 	$(call say,AR,$@)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-$(LIBVASE_SO): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS)
+$(LIBVASE_SO): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS) $(LIBVASE_CUDA_OBJS)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libvase.so.0 -o $@ $^ $(LIBVASE_LIBS)
 
@@ -329,7 +344,7 @@ $(RUN_VECTORS): $(BUILD)/tests/run_vectors.o $(TEST_SUPPORT_OBJS) $(KERNEL_LIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(BLAS_LIBS) $(LIBM)
 
-$(BENCH_KERNELS): $(BUILD)/tests/bench_kernels.o $(KERNEL_LIB)
+$(BENCH_KERNELS): $(BUILD)/tests/bench_kernels.o $(BUILD)/tests/argnum.o $(KERNEL_LIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(BLAS_LIBS) $(LIBM)
 

@@ -39,7 +39,8 @@ bool vase__client_unclaimed(void *userdata, const Vase__Envelope *e) {
     struct vase_client *c = userdata;
 
     for (struct vase_seq *s = c->seqs; s; s = s->next)
-        if (s->pending && s->pending_id == e->request_id)
+        if ((s->pending && s->pending_id == e->request_id) ||
+            (s->commit_pending && s->commit_id == e->request_id))
             return true;
     if (e->body_case != VASE__ENVELOPE__BODY_ERROR || e->request_id == 0)
         return false;

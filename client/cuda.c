@@ -14,7 +14,8 @@
  *
  * The device is the one whose UUID the daemon reported (ordinals differ between processes and
  * containers), in a compute mode that lets processes share it. The driver API is not linked: the
- * VMM entry points come from the runtime (cudaGetDriverEntryPointByVersion), so libvase loads
+ * VMM entry points come from the runtime (cudaGetDriverEntryPointByVersion); vased's CUDA arena
+ * finds its device and these entry points the same way (kernels/device_cuda.c). So libvase loads
  * and works on host arenas on machines without a driver. Every call makes the arena's device
  * current and restores the caller's device before it returns. Nothing is logged: failures are
  * -errno, with a sentence for vase_last_error() where the errno alone would not say enough.
@@ -31,58 +32,12 @@
 #include <unistd.h>
 
 #include "cuda_arena.h"
+#include "device_cuda.h"
 #include "layout.h"
 #include "session.h"
 #include "vase_kernels.h"
 
-/* The driver ABI asked for; see daemon/arena_cuda.c. */
-#define DRIVER_API_VERSION 12000
-
 /* ---- errors ------------------------------------------------------------------------------ */
-
-static int rt_errno(cudaError_t e) {
-    switch (e) {
-    case cudaSuccess:
-        return 0;
-    case cudaErrorMemoryAllocation:
-        return -ENOMEM;
-    case cudaErrorInvalidValue:
-        return -EINVAL;
-    case cudaErrorNoDevice:
-    case cudaErrorInvalidDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInitializationError:
-    case cudaErrorCallRequiresNewerDriver:
-    case cudaErrorSystemDriverMismatch:
-        return -ENODEV;
-    case cudaErrorDevicesUnavailable:
-        return -EBUSY;
-    case cudaErrorNotSupported:
-        return -EOPNOTSUPP;
-    default:
-        return -EIO;
-    }
-}
-
-static int drv_errno(CUresult e) {
-    switch (e) {
-    case CUDA_SUCCESS:
-        return 0;
-    case CUDA_ERROR_OUT_OF_MEMORY:
-        return -ENOMEM;
-    case CUDA_ERROR_INVALID_VALUE:
-        return -EINVAL;
-    case CUDA_ERROR_NO_DEVICE:
-    case CUDA_ERROR_INVALID_DEVICE:
-    case CUDA_ERROR_NOT_INITIALIZED:
-    case CUDA_ERROR_DEINITIALIZED:
-        return -ENODEV;
-    case CUDA_ERROR_NOT_SUPPORTED:
-        return -EOPNOTSUPP;
-    default:
-        return -EIO;
-    }
-}
 
 static int say(char *msg, size_t msg_len, int r, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -108,7 +63,7 @@ static int enter(int device, int *ret_prev) {
     *ret_prev = prev;
     if (prev == device)
         return 0;
-    return rt_errno(cudaSetDevice(device));
+    return vase_cuda_errno(cudaSetDevice(device));
 }
 
 static void leave(int device, int prev) {
@@ -117,28 +72,6 @@ static void leave(int device, int prev) {
 }
 
 /* ---- mappings ----------------------------------------------------------------------------- */
-
-typedef CUresult (*pfn_get_granularity)(size_t *, const CUmemAllocationProp *,
-                                        CUmemAllocationGranularity_flags);
-typedef CUresult (*pfn_import)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
-typedef CUresult (*pfn_release)(CUmemGenericAllocationHandle);
-typedef CUresult (*pfn_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-typedef CUresult (*pfn_address_free)(CUdeviceptr, size_t);
-typedef CUresult (*pfn_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                            unsigned long long);
-typedef CUresult (*pfn_unmap)(CUdeviceptr, size_t);
-typedef CUresult (*pfn_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-
-struct vmm_api {
-    pfn_get_granularity get_granularity;
-    pfn_import import;
-    pfn_release release;
-    pfn_reserve reserve;
-    pfn_address_free address_free;
-    pfn_map map;
-    pfn_unmap unmap;
-    pfn_set_access set_access;
-};
 
 struct vase__cuda_mapping {
     struct vase__cuda_mapping *next;
@@ -149,58 +82,40 @@ struct vase__cuda_mapping {
     void *base;
     bool vmm;
     uint64_t map_bytes; /* vmm: the reserved and mapped range */
-    pfn_unmap unmap;
-    pfn_address_free address_free;
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*address_free)(CUdeviceptr, size_t);
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vase__cuda_mapping *cache; /* guarded by cache_lock */
 
-static void format_uuid(const cudaUUID_t *u, char out[48]) {
-    const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(out, 48, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
-}
-
 /* The local device with the arena's UUID, in a compute mode that allows sharing. */
 static int find_device(const struct vase__arena *a, int *ret, char *msg, size_t msg_len) {
-    struct cudaDeviceProp prop;
-    char uuid[48];
-    int count = 0, mode = 0;
-    cudaError_t e;
+    struct vase_cuda_failure why;
+    struct vase_cuda_device d;
 
-    e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0)
+    int r = vase_cuda_device_find(-1, a->device_uuid, &d, &why);
+    if (r < 0 && d.count == 0)
         return say(msg, msg_len, -ENODEV,
                    "arena %u (%s) is on GPU %s, but this process sees no CUDA device: %s", a->id,
                    a->kind, a->device_uuid,
-                   e != cudaSuccess ? cudaGetErrorString(e) : "the runtime sees none");
-    for (int dev = 0; dev < count; dev++) {
-        e = cudaGetDeviceProperties(&prop, dev);
-        if (e != cudaSuccess)
-            return say(msg, msg_len, rt_errno(e), "cudaGetDeviceProperties(%d) failed: %s", dev,
-                       cudaGetErrorString(e));
-        format_uuid(&prop.uuid, uuid);
-        if (strcasecmp(uuid, a->device_uuid) != 0)
-            continue;
-        e = cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, dev);
-        if (e != cudaSuccess)
-            return say(msg, msg_len, rt_errno(e), "cudaDeviceGetAttribute(compute mode) failed: %s",
-                       cudaGetErrorString(e));
-        if (mode == cudaComputeModeProhibited || mode == cudaComputeModeExclusive ||
-            mode == cudaComputeModeExclusiveProcess)
-            return say(msg, msg_len, -EBUSY,
-                       "GPU %s is in compute mode %s, but the engines and vased must share it "
-                       "(nvidia-smi -c DEFAULT)",
-                       uuid, mode == cudaComputeModeProhibited ? "Prohibited" : "Exclusive");
-        *ret = dev;
-        return 0;
-    }
-    return say(msg, msg_len, -ENODEV,
-               "arena %u (%s) is on GPU %s, which is not among the %d CUDA devices this process "
-               "sees (CUDA_VISIBLE_DEVICES?)",
-               a->id, a->kind, a->device_uuid, count);
+                   why.call ? cudaGetErrorString(why.cuda_error) : "the runtime sees none");
+    if (r < 0 && why.call)
+        return say(msg, msg_len, r, "%s of device %d failed: %s", why.call, d.ordinal,
+                   cudaGetErrorString(why.cuda_error));
+    if (r < 0 && d.ordinal < 0)
+        return say(msg, msg_len, -ENODEV,
+                   "arena %u (%s) is on GPU %s, which is not among the %d CUDA devices this "
+                   "process sees (CUDA_VISIBLE_DEVICES?)",
+                   a->id, a->kind, a->device_uuid, d.count);
+    if (r < 0)
+        return say(msg, msg_len, -EBUSY,
+                   "GPU %s is in compute mode %s, but the engines and vased must share it "
+                   "(nvidia-smi -c DEFAULT)",
+                   d.uuid,
+                   d.compute_mode == cudaComputeModeProhibited ? "Prohibited" : "Exclusive");
+    *ret = d.ordinal;
+    return 0;
 }
 
 static int map_ipc(const struct vase__arena *a, struct vase__cuda_mapping *m, char *msg,
@@ -214,48 +129,21 @@ static int map_ipc(const struct vase__arena *a, struct vase__cuda_mapping *m, ch
     memcpy(&h, a->ipc_handle, sizeof(h));
     cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess)
-        return say(msg, msg_len, rt_errno(e), "cudaIpcOpenMemHandle() of arena %u failed: %s",
-                   a->id, cudaGetErrorString(e));
+        return say(msg, msg_len, vase_cuda_errno(e),
+                   "cudaIpcOpenMemHandle() of arena %u failed: %s", a->id, cudaGetErrorString(e));
     m->base = p;
     return 0;
 }
 
-static int get_entry(const char *symbol, void **ret, char *msg, size_t msg_len) {
-    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    void *fn = NULL;
-
-    cudaError_t e =
-        cudaGetDriverEntryPointByVersion(symbol, &fn, DRIVER_API_VERSION, cudaEnableDefault, &q);
-    if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && fn) {
-        *ret = fn;
-        return 0;
-    }
-    if (e != cudaSuccess)
-        return say(msg, msg_len, -ENODEV, "cannot reach the CUDA driver for %s: %s", symbol,
-                   cudaGetErrorString(e));
-    return say(msg, msg_len, -EOPNOTSUPP,
-               "the CUDA driver does not provide %s, which a cuda-vmm arena needs", symbol);
-}
-
-static int resolve_vmm(struct vmm_api *v, char *msg, size_t msg_len) {
-    const struct {
-        const char *name;
-        void **fn;
-    } syms[] = {
-        {"cuMemGetAllocationGranularity", (void **)&v->get_granularity},
-        {"cuMemImportFromShareableHandle", (void **)&v->import},
-        {"cuMemRelease", (void **)&v->release},
-        {"cuMemAddressReserve", (void **)&v->reserve},
-        {"cuMemAddressFree", (void **)&v->address_free},
-        {"cuMemMap", (void **)&v->map},
-        {"cuMemUnmap", (void **)&v->unmap},
-        {"cuMemSetAccess", (void **)&v->set_access},
-    };
-    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-        int r = get_entry(syms[i].name, syms[i].fn, msg, msg_len);
-        if (r < 0)
-            return r;
-    }
+static int resolve_vmm(struct vase_cuda_vmm *v, char *msg, size_t msg_len) {
+    struct vase_cuda_failure why;
+    int r = vase_cuda_vmm_resolve(v, &why);
+    if (r == -EOPNOTSUPP)
+        return say(msg, msg_len, r,
+                   "the CUDA driver does not provide %s, which a cuda-vmm arena needs", why.call);
+    if (r < 0)
+        return say(msg, msg_len, r, "cannot reach the CUDA driver for %s: %s", why.call,
+                   cudaGetErrorString(why.cuda_error));
     return 0;
 }
 
@@ -272,7 +160,7 @@ static int map_vmm(const struct vase__arena *a, int device, struct vase__cuda_ma
     CUmemAccessDesc access = {.location = prop.location,
                               .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     CUmemGenericAllocationHandle h;
-    struct vmm_api v;
+    struct vase_cuda_vmm v;
     CUdeviceptr va = 0;
     size_t gran = 0;
     CUresult e;
@@ -285,32 +173,32 @@ static int map_vmm(const struct vase__arena *a, int device, struct vase__cuda_ma
         return r;
     e = v.get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (e != CUDA_SUCCESS || gran == 0)
-        return say(msg, msg_len, e != CUDA_SUCCESS ? drv_errno(e) : -EIO,
+        return say(msg, msg_len, e != CUDA_SUCCESS ? vase_cu_errno(e) : -EIO,
                    "cuMemGetAllocationGranularity() failed (CUresult %d)", (int)e);
     /* The daemon rounded the allocation up the same way, on the same device. */
     m->map_bytes = (a->size_bytes + gran - 1) / gran * gran;
 
     e = v.import(&h, (void *)(uintptr_t)a->fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     if (e != CUDA_SUCCESS)
-        return say(msg, msg_len, drv_errno(e),
+        return say(msg, msg_len, vase_cu_errno(e),
                    "cuMemImportFromShareableHandle() of arena %u failed (CUresult %d)", a->id,
                    (int)e);
     e = v.reserve(&va, (size_t)m->map_bytes, gran, 0, 0);
     if (e != CUDA_SUCCESS) {
-        r = say(msg, msg_len, drv_errno(e),
+        r = say(msg, msg_len, vase_cu_errno(e),
                 "cuMemAddressReserve() of %llu bytes failed (CUresult %d)",
                 (unsigned long long)m->map_bytes, (int)e);
         goto release;
     }
     e = v.map(va, (size_t)m->map_bytes, 0, h, 0);
     if (e != CUDA_SUCCESS) {
-        r = say(msg, msg_len, drv_errno(e), "cuMemMap() of arena %u failed (CUresult %d)", a->id,
-                (int)e);
+        r = say(msg, msg_len, vase_cu_errno(e), "cuMemMap() of arena %u failed (CUresult %d)",
+                a->id, (int)e);
         goto free_range;
     }
     e = v.set_access(va, (size_t)m->map_bytes, &access, 1);
     if (e != CUDA_SUCCESS) {
-        r = say(msg, msg_len, drv_errno(e), "cuMemSetAccess() on arena %u failed (CUresult %d)",
+        r = say(msg, msg_len, vase_cu_errno(e), "cuMemSetAccess() on arena %u failed (CUresult %d)",
                 a->id, (int)e);
         goto unmap;
     }
@@ -433,7 +321,7 @@ int vase__cuda_sync(int device, void *stream) {
     int prev, r = enter(device, &prev);
     if (r < 0)
         return r;
-    r = rt_errno(cudaStreamSynchronize((cudaStream_t)stream));
+    r = vase_cuda_errno(cudaStreamSynchronize((cudaStream_t)stream));
     leave(device, prev);
     return r;
 }
@@ -450,7 +338,7 @@ int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t
     if (e == cudaSuccess)
         e = cudaStreamSynchronize((cudaStream_t)stream);
     leave(device, prev);
-    return rt_errno(e);
+    return vase_cuda_errno(e);
 }
 
 /* ---- compaction --------------------------------------------------------------------------- */
@@ -501,7 +389,7 @@ int vase__cuda_seq_new(int device, size_t max_pages, size_t keep_entries,
     leave(device, prev);
     if (e != cudaSuccess) {
         vase__cuda_seq_free(cs);
-        return rt_errno(e);
+        return vase_cuda_errno(e);
     }
     *ret = cs;
     return 0;
@@ -549,13 +437,13 @@ int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream,
     e = cudaMemcpyAsync(cs->pages, c->pages, c->n_pages * sizeof(uint32_t), cudaMemcpyHostToDevice,
                         st);
     if (e != cudaSuccess) {
-        r = rt_errno(e);
+        r = vase_cuda_errno(e);
         goto out;
     }
     for (uint32_t layer = 0; layer < l->layers; layer++) {
         e = copy_layer_lists(cs, st, c, layer);
         if (e != cudaSuccess) {
-            r = rt_errno(e);
+            r = vase_cuda_errno(e);
             goto out;
         }
         for (int kv = VASE_K; kv <= VASE_V; kv++) {
@@ -569,7 +457,7 @@ int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream,
         }
     }
     /* The commit may release pages the compaction reads: it must be done before. */
-    r = rt_errno(cudaStreamSynchronize(st));
+    r = vase_cuda_errno(cudaStreamSynchronize(st));
 out:
     if (r < 0)
         (void)cudaStreamSynchronize(st); /* nothing of ours still runs after a failure */

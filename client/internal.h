@@ -52,6 +52,10 @@ struct vase_seq {
     /* The request in flight, if any: its id, and the len and position it was sent with. */
     bool pending;
     uint64_t pending_id;
+    /* The commit whose reply has not been read yet, if any. The engine does not wait for it:
+     * the reply is read by the next call, and at the latest before the next request. */
+    bool commit_pending;
+    uint64_t commit_id;
     uint32_t req_len;
     uint64_t req_position;
 

@@ -78,6 +78,8 @@ static int copy_pages(const uint32_t *src, size_t n, const struct vase__arena *a
     return 0;
 }
 
+static int finish_commit(struct vase_seq *s, bool wait);
+
 /* The error a call on s returns before doing anything: the client is dead (also found out
  * here, with one non-blocking look at the session socket, so that even a call that sends
  * nothing never pretends a sequence of a dead daemon lives on), the sequence is broken, or a
@@ -89,7 +91,10 @@ static int precheck(struct vase_seq *s) {
         return s->client->dead;
     if (s->broken)
         return s->broken;
-    int r = s->deferred_error;
+    int r = finish_commit(s, false);
+    if (r < 0)
+        return r;
+    r = s->deferred_error;
     s->deferred_error = 0;
     return r;
 }
@@ -255,6 +260,8 @@ int vase_seq_close(struct vase_seq *s) {
     unlink_seq(s);
     if (s->pending)
         vase__chan_drop(c->chan, s->pending_id);
+    if (s->commit_pending)
+        vase__chan_drop(c->chan, s->commit_id);
     r = c->dead ? c->dead : close_remote(c, s->id);
     vase__seq_free(s);
     pthread_mutex_unlock(&c->lock);
@@ -333,6 +340,11 @@ static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     uint64_t id;
 
+    /* The block table of the last commit first: the engine is about to run past the slots
+     * that were safe without it. */
+    int rc = finish_commit(s, true);
+    if (rc < 0)
+        return rc;
     /* The daemon reads the slots and queries as soon as the request arrives: the engine's
      * writes on its stream must be complete (on the host the system call orders them). */
     if (s->cuda) {
@@ -364,32 +376,74 @@ static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
     return 0;
 }
 
-static int commit(struct vase_seq *s, uint32_t round) {
+/* Sends EvictCommit without waiting for its reply: in the steady state the engine's next step
+ * does not depend on it (the block table does not change), and finish_commit() reads the
+ * reply at the next call, at the latest before the next request. A commit that releases
+ * pages is waited for by apply(). Lock held. */
+static int send_commit(struct vase_seq *s, uint32_t round) {
     Vase__EvictCommit ec = VASE__EVICT_COMMIT__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
-    Vase__Envelope *reply;
-    const struct vase__layout *l = &s->model->layout;
+    uint64_t id;
 
     ec.seq_id = s->id;
     ec.round = round;
     ec.new_len = s->len;
     e.body_case = VASE__ENVELOPE__BODY_EVICT_COMMIT;
     e.evict_commit = &ec;
-    int r = vase__client_call(s->client, &e, VASE__ENVELOPE__BODY_COMMIT_REPLY, &reply);
+    int r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));
     if (r < 0)
         return r;
-    const Vase__CommitReply *cr = reply->commit_reply;
+    s->commit_pending = true;
+    s->commit_id = id;
+    return 0;
+}
+
+/* Whether a commit at the current length releases pages: the daemon keeps the steady-state
+ * block table, ceil((budget + window + slack) / tokens_per_page) pages, or what the length
+ * needs if that is more (PROTOCOL.md, the eviction cycle). */
+static bool commit_releases_pages(const struct vase_seq *s) {
+    uint64_t tpp = s->model->layout.tokens_per_page;
+    uint64_t steady = ((uint64_t)s->budget + s->window + s->slack + tpp - 1) / tpp;
+    uint64_t need = (s->len + tpp - 1) / tpp;
+    return s->n_pages > (steady > need ? steady : need);
+}
+
+/* Reads the reply to the pending commit, if any, and takes its block table: waits for it
+ * (bounded by the client's timeout) when wait is set, else only looks. 0 (done, or not there
+ * yet and not waiting), or -errno; a refused commit breaks the sequence. Lock held. */
+static int finish_commit(struct vase_seq *s, bool wait) {
+    const struct vase__layout *l = &s->model->layout;
+    Vase__Envelope *reply;
+
+    if (!s->commit_pending)
+        return 0;
+    int r = vase__chan_wait(s->client->chan, s->commit_id, wait ? -1 : 0, &reply);
+    if (r == -EAGAIN && !wait)
+        return 0;
+    r = vase__client_check(s->client, r);
+    if (r < 0)
+        return r;
+    s->commit_pending = false;
     uint32_t *pages = NULL;
-    if (cr->seq_id != s->id || cr->capacity < s->len ||
-        (uint64_t)cr->n_pages * l->tokens_per_page < cr->capacity)
+    if (reply->body_case == VASE__ENVELOPE__BODY_ERROR) {
+        r = vase__client_check(s->client, vase__error_code(reply->error));
+    } else if (reply->body_case != VASE__ENVELOPE__BODY_COMMIT_REPLY) {
         r = -EPROTO;
-    else
-        r = copy_pages(cr->pages, cr->n_pages, s->model->arena, &pages);
+    } else {
+        const Vase__CommitReply *cr = reply->commit_reply;
+        if (cr->seq_id != s->id || cr->capacity < s->len ||
+            (uint64_t)cr->n_pages * l->tokens_per_page < cr->capacity)
+            r = -EPROTO;
+        else
+            r = copy_pages(cr->pages, cr->n_pages, s->model->arena, &pages);
+    }
     if (r == 0) {
         free(s->pages);
         s->pages = pages;
-        s->n_pages = cr->n_pages;
-        s->capacity = cr->capacity;
+        s->n_pages = reply->commit_reply->n_pages;
+        s->capacity = reply->commit_reply->capacity;
+    } else {
+        s->broken = r;
     }
     vase__envelope__free_unpacked(reply, NULL);
     return r;
@@ -480,7 +534,11 @@ static int apply(struct vase_seq *s, Vase__Envelope *e) {
     s->rounds++;
     s->stats.evictions++;
     s->stats.last_plan_seconds = p->plan_seconds;
-    r = commit(s, p->round);
+    r = send_commit(s, p->round);
+    /* A commit that hands pages back (a prompt longer than the steady state) is waited for,
+     * so that the block table and capacity the engine sees are the daemon's at once. */
+    if (r == 0 && commit_releases_pages(s))
+        r = finish_commit(s, true);
     if (r < 0)
         goto broken;
     return 1;

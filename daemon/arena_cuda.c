@@ -15,7 +15,8 @@
  * The device is named by ordinal or by UUID, and always reported by UUID, since containers
  * renumber devices. Its compute mode must let several processes use it (engines and the daemon
  * share it). The driver API (cuMem*) is never linked: its entry points come from the runtime
- * (cudaGetDriverEntryPointByVersion), so a daemon without a driver still starts on the host
+ * (cudaGetDriverEntryPointByVersion; the lookups of the device and the entry points are shared
+ * with libvase, kernels/device_cuda.c), so a daemon without a driver still starts on the host
  * arena, and one configured for a GPU it cannot use fails with a message that says why.
  *
  * Memory is freed only by destroy(), which vased calls at exit after every session is gone: a
@@ -33,19 +34,16 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "arena.h"
+#include "device_cuda.h"
 #include "evictor.h"
 #include "log.h"
 #include "vase_kernels.h"
 
-/* The driver ABI version asked for: cuMem* have had one ABI since CUDA 10.2, and any driver a
- * CUDA 12 or 13 runtime runs on provides it. */
-#define DRIVER_API_VERSION 12000
 /* Alignment of the regions of the planner's device scratch. */
 #define SCRATCH_ALIGN 256
 
@@ -53,121 +51,56 @@ const bool vase_arena_have_cuda = true;
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
-/* The runtime's errors as -errno, as vase_kernels.h maps them. */
-static int rt_errno(cudaError_t e) {
-    switch (e) {
-    case cudaSuccess:
-        return 0;
-    case cudaErrorMemoryAllocation:
-        return -ENOMEM;
-    case cudaErrorInvalidValue:
-        return -EINVAL;
-    case cudaErrorNoDevice:
-    case cudaErrorInvalidDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInitializationError:
-    case cudaErrorCallRequiresNewerDriver:
-    case cudaErrorSystemDriverMismatch:
-        return -ENODEV;
-    case cudaErrorDevicesUnavailable:
-        return -EBUSY;
-    case cudaErrorNotSupported:
-        return -EOPNOTSUPP;
-    default:
-        return -EIO;
-    }
-}
-
-static int drv_errno(CUresult e) {
-    switch (e) {
-    case CUDA_SUCCESS:
-        return 0;
-    case CUDA_ERROR_OUT_OF_MEMORY:
-        return -ENOMEM;
-    case CUDA_ERROR_INVALID_VALUE:
-        return -EINVAL;
-    case CUDA_ERROR_NO_DEVICE:
-    case CUDA_ERROR_INVALID_DEVICE:
-    case CUDA_ERROR_NOT_INITIALIZED:
-    case CUDA_ERROR_DEINITIALIZED:
-        return -ENODEV;
-    case CUDA_ERROR_NOT_SUPPORTED:
-        return -EOPNOTSUPP;
-    default:
-        return -EIO;
-    }
-}
-
 /* Logs a failed runtime call of arena a and returns its -errno. */
 static int log_rt(const struct vase_arena *a, cudaError_t e, const char *what) {
-    return log_error_errno(rt_errno(e), "Arena \"%s\": %s failed: %s (%s).", a->kind, what,
+    return log_error_errno(vase_cuda_errno(e), "Arena \"%s\": %s failed: %s (%s).", a->kind, what,
                            cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 /* ---- the device ---------------------------------------------------------------------------- */
-
-static void format_uuid(const cudaUUID_t *u, char out[VASE_ARENA_UUID_MAX]) {
-    const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(out, VASE_ARENA_UUID_MAX,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-             b[15]);
-}
 
 /*
  * Finds the device a->kind names (a->device set: the ordinal; else a->device_uuid), checks its
  * compute mode and makes it current; fills a->device and a->device_uuid.
  */
 static int open_device(struct vase_arena *a) {
-    struct cudaDeviceProp prop;
-    char uuid[VASE_ARENA_UUID_MAX];
-    int count = 0, dev = -1, mode = 0;
+    struct vase_cuda_failure why;
+    struct vase_cuda_device d;
     cudaError_t e;
 
-    e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0)
-        return log_error_errno(-ENODEV,
-                               "Arena \"%s\": no usable CUDA device on this machine: %s (is a "
-                               "GPU visible, and the NVIDIA driver loaded?).",
-                               a->kind,
-                               e != cudaSuccess ? cudaGetErrorString(e) : "the runtime sees none");
-    for (int i = 0; i < count; i++) {
-        e = cudaGetDeviceProperties(&prop, i);
-        if (e != cudaSuccess)
-            return log_rt(a, e, "cudaGetDeviceProperties()");
-        format_uuid(&prop.uuid, uuid);
-        if (a->device >= 0 ? i == a->device : strcmp(uuid, a->device_uuid) == 0) {
-            dev = i;
-            break;
-        }
-    }
-    if (dev < 0 && a->device >= 0)
+    _Static_assert(sizeof(d.uuid) == sizeof(a->device_uuid), "UUID size");
+    int r = vase_cuda_device_find(a->device, a->device_uuid, &d, &why);
+    if (r < 0 && d.count == 0)
+        return log_error_errno(
+            -ENODEV,
+            "Arena \"%s\": no usable CUDA device on this machine: %s (is a "
+            "GPU visible, and the NVIDIA driver loaded?).",
+            a->kind, why.call ? cudaGetErrorString(why.cuda_error) : "the runtime sees none");
+    if (r < 0 && why.call)
+        return log_rt(a, why.cuda_error, why.call);
+    if (r < 0 && d.ordinal < 0 && a->device >= 0)
         return log_error_errno(-ENODEV, "Arena \"%s\": no CUDA device %d (this machine has %d).",
-                               a->kind, a->device, count);
-    if (dev < 0)
+                               a->kind, a->device, d.count);
+    if (r < 0 && d.ordinal < 0)
         return log_error_errno(-ENODEV,
                                "Arena \"%s\": no CUDA device with UUID %s among the %d visible "
                                "here (nvidia-smi -L lists them).",
-                               a->kind, a->device_uuid, count);
-
-    e = cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, dev);
-    if (e != cudaSuccess)
-        return log_rt(a, e, "cudaDeviceGetAttribute(compute mode)");
-    if (mode == cudaComputeModeProhibited)
+                               a->kind, a->device_uuid, d.count);
+    if (r < 0 && d.compute_mode == cudaComputeModeProhibited)
         return log_error_errno(-EBUSY,
                                "Arena \"%s\": device %s is in compute mode Prohibited: no process "
                                "may use it (nvidia-smi -c DEFAULT allows it).",
-                               a->kind, uuid);
-    if (mode == cudaComputeModeExclusiveProcess || mode == cudaComputeModeExclusive)
+                               a->kind, d.uuid);
+    if (r < 0)
         return log_error_errno(-EBUSY,
                                "Arena \"%s\": device %s is in an exclusive compute mode, but vased "
                                "and every engine must share it (nvidia-smi -c DEFAULT).",
-                               a->kind, uuid);
-    e = cudaSetDevice(dev);
+                               a->kind, d.uuid);
+    e = cudaSetDevice(d.ordinal);
     if (e != cudaSuccess)
         return log_rt(a, e, "cudaSetDevice()");
-    a->device = dev;
-    memcpy(a->device_uuid, uuid, sizeof(uuid));
+    a->device = d.ordinal;
+    memcpy(a->device_uuid, d.uuid, sizeof(d.uuid));
     return 0;
 }
 
@@ -192,9 +125,9 @@ static int ipc_create(struct vase_arena *a) {
         return r;
     e = cudaMalloc(&p, (size_t)a->size);
     if (e != cudaSuccess)
-        return log_error_errno(rt_errno(e), "Arena \"%s\": cannot allocate %llu bytes on %s: %s.",
-                               a->kind, (unsigned long long)a->size, a->device_uuid,
-                               cudaGetErrorString(e));
+        return log_error_errno(vase_cuda_errno(e),
+                               "Arena \"%s\": cannot allocate %llu bytes on %s: %s.", a->kind,
+                               (unsigned long long)a->size, a->device_uuid, cudaGetErrorString(e));
     a->map = p;
     r = zero_arena(a);
     if (r < 0)
@@ -227,94 +160,34 @@ static void ipc_destroy(struct vase_arena *a) {
 
 /* ---- cuda-vmm ------------------------------------------------------------------------------ */
 
-typedef CUresult (*pfn_get_granularity)(size_t *, const CUmemAllocationProp *,
-                                        CUmemAllocationGranularity_flags);
-typedef CUresult (*pfn_create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                               unsigned long long);
-typedef CUresult (*pfn_release)(CUmemGenericAllocationHandle);
-typedef CUresult (*pfn_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-typedef CUresult (*pfn_address_free)(CUdeviceptr, size_t);
-typedef CUresult (*pfn_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                            unsigned long long);
-typedef CUresult (*pfn_unmap)(CUdeviceptr, size_t);
-typedef CUresult (*pfn_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-typedef CUresult (*pfn_export)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
-                               unsigned long long);
-typedef CUresult (*pfn_error_string)(CUresult, const char **);
-
 struct vmm {
-    pfn_get_granularity get_granularity;
-    pfn_create create;
-    pfn_release release;
-    pfn_reserve reserve;
-    pfn_address_free address_free;
-    pfn_map map;
-    pfn_unmap unmap;
-    pfn_set_access set_access;
-    pfn_export export_handle;
-    pfn_error_string error_string; /* optional */
-
+    struct vase_cuda_vmm api;
     uint64_t map_bytes; /* a->size rounded up to the granularity */
     CUmemGenericAllocationHandle handle;
     CUdeviceptr va;
     bool created, reserved, mapped;
 };
 
-static int get_entry(const struct vase_arena *a, const char *symbol, bool required, void **ret) {
-    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    void *fn = NULL;
-
-    cudaError_t e =
-        cudaGetDriverEntryPointByVersion(symbol, &fn, DRIVER_API_VERSION, cudaEnableDefault, &q);
-    if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && fn) {
-        *ret = fn;
-        return 0;
-    }
-    *ret = NULL;
-    if (!required)
-        return 0;
-    if (e != cudaSuccess)
-        return log_error_errno(rt_errno(e) == -EIO ? -ENODEV : rt_errno(e),
-                               "Arena \"%s\": cannot reach the CUDA driver for %s: %s.", a->kind,
-                               symbol, cudaGetErrorString(e));
-    return log_error_errno(-EOPNOTSUPP,
-                           "Arena \"%s\": the CUDA driver does not provide %s (%s); "
-                           "cuda_share=vmm needs a driver for CUDA 12 or later.",
-                           a->kind, symbol,
-                           q == cudaDriverEntryPointVersionNotSufficent ? "version too old"
-                                                                        : "symbol not found");
-}
-
 static int resolve_vmm(const struct vase_arena *a, struct vmm *v) {
-    const struct {
-        const char *name;
-        void **fn;
-        bool required;
-    } syms[] = {
-        {"cuMemGetAllocationGranularity", (void **)&v->get_granularity, true},
-        {"cuMemCreate", (void **)&v->create, true},
-        {"cuMemRelease", (void **)&v->release, true},
-        {"cuMemAddressReserve", (void **)&v->reserve, true},
-        {"cuMemAddressFree", (void **)&v->address_free, true},
-        {"cuMemMap", (void **)&v->map, true},
-        {"cuMemUnmap", (void **)&v->unmap, true},
-        {"cuMemSetAccess", (void **)&v->set_access, true},
-        {"cuMemExportToShareableHandle", (void **)&v->export_handle, true},
-        {"cuGetErrorString", (void **)&v->error_string, false},
-    };
-    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-        int r = get_entry(a, syms[i].name, syms[i].required, syms[i].fn);
-        if (r < 0)
-            return r;
-    }
+    struct vase_cuda_failure why;
+    int r = vase_cuda_vmm_resolve(&v->api, &why);
+    if (r == -EOPNOTSUPP)
+        return log_error_errno(r,
+                               "Arena \"%s\": the CUDA driver does not provide %s (%s); "
+                               "cuda_share=vmm needs a driver for CUDA 12 or later.",
+                               a->kind, why.call,
+                               why.too_old ? "version too old" : "symbol not found");
+    if (r < 0)
+        return log_error_errno(r, "Arena \"%s\": cannot reach the CUDA driver for %s: %s.", a->kind,
+                               why.call, cudaGetErrorString(why.cuda_error));
     return 0;
 }
 
 static int log_drv(const struct vase_arena *a, const struct vmm *v, CUresult e, const char *what) {
     const char *msg = NULL;
-    if (v->error_string && v->error_string(e, &msg) != CUDA_SUCCESS)
+    if (v->api.error_string && v->api.error_string(e, &msg) != CUDA_SUCCESS)
         msg = NULL;
-    return log_error_errno(drv_errno(e), "Arena \"%s\": %s failed: %s (CUresult %d).", a->kind,
+    return log_error_errno(vase_cu_errno(e), "Arena \"%s\": %s failed: %s (CUresult %d).", a->kind,
                            what, msg ? msg : "no message", (int)e);
 }
 
@@ -341,7 +214,7 @@ static int vmm_create(struct vase_arena *a) {
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = a->device;
 
-    e = v->get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    e = v->api.get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (e != CUDA_SUCCESS)
         return log_drv(a, v, e, "cuMemGetAllocationGranularity()");
     if (gran == 0)
@@ -349,17 +222,17 @@ static int vmm_create(struct vase_arena *a) {
     /* Clients compute the same rounding from the same query on the same device. */
     v->map_bytes = (a->size + gran - 1) / gran * gran;
 
-    e = v->create(&v->handle, (size_t)v->map_bytes, &prop, 0);
+    e = v->api.create(&v->handle, (size_t)v->map_bytes, &prop, 0);
     if (e != CUDA_SUCCESS) {
         r = log_drv(a, v, e, "cuMemCreate()");
         return r;
     }
     v->created = true;
-    e = v->reserve(&v->va, (size_t)v->map_bytes, gran, 0, 0);
+    e = v->api.reserve(&v->va, (size_t)v->map_bytes, gran, 0, 0);
     if (e != CUDA_SUCCESS)
         return log_drv(a, v, e, "cuMemAddressReserve()");
     v->reserved = true;
-    e = v->map(v->va, (size_t)v->map_bytes, 0, v->handle, 0);
+    e = v->api.map(v->va, (size_t)v->map_bytes, 0, v->handle, 0);
     if (e != CUDA_SUCCESS)
         return log_drv(a, v, e, "cuMemMap()");
     v->mapped = true;
@@ -367,7 +240,7 @@ static int vmm_create(struct vase_arena *a) {
         .location = prop.location,
         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     };
-    e = v->set_access(v->va, (size_t)v->map_bytes, &access, 1);
+    e = v->api.set_access(v->va, (size_t)v->map_bytes, &access, 1);
     if (e != CUDA_SUCCESS)
         return log_drv(a, v, e, "cuMemSetAccess()");
     a->map = (void *)(uintptr_t)v->va;
@@ -375,7 +248,7 @@ static int vmm_create(struct vase_arena *a) {
     if (r < 0)
         return r;
 
-    e = v->export_handle(&fd, v->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    e = v->api.export_handle(&fd, v->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (e != CUDA_SUCCESS)
         return log_drv(a, v, e, "cuMemExportToShareableHandle()");
     if (fd < 0)
@@ -404,11 +277,11 @@ static void vmm_destroy(struct vase_arena *a) {
     a->map = NULL;
     if (!v)
         return;
-    if (v->mapped && (e = v->unmap(v->va, (size_t)v->map_bytes)) != CUDA_SUCCESS)
+    if (v->mapped && (e = v->api.unmap(v->va, (size_t)v->map_bytes)) != CUDA_SUCCESS)
         log_drv(a, v, e, "cuMemUnmap()");
-    if (v->reserved && (e = v->address_free(v->va, (size_t)v->map_bytes)) != CUDA_SUCCESS)
+    if (v->reserved && (e = v->api.address_free(v->va, (size_t)v->map_bytes)) != CUDA_SUCCESS)
         log_drv(a, v, e, "cuMemAddressFree()");
-    if (v->created && (e = v->release(v->handle)) != CUDA_SUCCESS)
+    if (v->created && (e = v->api.release(v->handle)) != CUDA_SUCCESS)
         log_drv(a, v, e, "cuMemRelease()");
     free(v);
     a->backend = NULL;

@@ -74,8 +74,30 @@ bool vase__convert(const void *src, enum vase_dtype dtype, uint32_t count, float
 /* True if all count floats are finite. */
 bool vase__all_finite(const float *x, size_t count);
 
-/* exp(x) for x <= 0 in float32 to about one ulp, 0 below the normal range; vectorisable. */
-static inline float vase__exp_neg(float x) {
+/* Functions that the CUDA kernels run too (internal_cuda.cuh includes this header): under nvcc
+ * inline functions of the host and the device, in C plain inline functions. */
+#ifdef __CUDACC__
+#define VASE_HD __host__ __device__ __forceinline__
+#else
+#define VASE_HD inline
+#endif
+
+/* The float whose bits are u. */
+static VASE_HD float vase__float_of_bits(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    union {
+        uint32_t u;
+        float f;
+    } x = {.u = u};
+    return x.f;
+#endif
+}
+
+/* exp(x) for x <= 0 in float32 to about one ulp, 0 below the normal range; vectorisable. On the
+ * device too, where --fmad=false makes it round exactly as the CPU's. */
+static VASE_HD float vase__exp_neg(float x) {
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693145751953125f;
     const float ln2_lo = 1.42860682030941723e-6f;
@@ -94,13 +116,13 @@ static inline float vase__exp_neg(float x) {
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     int32_t n = (int32_t)nf;
-    union {
-        uint32_t u;
-        float f;
-    } scale = {.u = (uint32_t)(n + 127) << 23};
-    float y = p * scale.f;
+    float y = p * vase__float_of_bits((uint32_t)(n + 127) << 23);
     return x < -87.0f ? 0.0f : y;
 }
+
+/* The checks of vase_plan() that read no data, only the parameters, the views and which inputs
+ * are present: shared with vase_plan_cuda(), whose data is on the device. 0 or -EINVAL. */
+int vase__plan_check(const struct vase_plan_input *in);
 
 /* Indices of the n largest keys among those not excluded (exclude may be NULL), descending,
  * ties in ascending index. Keys must not be NaN. scratch holds 4 * len words. -EINVAL when

@@ -3,9 +3,10 @@
 
 /*
  * Internals shared by the CUDA kernels (the .cu files of kernels/): the device form of a view,
- * element loads, the Philox draws, the exponential and the sort key of the CPU reference written
- * out again for the device, the workspace, the error mapping and the launchers one .cu file calls
- * in another. Not installed, not part of the API.
+ * element loads, the Philox draws and the sort key of the CPU reference written out again for
+ * the device (the exponential, vase__exp_neg(), is internal.h's own, a VASE_HD function), the
+ * workspace, the error mapping and the launchers one .cu file calls in another. Not installed,
+ * not part of the API.
  *
  * Bit-exactness. The CPU reference is compiled as ISO C, so GCC contracts no multiply-add into
  * an FMA, and its float loops keep their written order. The .cu files are compiled with
@@ -24,9 +25,8 @@ extern "C" {
 
 /* ---- Errors ---- */
 
-/* Maps a CUDA error to -errno (0 for cudaSuccess) and remembers its message for
- * vase_cuda_last_error(): cudaErrorMemoryAllocation -ENOMEM, cudaErrorInvalidValue -EINVAL,
- * cudaErrorNoDevice and cudaErrorInsufficientDriver -ENODEV, anything else -EIO. */
+/* runtime_cuda.cu: maps a CUDA error to -errno by vase_cuda_errno() (0 for cudaSuccess),
+ * remembers its message for vase_cuda_last_error() and clears a non-sticky error. */
 int vase__cuda_errno(cudaError_t e);
 
 /* Returns the mapped error of a runtime call, or of the last launch. */
@@ -168,30 +168,6 @@ static __device__ __forceinline__ void raise_flag(int *flag) {
 }
 
 /* ---- Numerics mirrored from the CPU ---- */
-
-/* vase__exp_neg() of internal.h: exp(x) for x <= 0 to about one ulp, 0 below -87. With
- * --fmad=false it rounds exactly as the CPU's. */
-static __device__ __forceinline__ float dexp_neg(float x) {
-    const float log2e = 1.44269504088896341f;
-    const float ln2_hi = 0.693145751953125f;
-    const float ln2_lo = 1.42860682030941723e-6f;
-    const float shifter = 12582912.0f;
-    float xc = x < -87.0f ? -87.0f : x;
-    float t = xc * log2e + shifter;
-    float nf = t - shifter;
-    float r = xc - nf * ln2_hi - nf * ln2_lo;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    int32_t n = (int32_t)nf;
-    float y = p * __uint_as_float((uint32_t)(n + 127) << 23);
-    return x < -87.0f ? 0.0f : y;
-}
 
 /* desc_key() of select.c: ascending order of the key is descending order of the float, -0 and
  * +0 alike. No float maps to 0xffffffff (that would be a negative NaN), which marks excluded

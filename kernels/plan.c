@@ -14,8 +14,7 @@
 
 #include "internal.h"
 
-/* Checks everything a plan reads before any work is done. */
-static int input_check(const struct vase_plan_input *in) {
+int vase__plan_check(const struct vase_plan_input *in) {
     if (vase_params_check(&in->params, in->policy) < 0)
         return -EINVAL;
     uint32_t K = vase_plan_keep_count(&in->params);
@@ -44,8 +43,17 @@ static int input_check(const struct vase_plan_input *in) {
     }
     if ((needs & VASE_NEEDS_ACC) && !in->acc)
         return -EINVAL;
+    return 0;
+}
+
+/* Checks everything a plan reads before any work is done: the shapes, and the injected normals,
+ * which are on the host here. */
+static int input_check(const struct vase_plan_input *in) {
+    if (vase__plan_check(in) < 0)
+        return -EINVAL;
+    unsigned needs = vase_policy_needs(in->policy);
     if (needs & VASE_NEEDS_GAUSS) {
-        uint32_t dim = (needs & VASE_NEEDS_K) ? k->dim : v->dim;
+        uint32_t dim = (needs & VASE_NEEDS_K) ? in->k.dim : in->v.dim;
         if (in->gauss && !vase__all_finite(in->gauss, (size_t)dim * in->params.rank))
             return -EINVAL;
     }

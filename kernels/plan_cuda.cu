@@ -3,8 +3,8 @@
 /*
  * Plans on the GPU: the policies of ALGORITHM.md for all KV heads of one layer, the same plan
  * as vase_plan() for the same inputs and seed (plan.c is the reference; this file follows its
- * control flow policy by policy, so that the same data is read and checked). Also the CUDA
- * error mapping, the workspace and vase_cuda_available().
+ * control flow policy by policy, so that the same data is read and checked). Also the
+ * workspace (the error mapping and vase_cuda_available() are runtime_cuda.cu's).
  *
  * A plan is built in workspace memory. Every kernel that meets a NaN or Inf in what the policy
  * reads (or a value plan.c would reject) raises a device flag; the last kernel copies the plan
@@ -20,44 +20,6 @@
 #include <stdlib.h>
 
 #include "internal_cuda.cuh"
-
-/* ---- Errors ---- */
-
-static thread_local const char *last_error;
-
-int vase__cuda_errno(cudaError_t e) {
-    if (e == cudaSuccess)
-        return 0;
-    last_error = cudaGetErrorString(e);
-    (void)cudaGetLastError(); /* a non-sticky error must not surface again at the next check */
-    switch (e) {
-    case cudaErrorMemoryAllocation:
-        return -ENOMEM;
-    case cudaErrorInvalidValue:
-        return -EINVAL;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-        return -ENODEV;
-    default:
-        return -EIO;
-    }
-}
-
-extern "C" const char *vase_cuda_last_error(void) {
-    return last_error;
-}
-
-extern "C" int vase_cuda_available(void) {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
-        vase__cuda_errno(e);
-        return 0;
-    }
-    if (e != cudaSuccess)
-        return vase__cuda_errno(e);
-    return count > 0;
-}
 
 /* ---- Workspace ---- */
 
@@ -266,35 +228,17 @@ static __global__ void commit_kernel(const uint32_t *src, uint64_t count, const 
 
 /* ---- Plans ---- */
 
-/* input_check() of plan.c, less the checks of data on the device (the kernels do those), plus
- * the device's alignment rule. */
+/* input_check() of plan.c less the checks of data, which the kernels do on the device, plus the
+ * device's alignment rule for the views the policy reads. */
 static int input_check(const struct vase_plan_input *in) {
-    if (vase_params_check(&in->params, in->policy) < 0)
+    if (vase__plan_check(in) < 0)
         return -EINVAL;
-    uint32_t K = vase_plan_keep_count(&in->params);
     unsigned needs = vase_policy_needs(in->policy);
-    const struct vase_view *k = &in->k, *v = &in->v;
-
-    if (in->n < K || in->n > VASE_MAX_TOKENS)
+    if ((needs & VASE_NEEDS_K) && !dview_aligned(&in->k))
         return -EINVAL;
-    if (k->heads == 0 || k->heads > VASE_MAX_HEADS)
+    if ((needs & VASE_NEEDS_V) && !dview_aligned(&in->v))
         return -EINVAL;
-    if ((needs & VASE_NEEDS_K) && (vase__view_check(k, in->n) < 0 || !dview_aligned(k)))
-        return -EINVAL;
-    if (needs & VASE_NEEDS_V) {
-        if (vase__view_check(v, in->n) < 0 || v->heads != k->heads || !dview_aligned(v))
-            return -EINVAL;
-        if ((needs & VASE_NEEDS_K) && v->dim != k->dim)
-            return -EINVAL;
-    }
-    if ((needs & VASE_NEEDS_Q) && !in->scores) {
-        if (in->hq == 0 || in->hq % k->heads != 0 || in->hq > VASE_MAX_HEADS)
-            return -EINVAL;
-        if (vase__view_check(&in->q, in->params.window) < 0 || in->q.heads != in->hq ||
-            in->q.dim != k->dim || !dview_aligned(&in->q))
-            return -EINVAL;
-    }
-    if ((needs & VASE_NEEDS_ACC) && !in->acc)
+    if ((needs & VASE_NEEDS_Q) && !in->scores && !dview_aligned(&in->q))
         return -EINVAL;
     return 0;
 }

@@ -139,7 +139,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     if (j0 + tx + 16 * j < a.n)
-                        s += dexp_neg((acc[i][j] - m) * a.scale);
+                        s += vase__exp_neg((acc[i][j] - m) * a.scale);
                 for (int off = 8; off > 0; off >>= 1)
                     s += __shfl_xor_sync(0xffffffffu, s, off);
                 if (tx == 0 && row < rows)
@@ -163,7 +163,7 @@ static __global__ void attn_merge_kernel(const float2 *part, uint64_t nrows, uin
     for (uint32_t t = 0; t < tiles; t++)
         m = fmaxf(m, p[t].x);
     for (uint32_t t = 0; t < tiles; t++)
-        s += p[t].y * dexp_neg((p[t].x - m) * scale);
+        s += p[t].y * vase__exp_neg((p[t].x - m) * scale);
     stats[r] = make_float2(m, 1.0f / s);
 }
 
@@ -196,7 +196,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     if (j0 + tx + 16 * j < a.n)
-                        col[j] += dexp_neg((acc[i][j] - st.x) * a.scale) * st.y;
+                        col[j] += vase__exp_neg((acc[i][j] - st.x) * a.scale) * st.y;
             }
             __syncthreads(); /* rs is rewritten by the next chunk */
         }

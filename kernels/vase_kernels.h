@@ -285,11 +285,24 @@ int vase_plan_validate(const uint32_t *keep, uint32_t heads, uint32_t K, uint32_
  * but the structures themselves. Work goes to the CUDA stream `stream` (a cudaStream_t; NULL is
  * the legacy default stream) of the calling thread's current device.
  *
- * Returns: as the CPU functions, plus CUDA failures mapped to -errno: -ENOMEM for
- * cudaErrorMemoryAllocation, -EINVAL for cudaErrorInvalidValue, -ENODEV for no device or an
- * insufficient driver, -EIO for anything else; vase_cuda_last_error() gives the runtime's
- * message for logging. Each call first clears the thread's pending (non-sticky) runtime error.
+ * Returns: as the CPU functions, plus CUDA failures mapped to -errno by vase_cuda_errno();
+ * vase_cuda_last_error() gives the runtime's message for logging. Each call first clears the
+ * thread's pending (non-sticky) runtime error.
  */
+
+/*
+ * A CUDA runtime error (a cudaError_t) and a driver result (a CUresult) as -errno, 0 for success;
+ * the one mapping of vase (errno_cuda.c), used by the kernels, vased and libvase. Runtime:
+ * -ENOMEM for cudaErrorMemoryAllocation; -EINVAL for cudaErrorInvalidValue; -ENODEV for no
+ * device, an invalid device, an insufficient, mismatched or uninitialised driver, or a call that
+ * needs a newer one; -EBUSY for cudaErrorDevicesUnavailable (compute mode); -EOPNOTSUPP for
+ * cudaErrorNotSupported; -EIO for anything else. Driver: -ENOMEM for CUDA_ERROR_OUT_OF_MEMORY,
+ * -EINVAL for CUDA_ERROR_INVALID_VALUE, -ENODEV for no or an invalid device and a driver not (or
+ * no longer) initialised, -EOPNOTSUPP for CUDA_ERROR_NOT_SUPPORTED, -EIO for anything else.
+ * Pure: they call nothing in the runtime.
+ */
+int vase_cuda_errno(int cuda_error);
+int vase_cu_errno(int cu_result);
 
 /* 1 if a CUDA device is usable, 0 if there is none (or no driver), -errno on another error. */
 int vase_cuda_available(void);

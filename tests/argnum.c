@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * The command-line number parsers of the example engines and the service benchmark. strtoull()
+ * The command-line number parsers of the example engines and the benchmarks. strtoull()
  * alone would accept leading blanks and a minus sign (and wrap it); these accept only digits.
  */
 

@@ -3,7 +3,7 @@
 
 /*
  * Checked parsers for the numbers of command-line options, shared by the example engines and the
- * service benchmark: a decimal number and nothing else (no blanks, no sign), within [min, max].
+ * benchmarks: a decimal number and nothing else (no blanks, no sign), within [min, max].
  */
 
 #include <stdint.h>

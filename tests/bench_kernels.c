@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "argnum.h"
 #include "vase_kernels.h"
 
 struct opts {
@@ -28,16 +29,6 @@ struct opts {
     size_t page_bytes;
     int gemm_floor;
 };
-
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *ret) {
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi)
-        return -EINVAL;
-    *ret = (uint32_t)v;
-    return 0;
-}
 
 static void help(void) {
     printf("Usage: bench_kernels [OPTIONS]\n"
@@ -72,19 +63,19 @@ static int parse_argv(int argc, char **argv, struct opts *o) {
             }
             break;
         case 'q':
-            r = parse_u32(optarg, 1, VASE_MAX_HEADS, &o->hq);
+            r = argnum_u32(optarg, 1, VASE_MAX_HEADS, &o->hq);
             break;
         case 'k':
-            r = parse_u32(optarg, 1, VASE_MAX_HEADS, &o->hkv);
+            r = argnum_u32(optarg, 1, VASE_MAX_HEADS, &o->hkv);
             break;
         case 'd':
-            r = parse_u32(optarg, 1, VASE_MAX_DIM, &o->dim);
+            r = argnum_u32(optarg, 1, VASE_MAX_DIM, &o->dim);
             break;
         case 'b':
-            r = parse_u32(optarg, 2, 1u << 20, &o->budget);
+            r = argnum_u32(optarg, 2, 1u << 20, &o->budget);
             break;
         case 'w':
-            r = parse_u32(optarg, 1, 1u << 16, &o->window);
+            r = argnum_u32(optarg, 1, 1u << 16, &o->window);
             break;
         case 't':
             if (vase_dtype_from_string(optarg, &o->dtype) < 0) {
@@ -93,15 +84,15 @@ static int parse_argv(int argc, char **argv, struct opts *o) {
             }
             break;
         case 'j':
-            r = parse_u32(optarg, 1, 256, &u);
+            r = argnum_u32(optarg, 1, 256, &u);
             o->threads = u;
             break;
         case 'r':
-            r = parse_u32(optarg, 1, 100000, &u);
+            r = argnum_u32(optarg, 1, 100000, &u);
             o->reps = u;
             break;
         case 's':
-            r = parse_u32(optarg, 0, UINT32_MAX, &u);
+            r = argnum_u32(optarg, 0, UINT32_MAX, &u);
             o->seed = u;
             break;
         case 'g':

@@ -144,12 +144,12 @@ static void print_table(void) {
     for (size_t i = 0; i < nrows; i++)
         printf("%-44s %8s %12s %12s %12s  %s\n", rows[i].what, rows[i].n, rows[i].p50, rows[i].p99,
                rows[i].max, rows[i].target);
-    printf("\n[1] The triggering sync append: EvictRequest -> plan -> EvictPlan, then EvictCommit\n"
-           "    -> CommitReply (libvase waits for it), two round trips; compaction subtracted.\n"
+    printf("\n[1] The triggering sync append: EvictRequest -> plan -> EvictPlan, compaction (subtracted)\n"
+           "    and the EvictCommit sent; its CommitReply is read by the next call.\n"
            "[2] From the append that sends EvictRequest to the start of the vase_seq_poll() that\n"
            "    finds the EvictPlan (the engine spins on poll), so within one poll.\n"
            "[3] From the append that sends the request to the end of the call that applied the\n"
-           "    plan: waits for the plan, compaction and the commit round trip; the decode steps\n"
+           "    plan: waits for the plan, compaction and sending the commit; the decode steps\n"
            "    in between are not counted.\n");
 }
 
@@ -283,8 +283,8 @@ out:
 /*
  * Evictions of a streaming sequence of a one-head model, whose plan costs microseconds.
  *
- * Sync: the append that triggers waits for the plan, compacts and commits; its time without the
- * compaction is request, plan and commit: two round trips.
+ * Sync: the append that triggers waits for the plan, compacts and sends the commit; its time
+ * without the compaction is one round trip (request to plan) and the commit's send.
  *
  * Async: the append that triggers sends the request and returns; the engine then spins on
  * vase_seq_poll(). The poll that applies the plan began after the plan had arrived, and the one
@@ -597,7 +597,7 @@ static int bench_stall(struct vase_client *c) {
         goto out;
 
     /* Paired, before add_row() sorts them: what an async eviction costs beyond its compaction
-     * (the request, reading and validating the plan, the commit round trip, any wait). */
+     * (the request, sending the commit, any wait). */
     for (size_t i = 0; i < async.stall.n; i++)
         if ((r = samples_add(&beyond, async.stall.v[i] - async.compact.v[i])) < 0)
             goto out;

@@ -23,6 +23,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "argnum.h"
 #include "vase_kernels.h"
 
 static void cuda_check(cudaError_t e, const char *what, int line) {
@@ -256,14 +257,13 @@ static int parse_argv(int argc, char **argv, struct opts *o) {
     int c;
     while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0) {
         char *end;
+        uint32_t u;
         switch (c) {
-        case 'r': {
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (*end || end == optarg || v < 1 || v > 1000)
+        case 'r':
+            if (argnum_u32(optarg, 1, 1000, &u) < 0)
                 return -EINVAL;
-            o->reps = (unsigned)v;
+            o->reps = u;
             break;
-        }
         case 's':
             o->step_ms = strtod(optarg, &end);
             if (*end || end == optarg || !(o->step_ms > 0))
@@ -276,20 +276,15 @@ static int parse_argv(int argc, char **argv, struct opts *o) {
         case 'm':
             o->model = optarg;
             break;
-        case 'b': {
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (*end || end == optarg || v <= WINDOW || v % WINDOW || v > VASE_MAX_BUDGET)
+        case 'b':
+            if (argnum_u32(optarg, WINDOW + 1, VASE_MAX_BUDGET, &u) < 0 || u % WINDOW)
                 return -EINVAL;
-            o->budget = (uint32_t)v;
+            o->budget = u;
             break;
-        }
-        case 'l': {
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (*end || end == optarg || v < 1 || v > 1000)
+        case 'l':
+            if (argnum_u32(optarg, 1, 1000, &o->max_layers) < 0)
                 return -EINVAL;
-            o->max_layers = (uint32_t)v;
             break;
-        }
         case 'h':
             help();
             return 0;

@@ -5,8 +5,9 @@
 #       NumPy is there), compare_kernels (CUDA against the CPU reference), and compare_kernels
 #       on small geometries under compute-sanitizer (memcheck, racecheck, synccheck, initcheck)
 #       where the toolkit has it;
-#   (b) the daemon's CUDA-arena check (a placeholder until that check exists: reported as not
-#       run, never as passed);
+#   (b) the daemon's CUDA arena (tests/gpu/check_daemon.sh): vased on cuda:0 and two engine
+#       processes through eviction cycles, over both sharing paths (legacy IPC and VMM), with an
+#       engine killed mid-run;
 #   (c) the plan-time benchmark table (bench_plan_gpu).
 # The compute-sanitizer runs of (a) come last, being the most expendable when time is short.
 # Logs and the table go to OUTDIR (default build/gpu-report); summary.txt ends with one
@@ -71,8 +72,8 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 
 # ---- build ----
-if ! step "build (make USE_CUDA=1 gpu)" "$OUT/build.log" 300 \
-    make -j"$MAKE_JOBS" USE_CUDA=1 gpu; then
+if ! step "build (make USE_CUDA=1 all gpu)" "$OUT/build.log" 300 \
+    make -j"$MAKE_JOBS" USE_CUDA=1 all gpu; then
     say "gpu: $passed passed, $failed failed, $notrun not run (the build failed)"
     exit 1
 fi
@@ -130,10 +131,11 @@ section_sanitizer() {
 
 # ---- (b) the daemon's CUDA arena ----
 section_daemon() {
-    # Placeholder: the check that vased allocates and exports a cuda:N arena and that a client
-    # plans and compacts through it is added here by the daemon's CUDA backend work.
-    echo "SKIPPED: daemon CUDA arena check not yet implemented" | tee -a "$SUMMARY"
-    not_run "daemon CUDA arena" "not yet implemented"
+    step "daemon CUDA arena (ipc + vmm, engine killed mid-run)" "$OUT/check_daemon.out" 240 \
+        tests/gpu/check_daemon.sh "$OUT/daemon"
+    if [ -f "$OUT/daemon/check_daemon.log" ]; then
+        tail -n 30 "$OUT/daemon/check_daemon.log" | sed 's/^/        /' | tee -a "$SUMMARY"
+    fi
 }
 
 # ---- (c) the benchmark ----

@@ -42,17 +42,21 @@ for cu in kernels/*.cu; do
     pids+=($!)
     cuda_objs+=("$OUT/$name.o")
 done
+# The CUDA error mapping the kernels report through, host C against the emulated headers.
+gcc "${CFLAGS[@]}" -c kernels/errno_cuda.c -o "$OUT/errno_cuda.c.o" &
+pids+=($!)
+cuda_objs+=("$OUT/errno_cuda.c.o")
 g++ "${CXXFLAGS[@]}" -c "$EMU/emu_runtime.cpp" -o "$OUT/emu_runtime.o" &
 pids+=($!)
 for c in tests/gpu/compare_kernels.c tests/gpu/bench_plan_gpu.c tests/gpu/vectors_cuda.c \
-         tests/run_vectors.c tests/vcase.c tests/npy.c; do
+         tests/run_vectors.c tests/vcase.c tests/npy.c tests/argnum.c; do
     gcc "${CFLAGS[@]}" -c "$c" -o "$OUT/$(basename "$c" .c).o" &
     pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
 g++ "${SAN[@]}" -o "$OUT/compare_kernels" "$OUT/compare_kernels.o" "${cuda_objs[@]}" \
     "$OUT/emu_runtime.o" "${LIBS[@]}"
-g++ "${SAN[@]}" -o "$OUT/bench_plan_gpu" "$OUT/bench_plan_gpu.o" "${cuda_objs[@]}" \
+g++ "${SAN[@]}" -o "$OUT/bench_plan_gpu" "$OUT/bench_plan_gpu.o" "$OUT/argnum.o" "${cuda_objs[@]}" \
     "$OUT/emu_runtime.o" "${LIBS[@]}"
 g++ "${SAN[@]}" -o "$OUT/run_vectors_cuda" "$OUT/run_vectors.o" "$OUT/vectors_cuda.o" \
     "$OUT/vcase.o" "$OUT/npy.o" "${cuda_objs[@]}" "$OUT/emu_runtime.o" "${LIBS[@]}"

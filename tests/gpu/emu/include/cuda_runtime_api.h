@@ -2,7 +2,8 @@
 /*
  * The CUDA runtime API that vase uses, emulated on the CPU for tests/gpu/emu (see run.sh there):
  * device memory is host memory, streams and events are nothing, every call succeeds (but for
- * out of memory). Not the real header: only what kernels/ *.cu and tests/gpu/ *.c call.
+ * out of memory). Not the real header: only what kernels/ *.cu, kernels/errno_cuda.c and
+ * tests/gpu/ *.c use.
  */
 #pragma once
 #include <stddef.h>
@@ -13,8 +14,14 @@ typedef enum cudaError {
     cudaSuccess = 0,
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
+    cudaErrorInitializationError = 3,
     cudaErrorInsufficientDriver = 35,
+    cudaErrorCallRequiresNewerDriver = 36,
+    cudaErrorDevicesUnavailable = 46,
     cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorNotSupported = 801,
+    cudaErrorSystemDriverMismatch = 803,
 } cudaError_t;
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
