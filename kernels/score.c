@@ -271,35 +271,30 @@ VASE_HOT static void tile_sketch(const vf_tile *tile, uint32_t dim, const float 
 }
 
 /*
- * sq[h - h0][j] = ||X_j Gm||^2 for rows [0, n) of heads [h0, h1). Tokens are read in order, all
- * heads of a token together, a tile of TILE tokens at a time, each row converted to float32
- * and transposed per head to [D][TILE]. A NaN or Inf in a row makes its sq non-finite (every
+ * sq[j] = ||X_j Gm||^2 for rows [0, n) of one head: a tile of TILE rows at a time, each row
+ * converted to float32 (the row after next requested ahead: one head's rows are a whole memory
+ * page apart) and transposed to [D][TILE]. A NaN or Inf in a row makes its sq non-finite (every
  * product it enters is NaN or Inf).
  */
-VASE_HOT static void sketch_norms(const struct vase_view *x, uint32_t h0, uint32_t h1, uint32_t n,
-                                  const float *gm, uint32_t r, vf_tile *tiles, float *row,
+VASE_HOT static void sketch_norms(const struct vase_view *x, uint32_t head, uint32_t n,
+                                  const float *gm, uint32_t r, vf_tile *tile, float *row,
                                   float *sq) {
-    uint32_t dim = x->dim, heads = h1 - h0;
+    uint32_t dim = x->dim;
     for (uint32_t j0 = 0; j0 < n; j0 += TILE) {
         uint32_t m = n - j0 < TILE ? n - j0 : TILE;
         if (m < TILE)
-            memset(tiles, 0, (size_t)heads * dim * sizeof(vf_tile));
+            memset(tile, 0, (size_t)dim * sizeof(vf_tile));
         for (uint32_t t = 0; t < m; t++) {
-            for (uint32_t h = 0; h < heads; h++) {
-                if (j0 + t + VASE_PREFETCH_AHEAD < n)
-                    vase__prefetch_row(x, j0 + t + VASE_PREFETCH_AHEAD, h0 + h);
-                vase__convert(vase__row(x, j0 + t, h0 + h), x->dtype, dim, row);
-                vf_tile *tile = tiles + (size_t)h * dim;
-                for (uint32_t d = 0; d < dim; d++)
-                    tile[d][t] = row[d];
-            }
+            if (j0 + t + VASE_PREFETCH_AHEAD < n)
+                vase__prefetch_row(x, j0 + t + VASE_PREFETCH_AHEAD, head);
+            vase__convert(vase__row(x, j0 + t, head), x->dtype, dim, row);
+            for (uint32_t d = 0; d < dim; d++)
+                tile[d][t] = row[d];
         }
-        for (uint32_t h = 0; h < heads; h++) {
-            float acc2[TILE];
-            tile_sketch(tiles + (size_t)h * dim, dim, gm, r, acc2);
-            for (uint32_t t = 0; t < m; t++)
-                sq[(size_t)h * n + j0 + t] = acc2[t];
-        }
+        float acc2[TILE];
+        tile_sketch(tile, dim, gm, r, acc2);
+        for (uint32_t t = 0; t < m; t++)
+            sq[j0 + t] = acc2[t];
     }
 }
 
@@ -307,14 +302,19 @@ int vase__leverage_heads(const struct vase_view *k, const struct vase_view *v, u
                          uint32_t h1, uint32_t n, const float *gm, uint32_t r,
                          struct vase_workspace *ws, float *out) {
     uint32_t dim = k->dim, heads = h1 - h0;
-    vf_tile *tiles = vase__ws_get(ws, WS_K, (size_t)heads * dim * sizeof(vf_tile));
+    vf_tile *tile = vase__ws_get(ws, WS_K, (size_t)dim * sizeof(vf_tile));
     float *row = vase__ws_get(ws, WS_Q, (size_t)dim * sizeof(float));
     float *v2 = vase__ws_get(ws, WS_V, (size_t)heads * n * sizeof(float));
-    if (!tiles || !row || !v2)
+    if (!tile || !row || !v2)
         return -ENOMEM;
 
-    sketch_norms(k, h0, h1, n, gm, r, tiles, row, out);
-    sketch_norms(v, h0, h1, n, gm, r, tiles, row, v2);
+    /* One head at a time: its tile ([D][TILE], 8 KiB at D = 128) stays in L1 between the
+     * transposition and the products, where all heads of a token together spill to L2
+     * (measured at the Qwen3-4B shape: 9.0 ms against 10.2 ms for vase-dkv). */
+    for (uint32_t h = h0; h < h1; h++) {
+        sketch_norms(k, h, n, gm, r, tile, row, out + (size_t)(h - h0) * n);
+        sketch_norms(v, h, n, gm, r, tile, row, v2 + (size_t)(h - h0) * n);
+    }
     for (uint32_t h = 0; h < heads; h++) {
         float *c = out + (size_t)h * n;
         const float *vv = v2 + (size_t)h * n;
