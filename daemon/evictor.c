@@ -366,7 +366,10 @@ int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run) {
     else
         ev->head = first;
     ev->tail = last;
-    pthread_cond_broadcast(&ev->cond);
+    /* One wake-up per job: a broadcast for a one-job run would wake every thread to find the
+     * queue empty again, and on a small machine those wake-ups delay the one that matters. */
+    for (uint32_t i = 0; i < njobs; i++)
+        pthread_cond_signal(&ev->cond);
     pthread_mutex_unlock(&ev->lock);
     return 0;
 }
