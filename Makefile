@@ -199,7 +199,8 @@ $(BUILD)/libvased.a: | $(CUDA_LIB) $(KERNEL_LIB)
 # the client test client/cuda.o and that host code from libvase; the fake defines every other
 # CUDA symbol they reach, kernels included.
 $(BUILD)/tests/test_daemon_cuda_arena: $(BUILD)/tests/test_daemon_cuda_arena.o $(MOCK_CUDA_OBJ) \
-                                      $(BUILD)/libvased.a $(CUDA_HOST_OBJS) $(KERNEL_LIB)
+                                      $(BUILD)/tests/plan_fixture.o $(BUILD)/libvased.a \
+                                      $(CUDA_HOST_OBJS) $(KERNEL_LIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) \
 	  $(INIH_LIBS) $(BLAS_LIBS) -lm
@@ -317,7 +318,9 @@ INTEGRATION_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test
 TEST_PROGS := $(KERNEL_TESTS) $(DAEMON_TESTS) $(CLIENT_TESTS) $(INTEGRATION_TESTS) \
               $(CUDA_ARENA_TESTS)
 
-$(DAEMON_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(DAEMON_LIB) $(KERNEL_LIB)
+# The planner's test fixture (tests/plan_fixture.c) is linked into every daemon test.
+$(DAEMON_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/plan_fixture.o $(DAEMON_LIB) \
+                                   $(KERNEL_LIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS)
 

@@ -38,6 +38,7 @@
 #include "../daemon/registry.h"
 #include "../daemon/session.h"
 #include "mock_cuda.h"
+#include "plan_fixture.h"
 #include "wire.h"
 
 #define ARENA_BYTES (3u << 20)
@@ -332,27 +333,6 @@ static void test_vmm_failures(void **state) {
 
 enum { L = 3, HQ = 4, HKV = 2, D = 16, BUDGET = 128, W = 32, LEN = 512, N = LEN - W };
 
-struct plan_fixture {
-    struct vase_arena *arena;
-    struct vase_layout lay;
-    uint32_t pages[32], ring[4], plan[4];
-    uint32_t n_pages, n_ring, n_plan, ppp;
-};
-
-static float *kv_addr(struct plan_fixture *f, uint32_t l, int v, uint32_t slot, uint32_t h) {
-    uint32_t tpp = f->lay.tokens_per_page;
-    return (float *)((char *)f->arena->map + (uint64_t)f->pages[slot / tpp] * PAGE_BYTES +
-                     l * f->lay.layer_stride + v * f->lay.kv_stride +
-                     (slot % tpp) * f->lay.token_stride + h * f->lay.head_stride);
-}
-
-static float *q_addr(struct plan_fixture *f, uint32_t l, uint32_t entry, uint32_t h) {
-    uint32_t rr = f->lay.ring_rows_per_page;
-    return (float *)((char *)f->arena->map + (uint64_t)f->ring[entry / rr] * PAGE_BYTES +
-                     l * f->lay.ring_layer_stride + (entry % rr) * f->lay.ring_row_stride +
-                     h * f->lay.head_stride);
-}
-
 /* A cuda-ipc arena (the fake's device memory is readable by the CPU, so the CPU planner can
  * check the device planner on the same bytes) with one sequence's K, V and queries. */
 static int plan_setup(void **state) {
@@ -362,11 +342,7 @@ static int plan_setup(void **state) {
     mock_cuda_reset();
     assert_int_equal(
         vase_arena_new(0, "cuda:0", VASE_CUDA_SHARE_IPC, 4u << 20, PAGE_BYTES, &f->arena), 0);
-    assert_int_equal(vase_layout_compute(&g, PAGE_BYTES, &f->lay, NULL), 0);
-    f->n_pages = (LEN + W + f->lay.tokens_per_page - 1) / f->lay.tokens_per_page;
-    f->n_ring = (2 * W + f->lay.ring_rows_per_page - 1) / f->lay.ring_rows_per_page;
-    f->ppp = PAGE_BYTES / (4 * (BUDGET - W));
-    f->n_plan = (L * HKV + f->ppp - 1) / f->ppp;
+    plan_fixture_shape(f, &g, LEN, W, BUDGET);
     assert_true(f->n_pages + f->n_ring + f->n_plan < 60);
     /* Pages backwards, so that the block table matters. */
     for (uint32_t i = 0; i < f->n_pages; i++)
@@ -375,18 +351,7 @@ static int plan_setup(void **state) {
         f->ring[i] = 2 + i;
     for (uint32_t i = 0; i < f->n_plan; i++)
         f->plan[i] = 10 + i;
-    srand(5);
-    for (uint32_t l = 0; l < L; l++) {
-        for (uint32_t s = 0; s < LEN; s++)
-            for (int v = 0; v < 2; v++)
-                for (uint32_t h = 0; h < HKV; h++)
-                    for (uint32_t d = 0; d < D; d++)
-                        kv_addr(f, l, v, s, h)[d] = (float)rand() / RAND_MAX - 0.5f;
-        for (uint32_t e = 0; e < 2 * W; e++)
-            for (uint32_t h = 0; h < HQ; h++)
-                for (uint32_t d = 0; d < D; d++)
-                    q_addr(f, l, e, h)[d] = (float)rand() / RAND_MAX - 0.5f;
-    }
+    plan_fixture_fill(f, 5);
     *state = f;
     return 0;
 }
@@ -400,43 +365,13 @@ static int plan_teardown(void **state) {
 
 static struct vase_plan_run *make_run(struct plan_fixture *f, enum vase_policy policy,
                                       const struct vase_arena *arena) {
-    struct vase_plan_run *run;
-    assert_int_equal(vase_plan_run_new(&run), 0);
+    struct vase_plan_run *run = plan_fixture_run(f, policy);
     run->seq_id = 3;
     run->round = 1;
-    run->len = LEN;
-    run->n = N;
-    run->layers = L;
-    run->kv_heads = HKV;
-    run->q_heads = HQ;
-    run->head_dim = D;
-    run->dtype = VASE_DTYPE_F32;
-    run->policy = policy;
-    run->params = vase_params_default(BUDGET);
-    run->params.window = W;
-    run->keep = vase_plan_keep_count(&run->params);
     run->seed = 42;
     run->arena = arena;
-    run->arena_base = f->arena->map;
-    run->page_bytes = PAGE_BYTES;
-    run->tokens_per_page = f->lay.tokens_per_page;
-    run->layer_stride = f->lay.layer_stride;
-    run->kv_stride = f->lay.kv_stride;
-    run->token_stride = f->lay.token_stride;
-    run->ring_rows_per_page = f->lay.ring_rows_per_page;
-    run->ring_layer_stride = f->lay.ring_layer_stride;
-    run->ring_row_stride = f->lay.ring_row_stride;
     run->ring_first = 5;
-    run->plans_per_page = f->ppp;
-    run->n_pages = f->n_pages;
-    run->n_plan_pages = f->n_plan;
-    run->pages = malloc(sizeof(f->pages));
-    run->ring_pages = malloc(sizeof(f->ring));
-    run->plan_pages = malloc(sizeof(f->plan));
     run->keep_lists = calloc((size_t)L * HKV * run->keep, sizeof(uint32_t));
-    memcpy(run->pages, f->pages, sizeof(f->pages));
-    memcpy(run->ring_pages, f->ring, sizeof(f->ring));
-    memcpy(run->plan_pages, f->plan, sizeof(f->plan));
     if (vase_policy_needs(policy) & VASE_NEEDS_ACC) {
         run->acc = malloc((size_t)L * HKV * N * sizeof(float));
         for (size_t i = 0; i < (size_t)L * HKV * N; i++)
@@ -490,7 +425,7 @@ static void test_planner_nan(void **state) {
     uint32_t sentinel[4] = {0xdeadbeef, 0xdeadbeef, 0xdeadbeef, 0xdeadbeef};
 
     /* A NaN in layer 1: the plan fails whole, naming the layer; no plan page is written. */
-    kv_addr(f, 1, 1, 17, 0)[3] = NAN;
+    plan_fixture_kv(f, 1, 1, 17, 0)[3] = NAN;
     memcpy((char *)f->arena->map + vase_plan_run_list_offset(run, i0), sentinel, sizeof(sentinel));
     assert_int_equal(f->arena->ops->planner_new(f->arena, &p), 0);
     assert_int_equal(f->arena->ops->plan_layers(p, run, 0, L, &bad), -EINVAL);
