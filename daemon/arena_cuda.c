@@ -384,9 +384,9 @@ static void layout_job(const struct vase_plan_run *run, uint32_t nl, struct job_
     *jl = (struct job_layout){
         .ring = SIZE_MAX, .acc = SIZE_MAX, .scores = SIZE_MAX, .exp = SIZE_MAX, .gauss = SIZE_MAX};
     jl->pages = take(jl, (size_t)run->n_pages * sizeof(uint32_t));
-    if (run->ring_pages && run->ring_rows_per_page) {
-        jl->n_ring = (2 * (size_t)run->params.window + run->ring_rows_per_page - 1) /
-                     run->ring_rows_per_page;
+    if (run->ring_pages && run->layout.ring_rows_per_page) {
+        jl->n_ring = (2 * (size_t)run->params.window + run->layout.ring_rows_per_page - 1) /
+                     run->layout.ring_rows_per_page;
         jl->ring = take(jl, jl->n_ring * sizeof(uint32_t));
     }
     if (run->acc)

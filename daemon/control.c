@@ -573,14 +573,7 @@ static int build_run(struct vased *d, struct vase_seq *s, const Vase__EvictReque
     run->seed = s->seed;
     run->arena = a;
     run->arena_base = a->map;
-    run->page_bytes = a->page_bytes;
-    run->tokens_per_page = m->layout.tokens_per_page;
-    run->layer_stride = m->layout.layer_stride;
-    run->kv_stride = m->layout.kv_stride;
-    run->token_stride = m->layout.token_stride;
-    run->ring_rows_per_page = m->layout.ring_rows_per_page;
-    run->ring_layer_stride = m->layout.ring_layer_stride;
-    run->ring_row_stride = m->layout.ring_row_stride;
+    run->layout = m->layout;
     run->ring_first = req->ring_first;
     run->plans_per_page = s->plans_per_page;
     run->n_pages = s->n_pages;

@@ -77,32 +77,32 @@ void vase_plan_run_input(const struct vase_plan_run *run, uint32_t layer,
         .n = run->n,
         .hq = run->q_heads,
         .k = {
-            .base = base + layer * run->layer_stride,
+            .base = base + layer * run->layout.layer_stride,
             .pages = run->pages,
-            .tokens_per_page = run->tokens_per_page,
+            .tokens_per_page = run->layout.tokens_per_page,
             .heads = run->kv_heads,
             .dim = run->head_dim,
             .dtype = run->dtype,
-            .page_stride = (int64_t)run->page_bytes,
-            .token_stride = (int64_t)run->token_stride,
+            .page_stride = (int64_t)run->layout.page_bytes,
+            .token_stride = (int64_t)run->layout.token_stride,
             .head_stride = (int64_t)(run->head_dim * es),
         },
         .rng = {.seed = run->seed, .sequence = run->seq_id, .layer = layer, .round = run->round},
     };
     in->v = in->k;
-    in->v.base = base + layer * run->layer_stride + run->kv_stride;
-    if (run->ring_pages && run->ring_rows_per_page) {
+    in->v.base = base + layer * run->layout.layer_stride + run->layout.kv_stride;
+    if (run->ring_pages && run->layout.ring_rows_per_page) {
         in->q = (struct vase_view){
-            .base = base + layer * run->ring_layer_stride,
+            .base = base + layer * run->layout.ring_layer_stride,
             .pages = run->ring_pages,
-            .tokens_per_page = run->ring_rows_per_page,
+            .tokens_per_page = run->layout.ring_rows_per_page,
             .ring = 2 * run->params.window,
             .first = run->ring_first,
             .heads = run->q_heads,
             .dim = run->head_dim,
             .dtype = run->dtype,
-            .page_stride = (int64_t)run->page_bytes,
-            .token_stride = (int64_t)run->ring_row_stride,
+            .page_stride = (int64_t)run->layout.page_bytes,
+            .token_stride = (int64_t)run->layout.ring_row_stride,
             .head_stride = (int64_t)(run->head_dim * es),
         };
     }
@@ -144,7 +144,7 @@ int vase_plan_run_layers(struct vase_plan_run *run, uint32_t l0, uint32_t l1,
 }
 
 uint64_t vase_plan_run_list_offset(const struct vase_plan_run *run, uint32_t i) {
-    return (uint64_t)run->plan_pages[i / run->plans_per_page] * run->page_bytes +
+    return (uint64_t)run->plan_pages[i / run->plans_per_page] * run->layout.page_bytes +
            (uint64_t)(i % run->plans_per_page) * run->keep * sizeof(uint32_t);
 }
 

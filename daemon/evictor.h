@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "registry.h"
 #include "vase_kernels.h"
 
 struct vase_arena;
@@ -35,14 +36,11 @@ struct vase_plan_run {
     uint64_t seed;
     const struct vase_arena *arena; /* NULL: host memory at arena_base (tests) */
     void *arena_base;               /* the arena's mapping: a device address on a device arena */
-    uint64_t page_bytes;
-    uint32_t tokens_per_page;
-    uint64_t layer_stride, kv_stride, token_stride;
+    struct vase_layout layout;      /* the model's, copied */
     uint32_t *pages; /* copies of the block table, ring and plan pages */
     uint32_t n_pages;
     uint32_t *ring_pages;
-    uint32_t ring_rows_per_page, ring_first;
-    uint64_t ring_layer_stride, ring_row_stride;
+    uint32_t ring_first;
     uint32_t *plan_pages;
     uint32_t n_plan_pages, plans_per_page;
     float *acc;        /* [layers][kv_heads][n] snapshot (h2o), or NULL */

@@ -81,14 +81,7 @@ struct vase_plan_run *plan_fixture_run(const struct plan_fixture *f, enum vase_p
     run->params.window = f->window;
     run->keep = vase_plan_keep_count(&run->params);
     run->arena_base = f->arena->map;
-    run->page_bytes = f->arena->page_bytes;
-    run->tokens_per_page = f->lay.tokens_per_page;
-    run->layer_stride = f->lay.layer_stride;
-    run->kv_stride = f->lay.kv_stride;
-    run->token_stride = f->lay.token_stride;
-    run->ring_rows_per_page = f->lay.ring_rows_per_page;
-    run->ring_layer_stride = f->lay.ring_layer_stride;
-    run->ring_row_stride = f->lay.ring_row_stride;
+    run->layout = f->lay;
     run->plans_per_page = f->ppp;
     run->n_pages = f->n_pages;
     run->n_plan_pages = f->n_plan;
