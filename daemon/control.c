@@ -109,9 +109,12 @@ int vase_control_unpack(const void *buf, size_t len, size_t max, Vase__Envelope 
 }
 
 int vase_control_check_peer(const Vase__Envelope *e, uint64_t incarnation, bool has_session,
-                            uint64_t *last_client_seq, struct vase_control_error *err) {
+                            uint64_t *last_client_seq, uint64_t *ret_lost,
+                            struct vase_control_error *err) {
     bool admin = vase_control_is_admin(e->body_case);
 
+    if (ret_lost)
+        *ret_lost = 0;
     *err = (struct vase_control_error){.request_id = e->request_id};
     if (e->incarnation != incarnation && !(admin && e->incarnation == 0))
         return set_error(err, VASE_WIRE_ESTALE,
@@ -127,13 +130,52 @@ int vase_control_check_peer(const Vase__Envelope *e, uint64_t incarnation, bool 
                              "replayed or reordered message",
                              (unsigned long long)e->client_seq,
                              (unsigned long long)*last_client_seq);
-        if (e->client_seq != *last_client_seq + 1 && *last_client_seq != 0)
-            log_notice("client_seq jumped from %llu to %llu: %llu messages lost",
-                       (unsigned long long)*last_client_seq, (unsigned long long)e->client_seq,
-                       (unsigned long long)(e->client_seq - *last_client_seq - 1));
+        if (e->client_seq != *last_client_seq + 1 && *last_client_seq != 0 && ret_lost)
+            *ret_lost = e->client_seq - *last_client_seq - 1;
         *last_client_seq = e->client_seq;
     }
     return 0;
+}
+
+int vase_control_peer_cred(const char *peer_address, struct ucred *ret) {
+    /* libzmq reads SO_PEERCRED when an ipc connection is accepted and appends ":uid:gid:pid"
+     * to the peer's address; what comes before is not ours to interpret. */
+    uint64_t v[3];
+    const char *end = peer_address ? peer_address + strlen(peer_address) : NULL;
+    if (!end)
+        return -ENODATA;
+    for (int i = 2; i >= 0; i--) {
+        const char *colon = end;
+        while (colon > peer_address && colon[-1] != ':')
+            colon--;
+        if (colon == peer_address || colon == end || end - colon > 20)
+            return -ENODATA;
+        char num[21];
+        memcpy(num, colon, (size_t)(end - colon));
+        num[end - colon] = '\0';
+        if (vase_parse_u64(num, &v[i]) < 0 || v[i] > (i == 2 ? INT32_MAX : UINT32_MAX - 1))
+            return -ENODATA;
+        end = colon - 1;
+    }
+    *ret = (struct ucred){.uid = (uid_t)v[0], .gid = (gid_t)v[1], .pid = (pid_t)v[2]};
+    return 0;
+}
+
+enum vase_control_access vase_control_access_of(Vase__Envelope__BodyCase body) {
+    switch (body) {
+    case VASE__ENVELOPE__BODY_PING:
+    case VASE__ENVELOPE__BODY_STATUS:
+    case VASE__ENVELOPE__BODY_CONFIG_GET:
+        return VASE_CONTROL_ACCESS_ANY;
+    case VASE__ENVELOPE__BODY_LIST_CLIENTS:
+    case VASE__ENVELOPE__BODY_LIST_SEQS:
+    case VASE__ENVELOPE__BODY_GET_SEQ:
+        return VASE_CONTROL_ACCESS_ALLOWED;
+    case VASE__ENVELOPE__BODY_CONFIG_SET:
+        return VASE_CONTROL_ACCESS_ADMIN;
+    default:
+        return VASE_CONTROL_ACCESS_SESSION;
+    }
 }
 
 int vase_control_open(void *zmq_ctx, const char *endpoint, uint64_t max_message_bytes,
@@ -172,6 +214,8 @@ struct peer {
     const void *id;
     size_t id_len;
     uint64_t request_id;
+    bool cred_known;   /* false: the transport did not say (never on ipc) */
+    struct ucred cred; /* the kernel's, for the connection the frame came over */
 };
 
 static int send_envelope(struct vased *d, const struct peer *p, Vase__Envelope *e) {
@@ -1126,12 +1170,17 @@ static int handle_frame(struct vased *d, const void *id, size_t id_len, const vo
         return reply_control_error(d, &p, &err);
 
     struct vase_client *c = vase_registry_find_token(d->reg, id, id_len);
+    uint64_t lost;
     p.request_id = e->request_id;
     if (vase_control_check_peer(e, d->incarnation, c != NULL, c ? &c->last_client_seq : NULL,
-                                &err) < 0)
+                                &lost, &err) < 0) {
         reply_control_error(d, &p, &err);
-    else
+    } else {
+        if (lost && vased_client_log_ok(c))
+            log_notice("Client %u: client_seq jumped to %llu, %llu messages lost.", c->id,
+                       (unsigned long long)e->client_seq, (unsigned long long)lost);
         dispatch(d, c, &p, e);
+    }
     vase__envelope__free_unpacked(e, NULL);
     return 0;
 }

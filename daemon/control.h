@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "vase.pb-c.h"
 
@@ -44,10 +45,30 @@ bool vase_control_is_request(Vase__Envelope__BodyCase body);
  * The peer checks of PROTOCOL.md "Control" for an unpacked envelope: incarnation (0 or the
  * daemon's for admin requests, the daemon's for the others: VASE_WIRE_ESTALE), a live session
  * for engine requests (ENOTCONN; has_session false), and for a peer with a session a client_seq
- * larger than *last_client_seq (EPROTO), which is then advanced. 0, or -code with *err filled.
+ * larger than *last_client_seq (EPROTO), which is then advanced; *ret_lost (may be NULL) is how
+ * many client_seq values were skipped (0 without a gap). 0, or -code with *err filled. Nothing
+ * is logged here: a peer decides how often this runs.
  */
 int vase_control_check_peer(const Vase__Envelope *e, uint64_t incarnation, bool has_session,
-                            uint64_t *last_client_seq, struct vase_control_error *err);
+                            uint64_t *last_client_seq, uint64_t *ret_lost,
+                            struct vase_control_error *err);
+
+/*
+ * The credentials of the process at the other end of an ipc connection, from the "Peer-Address"
+ * property of a message received on it: libzmq takes them from SO_PEERCRED and appends
+ * ":uid:gid:pid". 0, or -ENODATA if the address does not end that way.
+ */
+int vase_control_peer_cred(const char *peer_address, struct ucred *ret);
+
+/* Who may send a request, decided from the kernel's credentials of the connection, never from
+ * anything in the message. */
+enum vase_control_access {
+    VASE_CONTROL_ACCESS_ANY,     /* anyone who can open the socket: Ping, Status, ConfigGet */
+    VASE_CONTROL_ACCESS_ALLOWED, /* a uid the allow-list admits: ListClients, ListSeqs, GetSeq */
+    VASE_CONTROL_ACCESS_ADMIN,   /* root, the daemon's user, admin_group: ConfigSet */
+    VASE_CONTROL_ACCESS_SESSION, /* the client whose token routes it, from its own uid */
+};
+enum vase_control_access vase_control_access_of(Vase__Envelope__BodyCase body);
 
 /* Creates and binds the ROUTER (linger 0, bounded send timeout, ROUTER_MANDATORY off, inbound
  * size cut off at max_message_bytes plus a margin). 0 or -errno, logged. */

@@ -5,6 +5,9 @@
  * dropped before they are formatted; the errno of the caller is preserved, so logging never
  * changes the error a caller is about to return. Lines are written with one write(2)-sized
  * fprintf each, so the evictor threads and the main thread do not interleave within a line.
+ * A line never carries a control character: whatever a message quotes (a client's name, a
+ * setting's value, an error text a peer sent) is escaped as \xNN, so no peer can end a line
+ * and forge another, priority prefix included, or send escape sequences to a terminal.
  */
 
 #include <stdarg.h>
@@ -57,23 +60,67 @@ const char *vase_log_level_to_string(int level) {
     return level_names[level];
 }
 
+size_t vase_log_escape(const char *in, char *out, size_t out_len) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+
+    if (out_len == 0)
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+        /* C0 controls (newline, carriage return, escape...) and DEL. Bytes from 0x80 pass, so
+         * UTF-8 names stay readable. */
+        bool control = *p < 0x20 || *p == 0x7f;
+        size_t need = control ? 4 : 1;
+        if (o + need >= out_len)
+            break;
+        if (control) {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 15];
+        } else {
+            out[o++] = (char)*p;
+        }
+    }
+    out[o] = '\0';
+    return o;
+}
+
 int vase_log_internal(int level, int error, const char *fmt, ...) {
     int saved = errno;
     int e = error < 0 ? -error : error;
 
     if (level <= log_max_level) {
-        char line[2048];
+        char line[2048], clean[2048];
         va_list ap;
         /* %m in fmt prints strerror(errno): make it the error we were given. */
         errno = e;
         va_start(ap, fmt);
         vsnprintf(line, sizeof(line), fmt, ap);
         va_end(ap);
+        vase_log_escape(line, clean, sizeof(clean));
         if (log_prefix)
-            fprintf(stderr, "<%d>%s\n", level, line);
+            fprintf(stderr, "<%d>%s\n", level, clean);
         else
-            fprintf(stderr, "%s\n", line);
+            fprintf(stderr, "%s\n", clean);
     }
     errno = saved;
     return -e;
+}
+
+bool vase_ratelimit_pass(struct vase_ratelimit *rl, double now, unsigned *ret_suppressed) {
+    *ret_suppressed = 0;
+    if (rl->begin == 0.0 || now - rl->begin >= rl->interval) {
+        /* A new interval: report what the last one held back. */
+        *ret_suppressed = rl->suppressed;
+        rl->begin = now;
+        rl->passed = 0;
+        rl->suppressed = 0;
+    }
+    if (rl->passed < rl->burst) {
+        rl->passed++;
+        return true;
+    }
+    rl->suppressed++;
+    return false;
 }

@@ -110,6 +110,8 @@ int vase_registry_add_client(struct vase_registry *reg, int fd, struct vase_clie
         c->token[0] = 1;
     c->id = reg->next_client_id++;
     c->fd = fd;
+    c->log_limit = (struct vase_ratelimit){.interval = VASE_CLIENT_LOG_INTERVAL,
+                                           .burst = VASE_CLIENT_LOG_BURST};
     c->next = reg->clients;
     reg->clients = c;
     reg->n_clients++;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "log.h"
 #include "vase_kernels.h"
 
 struct vase_alloc;
@@ -22,6 +23,9 @@ struct vase_plan_run;
 #define VASE_MAX_NAME 256u
 #define VASE_MAX_ALIGN 65536u
 #define VASE_TOKEN_BYTES 16u
+/* What one client's behaviour may make the daemon log: a burst, then a summary per interval. */
+#define VASE_CLIENT_LOG_INTERVAL 10.0
+#define VASE_CLIENT_LOG_BURST 5u
 
 struct vase_client {
     uint32_t id;
@@ -35,6 +39,7 @@ struct vase_client {
     uint32_t pages;        /* pages charged to this client (quota) */
     uint32_t n_seqs, n_models;
     uint64_t last_client_seq;
+    struct vase_ratelimit log_limit; /* what this client makes the daemon log */
     struct vase_model *models;
     struct vase_seq *seqs;
     struct vase_client *next;

@@ -175,11 +175,27 @@ static void refuse(struct vased *d, int fd, int code, const char *fmt, ...)
 static void refuse(struct vased *d, int fd, int code, const char *fmt, ...) {
     char msg[256];
     va_list ap;
+    unsigned suppressed;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    log_notice("Session refused: %s", msg);
+    /* Anyone who can reach the socket can make us refuse: a flood of refusals is summarised. */
+    bool pass = vase_ratelimit_pass(&d->refuse_log, vased_now(), &suppressed);
+    if (suppressed)
+        log_notice("%u more sessions were refused in %.0f s without a log line each.", suppressed,
+                   d->refuse_log.interval);
+    if (pass)
+        log_notice("Session refused: %s", msg);
     vase_session_send_error(fd, d->incarnation, code, msg);
+}
+
+bool vased_client_log_ok(struct vase_client *c) {
+    unsigned suppressed;
+    bool pass = vase_ratelimit_pass(&c->log_limit, vased_now(), &suppressed);
+    if (suppressed)
+        log_notice("Client %u: %u more messages about it were suppressed in %.0f s.", c->id,
+                   suppressed, c->log_limit.interval);
+    return pass;
 }
 
 static int send_welcome(struct vased *d, struct vase_client *c) {
@@ -248,15 +264,8 @@ static void on_pending(struct vased *d, size_t i) {
         return;
     }
 
-    gid_t *groups = NULL;
-    size_t n_groups = 0;
-    vase_session_peer_groups(pend.cred.uid, pend.cred.gid, &groups, &n_groups);
-    r = vase_allow_check(&d->allow, d->self_uid, pend.cred.uid, pend.cred.gid, groups, n_groups);
-    free(groups);
-    if (r < 0) {
-        refuse(d, pend.fd, EPERM, "uid %u (gid %u) is not allowed by allow_users/allow_groups",
-               (unsigned)pend.cred.uid, (unsigned)pend.cred.gid);
-    } else if (d->reg->n_clients >= d->cfg.max_clients) {
+    /* The allow-list was checked when the connection was accepted. */
+    if (d->reg->n_clients >= d->cfg.max_clients) {
         refuse(d, pend.fd, EUSERS, "max_clients (%u) sessions are open", d->cfg.max_clients);
         r = -EUSERS;
     } else if (d->stopping) {
@@ -307,6 +316,9 @@ void vased_drop_client(struct vased *d, struct vase_client *c) {
         if (vase_registry_close_seq(d->reg, d->allocs[s->arena_id], s) > 0)
             waiting++;
     }
+    if (c->log_limit.suppressed)
+        log_notice("Client %u: %u more messages about it were suppressed.", c->id,
+                   c->log_limit.suppressed);
     log_info("Client %u \"%s\" (pid %u) disconnected; %u pages released%s.", c->id,
              c->name ? c->name : "", c->pid, pages,
              waiting ? " (those of sequences with a plan in flight when it finishes)" : "");
@@ -322,12 +334,50 @@ static void on_client_fd(struct vased *d, struct vase_client *c, short revents) 
         n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC);
     if ((revents & ZMQ_POLLIN) && n > 0) {
         /* The session is silent after the welcome; a packet is ignored, not fatal. */
-        log_warning("Client %u sent %zd bytes on its session socket; ignored.", c->id, n);
+        if (vased_client_log_ok(c))
+            log_warning("Client %u sent %zd bytes on its session socket; ignored.", c->id, n);
         return;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     vased_drop_client(d, c);
+}
+
+/* The allow-list's verdict on a peer, from the credentials the kernel gave at connect. */
+static int peer_allowed(const struct vased *d, const struct ucred *cred) {
+    gid_t *groups = NULL;
+    size_t n_groups = 0;
+    vase_session_peer_groups(cred->uid, cred->gid, &groups, &n_groups);
+    int r = vase_allow_check(&d->allow, d->self_uid, cred->uid, cred->gid, groups, n_groups);
+    free(groups);
+    return r;
+}
+
+/*
+ * A new connection: the allow-list decides at once, before the peer holds anything, so a uid
+ * that may not open a session cannot occupy the slots of those who may; an admitted uid holds
+ * at most VASED_MAX_PENDING_PER_UID slots while it says nothing. A client sends its hello
+ * right after connecting, so it is usually read here and needs no slot for long.
+ */
+static void admit(struct vased *d, int fd, const struct ucred *cred) {
+    if (peer_allowed(d, cred) < 0) {
+        refuse(d, fd, EPERM, "uid %u (gid %u, pid %d) is not allowed by allow_users/allow_groups",
+               (unsigned)cred->uid, (unsigned)cred->gid, (int)cred->pid);
+        close(fd);
+        return;
+    }
+    size_t same_uid = 0;
+    for (size_t i = 0; i < d->n_pending; i++)
+        same_uid += d->pending[i].cred.uid == cred->uid;
+    if (same_uid >= VASED_MAX_PENDING_PER_UID || d->n_pending >= VASED_MAX_PENDING) {
+        refuse(d, fd, EAGAIN, "too many sessions %sare connecting at once; try again",
+               same_uid >= VASED_MAX_PENDING_PER_UID ? "of this uid " : "");
+        close(fd);
+        return;
+    }
+    d->pending[d->n_pending++] = (struct vased_pending){
+        .fd = fd, .cred = *cred, .deadline = vased_now() + VASED_HELLO_TIMEOUT};
+    on_pending(d, d->n_pending - 1);
 }
 
 static void on_listener(struct vased *d) {
@@ -341,13 +391,7 @@ static void on_listener(struct vased *d) {
             log_warning_errno(r, "accept() on the session socket failed: %m");
             return;
         }
-        if (d->n_pending >= VASED_MAX_PENDING) {
-            refuse(d, fd, EAGAIN, "too many sessions are connecting at once");
-            close(fd);
-            continue;
-        }
-        d->pending[d->n_pending++] = (struct vased_pending){
-            .fd = fd, .cred = cred, .deadline = vased_now() + VASED_HELLO_TIMEOUT};
+        admit(d, fd, &cred);
     }
 }
 
@@ -602,6 +646,43 @@ static char *path_join(const char *dir, const char *name) {
     return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
 }
 
+/*
+ * The runtime directory holds the sockets, whose modes and group are the access control of
+ * the whole daemon. Whoever can write the directory can replace a socket (with a symlink to a
+ * file of their choice, or with their own listener), so it must be a real directory that no
+ * one but the daemon's user and root can write. Kept open (runtime_dir_fd) so that the sockets'
+ * group is set relative to the directory that was checked.
+ */
+static int check_runtime_dir(struct vased *d, const char *dir, bool created) {
+    struct stat st;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return log_error_errno(-errno, "Cannot open the runtime directory %s%s: %m", dir,
+                               errno == ELOOP || errno == ENOTDIR ? " (a symlink or not a directory)"
+                                                                  : "");
+    if (fstat(fd, &st) < 0) {
+        int r = log_error_errno(-errno, "Cannot stat the runtime directory %s: %m", dir);
+        close(fd);
+        return r;
+    }
+    /* mkdir() applied the umask; clients need to reach the sockets inside. */
+    if (created && fchmod(fd, 0755) == 0)
+        st.st_mode = (st.st_mode & ~(mode_t)07777) | 0755;
+    const char *why = NULL;
+    if (st.st_uid != d->self_uid && st.st_uid != 0)
+        why = "it belongs to another user";
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
+        why = "others than its owner can write it (chmod go-w)";
+    if (why) {
+        close(fd);
+        return log_error_errno(-EPERM, "Refusing the runtime directory %s (owner uid %u, mode "
+                               "%04o): %s; whoever can write it could replace the sockets.",
+                               dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), why);
+    }
+    d->runtime_dir_fd = fd;
+    return 0;
+}
+
 static int setup_runtime_dir(struct vased *d) {
     const char *dir = d->cfg.runtime_dir;
     char first[PATH_MAX];
@@ -619,13 +700,12 @@ static int setup_runtime_dir(struct vased *d) {
     if (!dir || !dir[0])
         dir = "./run";
 
-    if (mkdir(dir, 0770) == 0) {
-        /* mkdir() applied the umask; the mode is part of the contract. */
-        if (chmod(dir, 0770) < 0)
-            return log_error_errno(-errno, "Cannot set the mode of %s: %m", dir);
-    } else if (errno != EEXIST) {
+    bool created = mkdir(dir, 0755) == 0;
+    if (!created && errno != EEXIST)
         return log_error_errno(-errno, "Cannot create the runtime directory %s: %m", dir);
-    }
+    int r = check_runtime_dir(d, dir, created);
+    if (r < 0)
+        return r;
     d->runtime_dir = realpath(dir, NULL);
     if (!d->runtime_dir)
         return log_error_errno(-errno, "Cannot resolve the runtime directory %s: %m", dir);
@@ -671,26 +751,28 @@ static int setup_arenas(struct vased *d) {
     return 0;
 }
 
-/* Sockets are files in the runtime directory: mode 0660, group socket_group when set. */
-static int fix_socket_file(struct vased *d, const char *path) {
-    if (chmod(path, 0660) < 0)
-        return log_error_errno(-errno, "Cannot set the mode of %s: %m", path);
-    if (d->cfg.socket_group[0]) {
-        gid_t gid;
-        uint64_t id;
-        if (vase_parse_u64(d->cfg.socket_group, &id) == 0 && id < UINT32_MAX) {
-            gid = (gid_t)id;
-        } else {
-            struct group *gr = getgrnam(d->cfg.socket_group);
-            if (!gr)
-                return log_error_errno(-ENOENT, "socket_group: no group \"%s\".",
-                                       d->cfg.socket_group);
-            gid = gr->gr_gid;
-        }
-        if (chown(path, (uid_t)-1, gid) < 0)
-            return log_error_errno(-errno, "Cannot give %s to group %s: %m", path,
+/* Sockets are files in the runtime directory: mode 0660 (the umask of their bind), group
+ * socket_group when set. The directory is ours alone (check_runtime_dir()), and the change is
+ * made without following a symlink all the same. */
+static int set_socket_group(struct vased *d, const char *path) {
+    if (!d->cfg.socket_group[0])
+        return 0;
+    gid_t gid;
+    uint64_t id;
+    if (vase_parse_u64(d->cfg.socket_group, &id) == 0 && id < UINT32_MAX) {
+        gid = (gid_t)id;
+    } else {
+        struct group *gr = getgrnam(d->cfg.socket_group);
+        if (!gr)
+            return log_error_errno(-ENOENT, "socket_group: no group \"%s\".",
                                    d->cfg.socket_group);
+        gid = gr->gr_gid;
     }
+    const char *name = strrchr(path, '/');
+    name = name ? name + 1 : path;
+    if (fchownat(d->runtime_dir_fd, name, (uid_t)-1, gid, AT_SYMLINK_NOFOLLOW) < 0)
+        return log_error_errno(-errno, "Cannot give %s to group %s: %m", path,
+                               d->cfg.socket_group);
     return 0;
 }
 
@@ -736,9 +818,9 @@ static int setup_sockets(struct vased *d) {
     umask(old);
     if (r < 0)
         return r;
-    if ((r = fix_socket_file(d, d->session_path)) < 0 ||
-        (r = fix_socket_file(d, d->control_path)) < 0 ||
-        (r = fix_socket_file(d, d->events_path)) < 0)
+    if ((r = set_socket_group(d, d->session_path)) < 0 ||
+        (r = set_socket_group(d, d->control_path)) < 0 ||
+        (r = set_socket_group(d, d->events_path)) < 0)
         return r;
     return 0;
 }
@@ -795,7 +877,9 @@ static void teardown(struct vased *d) {
         close(d->timer_fd);
     if (d->signal_fd >= 0)
         close(d->signal_fd);
-    d->timer_fd = d->signal_fd = -1;
+    if (d->runtime_dir_fd >= 0)
+        close(d->runtime_dir_fd);
+    d->timer_fd = d->signal_fd = d->runtime_dir_fd = -1;
     vase_allow_done(&d->allow);
     free(d->runtime_dir);
     free(d->session_path);
@@ -816,8 +900,10 @@ int vased_run(struct vase_config *cfg, const struct vase_cmdline *cmdline) {
     d->cfg = *cfg;
     *cfg = (struct vase_config){0};
     d->cmdline = cmdline;
-    d->session_fd = d->signal_fd = d->timer_fd = -1;
+    d->session_fd = d->signal_fd = d->timer_fd = d->runtime_dir_fd = -1;
     d->self_uid = geteuid();
+    d->refuse_log = (struct vase_ratelimit){.interval = VASED_REFUSE_LOG_INTERVAL,
+                                            .burst = VASED_REFUSE_LOG_BURST};
     d->started_at = vased_now();
     vase_log_set_max_level(d->cfg.log_level);
 

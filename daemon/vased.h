@@ -19,9 +19,14 @@
 
 #define VASED_VERSION "0.1.0"
 #define VASED_MAX_ARENAS 8
-/* Sessions that connected but have not said hello yet, and how long they may take. */
+/* Sessions that connected but have not said hello yet (in all, and per uid), and how long
+ * they may take. Only peers the allow-list admits get a slot. */
 #define VASED_MAX_PENDING 64
+#define VASED_MAX_PENDING_PER_UID 8
 #define VASED_HELLO_TIMEOUT 5.0
+/* Refused sessions logged: a burst, then a summary per interval. */
+#define VASED_REFUSE_LOG_INTERVAL 10.0
+#define VASED_REFUSE_LOG_BURST 10u
 
 struct vase_arena;
 struct vase_alloc;
@@ -40,6 +45,7 @@ struct vased {
     const struct vase_cmdline *cmdline; /* for SIGHUP: defaults, file, then these flags */
 
     char *runtime_dir; /* absolute */
+    int runtime_dir_fd; /* the directory that was checked, -1 before */
     char *session_path, *control_path, *events_path;
     char *control_endpoint, *events_endpoint;
     uint64_t incarnation;
@@ -64,6 +70,7 @@ struct vased {
     int timer_fd;
     struct vased_pending pending[VASED_MAX_PENDING];
     size_t n_pending;
+    struct vase_ratelimit refuse_log;
 
     bool stopping;        /* SIGTERM seen: draining in-flight plans */
     double stop_deadline; /* CLOCK_MONOTONIC */
@@ -91,5 +98,10 @@ int vased_apply_setting(struct vased *d, const char *key);
 /* Publishes a pressure event for every arena whose free pages crossed 10% (or all when
  * force). */
 void vased_check_pressure(struct vased *d, bool force);
+/*
+ * Whether a message about client c may be logged now (its rate limit); when an interval of
+ * suppressed messages ended, logs how many were held back first.
+ */
+bool vased_client_log_ok(struct vase_client *c);
 /* Publishes seq_open / seq_close for s. */
 void vased_publish_seq(struct vased *d, const struct vase_seq *s, bool open);

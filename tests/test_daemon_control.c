@@ -153,7 +153,7 @@ static void test_fuzz(void **state) {
             continue;
         }
         assert_true(vase_control_is_request(e->body_case));
-        r = vase_control_check_peer(e, INC, i % 3 == 0, &last, &err);
+        r = vase_control_check_peer(e, INC, i % 3 == 0, &last, NULL, &err);
         assert_true(r == 0 || -r == err.code);
         vase__envelope__free_unpacked(e, NULL);
     }
@@ -196,50 +196,52 @@ static void test_peer_checks(void **state) {
 
     /* Engine requests: the daemon's incarnation, a session. */
     e = unpacked(VASE__ENVELOPE__BODY_CLOSE_SEQ, INC + 1, 1);
-    assert_int_equal(vase_control_check_peer(e, INC, true, &last, &err), -VASE_WIRE_ESTALE);
+    assert_int_equal(vase_control_check_peer(e, INC, true, &last, NULL, &err), -VASE_WIRE_ESTALE);
     assert_int_equal(err.code, 1001);
     assert_int_equal(err.request_id, 9);
     vase__envelope__free_unpacked(e, NULL);
     e = unpacked(VASE__ENVELOPE__BODY_CLOSE_SEQ, 0, 1);
-    assert_int_equal(vase_control_check_peer(e, INC, true, &last, &err), -VASE_WIRE_ESTALE);
+    assert_int_equal(vase_control_check_peer(e, INC, true, &last, NULL, &err), -VASE_WIRE_ESTALE);
     vase__envelope__free_unpacked(e, NULL);
     e = unpacked(VASE__ENVELOPE__BODY_CLOSE_SEQ, INC, 1);
-    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, &err), -ENOTCONN);
+    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, NULL, &err), -ENOTCONN);
     assert_int_equal(err.code, ENOTCONN);
     assert_int_equal(last, 0); /* refused requests do not advance the sequence */
-    assert_int_equal(vase_control_check_peer(e, INC, true, &last, &err), 0);
+    assert_int_equal(vase_control_check_peer(e, INC, true, &last, NULL, &err), 0);
     assert_int_equal(last, 1);
     /* The same client_seq again is a replay. */
-    assert_int_equal(vase_control_check_peer(e, INC, true, &last, &err), -EPROTO);
+    assert_int_equal(vase_control_check_peer(e, INC, true, &last, NULL, &err), -EPROTO);
     assert_int_equal(err.code, EPROTO);
     vase__envelope__free_unpacked(e, NULL);
-    /* A gap is accepted (and logged). */
+    /* A gap is accepted, and its size reported (for a rate-limited log line). */
     e = unpacked(VASE__ENVELOPE__BODY_CLOSE_SEQ, INC, 10);
-    assert_int_equal(vase_control_check_peer(e, INC, true, &last, &err), 0);
+    uint64_t lost = 0;
+    assert_int_equal(vase_control_check_peer(e, INC, true, &last, &lost, &err), 0);
     assert_int_equal(last, 10);
+    assert_int_equal(lost, 8);
     vase__envelope__free_unpacked(e, NULL);
     /* client_seq 0 is never above the last one. */
     last = 0;
     e = unpacked(VASE__ENVELOPE__BODY_CLOSE_SEQ, INC, 0);
-    assert_int_equal(vase_control_check_peer(e, INC, true, &last, &err), -EPROTO);
+    assert_int_equal(vase_control_check_peer(e, INC, true, &last, NULL, &err), -EPROTO);
     vase__envelope__free_unpacked(e, NULL);
 
     /* Admin requests: any peer, incarnation 0 or the daemon's, no client_seq without a
      * session. */
     e = unpacked(VASE__ENVELOPE__BODY_STATUS, 0, 0);
-    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, &err), 0);
-    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, &err), 0);
+    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, NULL, &err), 0);
+    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, NULL, &err), 0);
     vase__envelope__free_unpacked(e, NULL);
     e = unpacked(VASE__ENVELOPE__BODY_STATUS, INC, 0);
-    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, &err), 0);
+    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, NULL, &err), 0);
     vase__envelope__free_unpacked(e, NULL);
     e = unpacked(VASE__ENVELOPE__BODY_STATUS, INC - 1, 0);
-    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, &err), -VASE_WIRE_ESTALE);
+    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, NULL, &err), -VASE_WIRE_ESTALE);
     vase__envelope__free_unpacked(e, NULL);
     /* From a session, admin requests take part in the client_seq order. */
     last = 5;
     e = unpacked(VASE__ENVELOPE__BODY_STATUS, 0, 5);
-    assert_int_equal(vase_control_check_peer(e, INC, true, &last, &err), -EPROTO);
+    assert_int_equal(vase_control_check_peer(e, INC, true, &last, NULL, &err), -EPROTO);
     vase__envelope__free_unpacked(e, NULL);
 }
 
