@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -22,6 +23,17 @@ static struct vase__arena *find_arena(struct vase_client *c, uint32_t id) {
         if (c->session.arenas[i].id == id)
             return &c->session.arenas[i];
     return NULL;
+}
+
+int vase_arena_find(struct vase_client *c, const char *name, uint32_t *ret_id) {
+    if (!c || !name || !ret_id)
+        return -EINVAL;
+    for (size_t i = 0; i < c->session.n_arenas; i++)
+        if (strcmp(c->session.arenas[i].name, name) == 0) {
+            *ret_id = c->session.arenas[i].id;
+            return 0;
+        }
+    return -ENOENT;
 }
 
 static bool layout_matches(const struct vase__layout *want, const Vase__ModelLayout *got) {

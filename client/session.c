@@ -66,6 +66,7 @@ void vase__session_close(struct vase__session *s) {
             munmap(a->map, (size_t)a->size_bytes);
         if (a->fd >= 0)
             close(a->fd);
+        free(a->name);
         free(a->kind);
         free(a->share);
         free(a->device_uuid);
@@ -148,8 +149,13 @@ static int recv_welcome(int fd, int timeout_ms, void *buf, Vase__Envelope **ret_
     do
         n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
+    /* A daemon that refuses us at once closes with our hello unread, and the kernel reports
+     * that as ECONNRESET before the Error packet queued for us; the report is given once, so
+     * the next read finds the packet, which says why. */
+    if (n < 0 && errno == ECONNRESET)
+        n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (n < 0)
-        return errno == EPIPE ? -ECONNRESET : -errno;
+        return errno == EPIPE || errno == EAGAIN ? -ECONNRESET : -errno;
 
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
@@ -204,10 +210,11 @@ static int take_arena(const Vase__ArenaInfo *info, int fd, struct vase__arena *a
     a->size_bytes = info->size_bytes;
     a->fd = -1;
     a->device = -1;
+    a->name = strdup(info->name);
     a->kind = strdup(info->kind);
     a->share = strdup(info->share);
     a->device_uuid = strdup(info->device_uuid);
-    if (!a->kind || !a->share || !a->device_uuid) {
+    if (!a->name || !a->kind || !a->share || !a->device_uuid) {
         r = -ENOMEM;
         goto out;
     }

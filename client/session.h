@@ -15,6 +15,7 @@ struct vase__cuda_mapping;
  * so that a client that never uses it never touches CUDA. */
 struct vase__arena {
     uint32_t id;
+    char *name;  /* "default", or the NAME of its [arena NAME] section in vased.conf */
     char *kind;  /* "host", "cuda:N" */
     char *share; /* "memfd", "cuda-ipc", "cuda-vmm" */
     uint64_t page_bytes;

@@ -94,8 +94,16 @@ struct vase_geometry {
     uint32_t layers, q_heads, kv_heads, head_dim;
     enum vase_dtype dtype;
     uint32_t align; /* token alignment of the engine's attention kernel; 0 or 1: none */
-    uint32_t arena; /* arena id, 0 = the first */
+    uint32_t arena; /* arena id: 0 is the default arena; see vase_arena_find() */
 };
+
+/*
+ * The id of the arena called name among those this client may use: "default" (arena 0), or the
+ * NAME of an [arena NAME] section of vased.conf. The daemon tells each client only of the
+ * arenas its uid may use (each arena is a trust domain). 0 and *ret_id; -ENOENT if this client
+ * has no such arena; -EINVAL for NULL arguments.
+ */
+int vase_arena_find(struct vase_client *c, const char *name, uint32_t *ret_id);
 
 /* Registers a model geometry; *ret is owned by the client (freed with it). The first model on
  * a CUDA arena maps it (once per process and daemon incarnation, shared by every client of the

@@ -330,6 +330,23 @@ void vase_control_seq_info(const struct vase_seq *s, Vase__SeqInfo *ret) {
     ret->position = s->position;
     ret->state = (char *)vase_seq_state_to_string(s->state);
     ret->last_plan_seconds = s->last_plan_seconds;
+    ret->arena_id = s->arena_id;
+}
+
+/* Who sees what in listings: admins everything; others their own uid's clients and sequences,
+ * and those in the arenas they may use (which they could read anyway). */
+static bool client_visible(const struct vased_peer *who, const struct vase_client *c) {
+    if (who->admin || c->uid == who->uid)
+        return true;
+    for (const struct vase_model *m = c->models; m; m = m->next)
+        if (who->arenas & (1u << m->arena_id))
+            return true;
+    return false;
+}
+
+static bool seq_visible(const struct vased_peer *who, const struct vase_seq *s) {
+    return who->admin || (s->client && s->client->uid == who->uid) ||
+           (who->arenas & (1u << s->arena_id));
 }
 
 /* ---- engine requests ---- */
@@ -345,6 +362,9 @@ static int handle_register_model(struct vased *d, struct vase_client *c, const s
     if (g->arena_id >= d->n_arenas)
         return reply_error(d, p, EINVAL, "no arena %u (this daemon has %u)", g->arena_id,
                            d->n_arenas);
+    if (!(c->arenas & (1u << g->arena_id)))
+        return reply_error(d, p, EPERM, "arena %u (\"%s\") is not open to uid %u", g->arena_id,
+                           d->arena_names[g->arena_id], (unsigned)c->uid);
     if (strlen(g->name) > VASE_MAX_NAME)
         return reply_error(d, p, EINVAL, "model name longer than %u bytes", VASE_MAX_NAME);
     if ((unsigned)g->dtype >= _VASE_DTYPE_MAX)
@@ -855,8 +875,7 @@ static int handle_evict_commit(struct vased *d, struct vase_client *c, const str
                 /* Half-compacted statistics would mislead every later plan; none is better. */
                 log_warning_errno(r, "Cannot compact the accumulated attention of sequence %u; "
                                   "dropping it: %m", s->id);
-                free(s->acc);
-                s->acc = NULL;
+                vase_seq_drop_acc(s);
                 break;
             }
         }
@@ -919,11 +938,27 @@ static int handle_attn_stats(struct vased *d, struct vase_client *c, const struc
         return reply_error(d, p, EINVAL, "attn_stats: NaN or Inf in the values of layer %u",
                            req->layer);
 
+    /* What the daemon keeps of this message is charged to the client first: its heap is
+     * shared by every client. */
+    uint64_t quota = d->cfg.max_stats_bytes_per_client;
+    uint64_t add = req->kind == VASE__STATS_KIND__STATS_ACC_ADD
+                       ? (s->acc ? 0 : vase_seq_acc_bytes(s))
+                       : req->n_values * sizeof(float);
+    uint64_t freed = req->kind == VASE__STATS_KIND__STATS_WINDOW_SCORES && s->scores[req->layer]
+                         ? (uint64_t)s->scores_len[req->layer] * H * sizeof(float)
+                         : 0;
+    if (add > freed && !vase_seq_stats_fit(s, add - freed, quota))
+        return reply_error(d, p, EDQUOT, "attn_stats: keeping %llu more bytes would take the "
+                           "client's statistics over max_stats_bytes_per_client (%llu; it holds "
+                           "%llu)", (unsigned long long)(add - freed),
+                           (unsigned long long)quota, (unsigned long long)c->stats_bytes);
+
     if (req->kind == VASE__STATS_KIND__STATS_ACC_ADD) {
         if (!s->acc) {
             s->acc = calloc((size_t)s->layers * H * s->acc_stride, sizeof(float));
             if (!s->acc)
                 return reply_error(d, p, ENOMEM, "attn_stats: out of memory");
+            vase_seq_stats_charge(s, (int64_t)add);
         }
         for (uint32_t h = 0; h < H; h++) {
             float *acc = s->acc + ((size_t)req->layer * H + h) * s->acc_stride;
@@ -935,6 +970,8 @@ static int handle_attn_stats(struct vased *d, struct vase_client *c, const struc
         float *copy = copy_floats(req->values, req->n_values);
         if (!copy)
             return reply_error(d, p, ENOMEM, "attn_stats: out of memory");
+        vase_seq_stats_charge(s, -(int64_t)freed);
+        vase_seq_stats_charge(s, (int64_t)add);
         free(s->scores[req->layer]);
         s->scores[req->layer] = copy;
         s->scores_len[req->layer] = req->len;
@@ -955,24 +992,30 @@ static int handle_ping(struct vased *d, const struct peer *p, const Vase__Ping *
     return 0;
 }
 
-static int handle_status(struct vased *d, const struct peer *p) {
+static int handle_status(struct vased *d, const struct peer *p, const struct vased_peer *who) {
     Vase__ArenaStatus as[VASED_MAX_ARENAS], *asp[VASED_MAX_ARENAS];
     Vase__StatusReply sr = VASE__STATUS_REPLY__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
+    size_t n = 0;
 
+    /* Anyone who can reach the socket may ask; the arenas shown are those the peer may use. */
     for (uint32_t i = 0; i < d->n_arenas; i++) {
-        vase__arena_status__init(&as[i]);
-        as[i].id = d->arenas[i]->id;
-        as[i].kind = d->arenas[i]->kind;
-        as[i].page_bytes = d->arenas[i]->page_bytes;
-        as[i].pages_total = d->allocs[i]->num_pages;
-        as[i].pages_free = d->allocs[i]->n_free;
-        asp[i] = &as[i];
+        if (!who->admin && !(who->arenas & (1u << i)))
+            continue;
+        vase__arena_status__init(&as[n]);
+        as[n].id = d->arenas[i]->id;
+        as[n].name = (char *)d->arena_names[i];
+        as[n].kind = d->arenas[i]->kind;
+        as[n].page_bytes = d->arenas[i]->page_bytes;
+        as[n].pages_total = d->allocs[i]->num_pages;
+        as[n].pages_free = d->allocs[i]->n_free;
+        asp[n] = &as[n];
+        n++;
     }
     sr.incarnation = d->incarnation;
     sr.version = (char *)VASED_VERSION;
     sr.uptime_seconds = vased_now() - d->started_at;
-    sr.n_arenas = d->n_arenas;
+    sr.n_arenas = n;
     sr.arenas = asp;
     sr.clients = d->reg->n_clients;
     sr.seqs = d->reg->n_seqs;
@@ -987,14 +1030,16 @@ static int handle_status(struct vased *d, const struct peer *p) {
     return 0;
 }
 
-static int handle_list_clients(struct vased *d, const struct peer *p) {
+static int handle_list_clients(struct vased *d, const struct peer *p,
+                               const struct vased_peer *who) {
     uint32_t n = d->reg->n_clients;
     ProtobufCMessage **entries = repeated_new(n, sizeof(Vase__ClientInfo));
     if (!entries)
         return reply_error(d, p, ENOMEM, "out of memory");
     size_t i = 0;
-    for (struct vase_client *c = d->reg->clients; c && i < n; c = c->next, i++)
-        vase_control_client_info(d, c, (Vase__ClientInfo *)entries[i]);
+    for (struct vase_client *c = d->reg->clients; c && i < n; c = c->next)
+        if (client_visible(who, c))
+            vase_control_client_info(d, c, (Vase__ClientInfo *)entries[i++]);
     Vase__ClientsReply cr = VASE__CLIENTS_REPLY__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     cr.n_clients = i;
@@ -1006,11 +1051,12 @@ static int handle_list_clients(struct vased *d, const struct peer *p) {
     return 0;
 }
 
-static int handle_list_seqs(struct vased *d, const struct peer *p, const Vase__ListSeqs *req) {
+static int handle_list_seqs(struct vased *d, const struct peer *p, const Vase__ListSeqs *req,
+                            const struct vased_peer *who) {
     struct vase_client *only = NULL;
     if (req->client_id) {
         only = vase_registry_find_client(d->reg, req->client_id);
-        if (!only)
+        if (!only || !client_visible(who, only))
             return reply_error(d, p, ENOENT, "no client %u", req->client_id);
     }
     size_t n = 0;
@@ -1023,8 +1069,9 @@ static int handle_list_seqs(struct vased *d, const struct peer *p, const Vase__L
     size_t i = 0;
     for (struct vase_client *c = d->reg->clients; c; c = c->next)
         if (!only || c == only)
-            for (struct vase_seq *s = c->seqs; s && i < n; s = s->next, i++)
-                vase_control_seq_info(s, (Vase__SeqInfo *)entries[i]);
+            for (struct vase_seq *s = c->seqs; s && i < n; s = s->next)
+                if (seq_visible(who, s))
+                    vase_control_seq_info(s, (Vase__SeqInfo *)entries[i++]);
     Vase__SeqsReply sr = VASE__SEQS_REPLY__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     sr.n_seqs = i;
@@ -1036,9 +1083,10 @@ static int handle_list_seqs(struct vased *d, const struct peer *p, const Vase__L
     return 0;
 }
 
-static int handle_get_seq(struct vased *d, const struct peer *p, const Vase__GetSeq *req) {
+static int handle_get_seq(struct vased *d, const struct peer *p, const Vase__GetSeq *req,
+                          const struct vased_peer *who) {
     struct vase_seq *s = vase_registry_find_seq(d->reg, req->seq_id);
-    if (!s)
+    if (!s || !seq_visible(who, s))
         return reply_error(d, p, ENOENT, "no sequence %u", req->seq_id);
     Vase__SeqInfo info;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
@@ -1103,6 +1151,8 @@ static int handle_config_set(struct vased *d, const struct peer *p, const Vase__
     const struct vase_setting *s = vase_setting_find(req->key);
     if (!s)
         return reply_error(d, p, ENOENT, "no setting \"%s\"", req->key);
+    char old[CONFIG_VALUE_MAX];
+    vase_config_format(&d->cfg, s, old, sizeof(old));
     int r = vase_config_set(&d->cfg, req->key, req->value, VASE_CONFIG_RUNTIME);
     if (r == -EPERM)
         return reply_error(d, p, EPERM, "%s cannot change while vased runs; edit the "
@@ -1115,26 +1165,69 @@ static int handle_config_set(struct vased *d, const struct peer *p, const Vase__
     if (r < 0)
         return reply_error(d, p, -r, "%s: %s", s->name, strerror(-r));
     vased_apply_setting(d, s->name);
-    log_info("Setting %s changed to \"%s\" by a control request.", s->name, req->value);
+    char now[CONFIG_VALUE_MAX];
+    vase_config_format(&d->cfg, s, now, sizeof(now));
+    log_notice("Setting %s changed from \"%s\" to \"%s\" by uid %u (pid %d).", s->name, old, now,
+               (unsigned)p->cred.uid, (int)p->cred.pid);
     reply_config(d, p, s);
     return 0;
 }
 
 /* ---- dispatch ---- */
 
+/*
+ * Whether the peer may send e, from the kernel's credentials of its connection (p->cred) and
+ * nothing the message says; replies the refusal itself. *who is filled for the requests whose
+ * answer depends on the peer.
+ */
+static bool authorize(struct vased *d, struct vase_client *c, const struct peer *p,
+                      const Vase__Envelope *e, struct vased_peer *who) {
+    enum vase_control_access need = vase_control_access_of(e->body_case);
+    *who = (struct vased_peer){0};
+    if (need == VASE_CONTROL_ACCESS_SESSION) {
+        /* The token routes the request to the client; the connection must also be its uid's,
+         * so a token that leaked does not let another user act as the client. */
+        if (!p->cred_known || p->cred.uid != c->uid) {
+            reply_error(d, p, EPERM, "%s on the session of uid %u came from uid %u",
+                        vase_wire_body_name(e), (unsigned)c->uid, (unsigned)p->cred.uid);
+            return false;
+        }
+        return true;
+    }
+    if (p->cred_known && vased_peer_lookup(d, &p->cred, who) < 0) {
+        reply_error(d, p, ENOMEM, "out of memory");
+        return false;
+    }
+    if (need == VASE_CONTROL_ACCESS_ALLOWED && !who->allowed) {
+        reply_error(d, p, EPERM, "%s needs a uid that allow_users/allow_groups admit (uid %u "
+                    "is not)", vase_wire_body_name(e), (unsigned)p->cred.uid);
+        return false;
+    }
+    if (need == VASE_CONTROL_ACCESS_ADMIN && !who->admin) {
+        reply_error(d, p, EPERM, "changing settings needs root, the daemon's user (uid %u) or "
+                    "a member of admin_group; uid %u is none of them", (unsigned)d->self_uid,
+                    (unsigned)p->cred.uid);
+        return false;
+    }
+    return true;
+}
+
 static int dispatch(struct vased *d, struct vase_client *c, const struct peer *p,
                      const Vase__Envelope *e) {
+    struct vased_peer who;
+    if (!authorize(d, c, p, e, &who))
+        return -EPERM;
     switch (e->body_case) {
     case VASE__ENVELOPE__BODY_PING:
         return handle_ping(d, p, e->ping);
     case VASE__ENVELOPE__BODY_STATUS:
-        return handle_status(d, p);
+        return handle_status(d, p, &who);
     case VASE__ENVELOPE__BODY_LIST_CLIENTS:
-        return handle_list_clients(d, p);
+        return handle_list_clients(d, p, &who);
     case VASE__ENVELOPE__BODY_LIST_SEQS:
-        return handle_list_seqs(d, p, e->list_seqs);
+        return handle_list_seqs(d, p, e->list_seqs, &who);
     case VASE__ENVELOPE__BODY_GET_SEQ:
-        return handle_get_seq(d, p, e->get_seq);
+        return handle_get_seq(d, p, e->get_seq, &who);
     case VASE__ENVELOPE__BODY_CONFIG_GET:
         return handle_config_get(d, p, e->config_get);
     case VASE__ENVELOPE__BODY_CONFIG_SET:
@@ -1158,8 +1251,11 @@ static int dispatch(struct vased *d, struct vase_client *c, const struct peer *p
 }
 
 static int handle_frame(struct vased *d, const void *id, size_t id_len, const void *buf,
-                         size_t len, bool extra_frames) {
+                         size_t len, bool extra_frames, const char *peer_address) {
     struct peer p = {.id = id, .id_len = id_len};
+    p.cred_known = vase_control_peer_cred(peer_address, &p.cred) == 0;
+    if (!p.cred_known)
+        p.cred = (struct ucred){.uid = (uid_t)-1, .gid = (gid_t)-1, .pid = -1};
     struct vase_control_error err;
     Vase__Envelope *e = NULL;
 
@@ -1222,7 +1318,7 @@ void vase_control_process(struct vased *d) {
             extra = true;
         }
         handle_frame(d, zmq_msg_data(&id), zmq_msg_size(&id), zmq_msg_data(&body),
-                     zmq_msg_size(&body), extra);
+                     zmq_msg_size(&body), extra, zmq_msg_gets(&body, "Peer-Address"));
         zmq_msg_close(&body);
         zmq_msg_close(&id);
     }

@@ -14,6 +14,7 @@
 
 #include "events.h"
 #include "log.h"
+#include "zap.h"
 
 struct vase_events {
     void *pub;
@@ -34,6 +35,12 @@ int vase_events_new(void *zmq_ctx, const char *endpoint, uint64_t incarnation,
         goto free_events;
     }
     zmq_setsockopt(ev->pub, ZMQ_LINGER, &zero, sizeof(zero));
+    /* Events name every client and sequence: the ZAP handler decides who may subscribe. */
+    if (zmq_setsockopt(ev->pub, ZMQ_ZAP_DOMAIN, VASE_ZAP_DOMAIN_EVENTS,
+                       strlen(VASE_ZAP_DOMAIN_EVENTS)) < 0) {
+        r = log_error_errno(-zmq_errno(), "Failed to configure the events socket: %m");
+        goto free_events;
+    }
     if (zmq_bind(ev->pub, endpoint) < 0) {
         r = log_error_errno(-zmq_errno(), "Failed to bind %s: %m", endpoint);
         goto free_events;

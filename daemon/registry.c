@@ -38,9 +38,9 @@ static void seq_free(struct vase_seq *s) {
     if (!s)
         return;
     vase_seq_drop_scores(s);
+    vase_seq_drop_acc(s);
     free(s->scores);
     free(s->scores_len);
-    free(s->acc);
     free(s->pages);
     free(s->ring_pages);
     free(s->plan_pages);
@@ -425,6 +425,8 @@ int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
         }
     s->next = NULL;
     c->n_seqs--;
+    /* The client no longer pays for what the sequence keeps while a plan finishes. */
+    c->stats_bytes -= s->stats_bytes < c->stats_bytes ? s->stats_bytes : c->stats_bytes;
     seq_table_remove(reg, s);
     reg->n_seqs--;
 
@@ -478,10 +480,43 @@ const char *vase_seq_state_to_string(enum vase_seq_state st) {
     return "?";
 }
 
+void vase_seq_stats_charge(struct vase_seq *s, int64_t delta) {
+    uint64_t d = delta < 0 ? (uint64_t)-delta : (uint64_t)delta;
+    if (delta >= 0) {
+        s->stats_bytes += d;
+        if (s->client)
+            s->client->stats_bytes += d;
+        return;
+    }
+    s->stats_bytes -= d < s->stats_bytes ? d : s->stats_bytes;
+    if (s->client)
+        s->client->stats_bytes -= d < s->client->stats_bytes ? d : s->client->stats_bytes;
+}
+
+bool vase_seq_stats_fit(const struct vase_seq *s, uint64_t delta, uint64_t quota) {
+    uint64_t held = s->client ? s->client->stats_bytes : s->stats_bytes;
+    return delta <= quota && held <= quota - delta;
+}
+
+uint64_t vase_seq_acc_bytes(const struct vase_seq *s) {
+    return (uint64_t)s->layers * s->kv_heads * s->acc_stride * sizeof(float);
+}
+
+void vase_seq_drop_acc(struct vase_seq *s) {
+    if (!s->acc)
+        return;
+    free(s->acc);
+    s->acc = NULL;
+    vase_seq_stats_charge(s, -(int64_t)vase_seq_acc_bytes(s));
+}
+
 void vase_seq_drop_scores(struct vase_seq *s) {
     if (!s->scores)
         return;
     for (uint32_t l = 0; l < s->layers; l++) {
+        if (s->scores[l])
+            vase_seq_stats_charge(s, -(int64_t)((uint64_t)s->scores_len[l] * s->kv_heads *
+                                                sizeof(float)));
         free(s->scores[l]);
         s->scores[l] = NULL;
         s->scores_len[l] = 0;

@@ -37,6 +37,8 @@ struct vase_client {
     int fd;                /* the session socket; closed by vase_registry_remove_client() */
     double connected_at;   /* CLOCK_MONOTONIC seconds */
     uint32_t pages;        /* pages charged to this client (quota) */
+    uint64_t stats_bytes;  /* daemon memory its sequences' pushed statistics hold (quota) */
+    uint32_t arenas;       /* bit i: the client may use arena i */
     uint32_t n_seqs, n_models;
     uint64_t last_client_seq;
     struct vase_ratelimit log_limit; /* what this client makes the daemon log */
@@ -108,6 +110,7 @@ struct vase_seq {
     /* Window scores pushed per layer, [kv_heads][scores_len[l]], consumed by the next plan. */
     float **scores;
     uint32_t *scores_len;
+    uint64_t stats_bytes; /* bytes of acc and scores, also charged to the client */
     struct vase_seq *next;       /* in the client's list, or the orphan list */
     struct vase_seq *hash_next;  /* in the registry's id table */
 };
@@ -193,5 +196,16 @@ int vase_seq_shrink(struct vase_seq *s, struct vase_alloc *alloc, uint32_t keep_
 
 /* "idle", "planning", "plan-ready". */
 const char *vase_seq_state_to_string(enum vase_seq_state st);
-/* Frees a sequence's pushed statistics. */
+/* Frees a sequence's pushed window scores (uncharging them). */
 void vase_seq_drop_scores(struct vase_seq *s);
+/* Frees the h2o accumulators of s (uncharging them). */
+void vase_seq_drop_acc(struct vase_seq *s);
+/* Bytes of the accumulators of s, allocated or not: layers * kv_heads * acc_stride floats. */
+uint64_t vase_seq_acc_bytes(const struct vase_seq *s);
+/*
+ * Charges (delta > 0) or uncharges (delta < 0) statistics memory of s to it and its client
+ * (none once orphaned). Charge before allocating: vase_seq_stats_fit() says whether it may.
+ */
+void vase_seq_stats_charge(struct vase_seq *s, int64_t delta);
+/* Whether the client of s may hold delta more bytes of statistics under quota (0: none). */
+bool vase_seq_stats_fit(const struct vase_seq *s, uint64_t delta, uint64_t quota);

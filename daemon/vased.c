@@ -37,6 +37,7 @@
 #include "log.h"
 #include "vased.h"
 #include "wire.h"
+#include "zap.h"
 
 double vased_now(void) {
     struct timespec ts;
@@ -120,6 +121,7 @@ int vased_apply_setting(struct vased *d, const char *key) {
     if (strcmp(s->name, "log_level") == 0) {
         vase_log_set_max_level(d->cfg.log_level);
     } else if (strcmp(s->name, "allow_users") == 0 || strcmp(s->name, "allow_groups") == 0) {
+        /* Sessions already open stay open; the new lists decide from the next connection. */
         struct vase_allow a;
         int r = vase_allow_parse(d->cfg.allow_users, d->cfg.allow_groups, &a);
         if (r < 0)
@@ -139,6 +141,9 @@ static void reload(struct vased *d) {
         vase_config_done(&nc);
         return;
     }
+    if (!vase_config_arenas_equal(&d->cfg, &nc))
+        log_warning("The [arena NAME] sections changed in the configuration; restart vased to "
+                    "apply them.");
     for (size_t i = 0; i < vase_settings_count; i++) {
         const struct vase_setting *s = &vase_settings[i];
         char old[PATH_MAX + 1], now[PATH_MAX + 1];
@@ -203,21 +208,28 @@ static int send_welcome(struct vased *d, struct vase_client *c) {
     int fds[VASED_MAX_ARENAS];
     size_t n_fds = 0;
 
+    size_t n = 0;
+    /* Only the arenas this client may use: an arena is a trust domain (whoever maps it can
+     * read and write all of it), so the others are neither described nor sent. */
     for (uint32_t i = 0; i < d->n_arenas; i++) {
         const struct vase_arena *a = d->arenas[i];
-        vase__arena_info__init(&info[i]);
-        info[i].id = a->id;
-        info[i].kind = a->kind;
-        info[i].page_bytes = a->page_bytes;
-        info[i].num_pages = a->num_pages;
-        info[i].size_bytes = a->size;
-        info[i].share = (char *)a->ops->share;
+        if (!(c->arenas & (1u << i)))
+            continue;
+        vase__arena_info__init(&info[n]);
+        info[n].id = a->id;
+        info[n].name = (char *)d->arena_names[i];
+        info[n].kind = a->kind;
+        info[n].page_bytes = a->page_bytes;
+        info[n].num_pages = a->num_pages;
+        info[n].size_bytes = a->size;
+        info[n].share = (char *)a->ops->share;
         if (a->ipc_handle_len) {
-            info[i].ipc_handle.data = (uint8_t *)a->ipc_handle;
-            info[i].ipc_handle.len = a->ipc_handle_len;
+            info[n].ipc_handle.data = (uint8_t *)a->ipc_handle;
+            info[n].ipc_handle.len = a->ipc_handle_len;
         }
-        info[i].device_uuid = (char *)a->device_uuid;
-        ptrs[i] = &info[i];
+        info[n].device_uuid = (char *)a->device_uuid;
+        ptrs[n] = &info[n];
+        n++;
         int fd;
         if (a->ops->export_fd && a->ops->export_fd(a, &fd) == 0)
             fds[n_fds++] = fd;
@@ -227,7 +239,7 @@ static int send_welcome(struct vased *d, struct vase_client *c) {
     w.client_id = c->id;
     w.token.data = c->token;
     w.token.len = sizeof(c->token);
-    w.n_arenas = d->n_arenas;
+    w.n_arenas = n;
     w.arenas = ptrs;
     w.control_endpoint = d->control_endpoint;
     w.events_endpoint = d->events_endpoint;
@@ -293,6 +305,7 @@ static void on_pending(struct vased *d, size_t i) {
     c->pid = (uint32_t)pend.cred.pid;
     c->uid = pend.cred.uid;
     c->gid = pend.cred.gid;
+    c->arenas = pend.peer.arenas;
     c->connected_at = vased_now();
     vase__envelope__free_unpacked(e, NULL);
 
@@ -343,14 +356,22 @@ static void on_client_fd(struct vased *d, struct vase_client *c, short revents) 
     vased_drop_client(d, c);
 }
 
-/* The allow-list's verdict on a peer, from the credentials the kernel gave at connect. */
-static int peer_allowed(const struct vased *d, const struct ucred *cred) {
+int vased_peer_lookup(const struct vased *d, const struct ucred *cred, struct vased_peer *ret) {
     gid_t *groups = NULL;
-    size_t n_groups = 0;
-    vase_session_peer_groups(cred->uid, cred->gid, &groups, &n_groups);
-    int r = vase_allow_check(&d->allow, d->self_uid, cred->uid, cred->gid, groups, n_groups);
+    size_t n = 0;
+    int r = vase_session_peer_groups(cred->uid, cred->gid, &groups, &n);
+    if (r < 0)
+        return r;
+    struct vased_peer p = {.uid = cred->uid};
+    p.allowed = vase_allow_check(&d->allow, d->self_uid, cred->uid, cred->gid, groups, n) == 0;
+    p.admin = vase_allow_check(&d->admins, d->self_uid, cred->uid, cred->gid, groups, n) == 0;
+    for (uint32_t i = 0; p.allowed && i < d->n_arenas; i++)
+        if (d->arena_open[i] || vase_allow_check(&d->arena_allow[i], d->self_uid, cred->uid,
+                                                 cred->gid, groups, n) == 0)
+            p.arenas |= 1u << i;
     free(groups);
-    return r;
+    *ret = p;
+    return 0;
 }
 
 /*
@@ -360,9 +381,16 @@ static int peer_allowed(const struct vased *d, const struct ucred *cred) {
  * right after connecting, so it is usually read here and needs no slot for long.
  */
 static void admit(struct vased *d, int fd, const struct ucred *cred) {
-    if (peer_allowed(d, cred) < 0) {
-        refuse(d, fd, EPERM, "uid %u (gid %u, pid %d) is not allowed by allow_users/allow_groups",
-               (unsigned)cred->uid, (unsigned)cred->gid, (int)cred->pid);
+    struct vased_peer peer;
+    if (vased_peer_lookup(d, cred, &peer) < 0) {
+        refuse(d, fd, ENOMEM, "out of memory");
+        close(fd);
+        return;
+    }
+    if (!peer.allowed || !peer.arenas) {
+        refuse(d, fd, EPERM, "uid %u (gid %u, pid %d) is not allowed %s", (unsigned)cred->uid,
+               (unsigned)cred->gid, (int)cred->pid,
+               !peer.allowed ? "by allow_users/allow_groups" : "to use any arena");
         close(fd);
         return;
     }
@@ -376,7 +404,7 @@ static void admit(struct vased *d, int fd, const struct ucred *cred) {
         return;
     }
     d->pending[d->n_pending++] = (struct vased_pending){
-        .fd = fd, .cred = *cred, .deadline = vased_now() + VASED_HELLO_TIMEOUT};
+        .fd = fd, .cred = *cred, .peer = peer, .deadline = vased_now() + VASED_HELLO_TIMEOUT};
     on_pending(d, d->n_pending - 1);
 }
 
@@ -482,9 +510,39 @@ static void on_evictor(struct vased *d) {
         d->quit = true;
 }
 
+/*
+ * libzmq asks whether a peer may subscribe to the events: they name every client and sequence
+ * of every arena, so only a peer that may use every arena gets them (admins always).
+ */
+static void on_zap(struct vased *d) {
+    uint32_t all = d->n_arenas >= 32 ? UINT32_MAX : (1u << d->n_arenas) - 1;
+    for (int i = 0; i < 64; i++) {
+        struct vase_zap_request req;
+        if (vase_zap_recv(d->zap, &req) < 0)
+            return;
+        struct ucred cred;
+        struct vased_peer peer = {0};
+        bool allow = req.well_formed && strcmp(req.domain, VASE_ZAP_DOMAIN_EVENTS) == 0 &&
+                     vase_control_peer_cred(req.address, &cred) == 0 &&
+                     vased_peer_lookup(d, &cred, &peer) == 0 &&
+                     (peer.admin || (peer.allowed && (peer.arenas & all) == all));
+        vase_zap_reply(d->zap, &req, allow);
+        if (!allow) {
+            unsigned suppressed;
+            bool pass = vase_ratelimit_pass(&d->refuse_log, vased_now(), &suppressed);
+            if (suppressed)
+                log_notice("%u more connections were refused in %.0f s without a log line "
+                           "each.", suppressed, d->refuse_log.interval);
+            if (pass)
+                log_notice("Events subscription refused to %s: it needs every arena.",
+                           req.address);
+        }
+    }
+}
+
 /* ---- main loop ---- */
 
-enum { ITEM_ROUTER, ITEM_EVICTOR, ITEM_SIGNAL, ITEM_TIMER, ITEM_FIXED };
+enum { ITEM_ROUTER, ITEM_EVICTOR, ITEM_SIGNAL, ITEM_TIMER, ITEM_ZAP, ITEM_FIXED };
 
 static int main_loop(struct vased *d) {
     zmq_pollitem_t *items = NULL;
@@ -516,6 +574,7 @@ static int main_loop(struct vased *d) {
             (zmq_pollitem_t){.socket = vase_evictor_socket(d->evictor), .events = ZMQ_POLLIN};
         items[n++] = (zmq_pollitem_t){.fd = d->signal_fd, .events = ZMQ_POLLIN};
         items[n++] = (zmq_pollitem_t){.fd = d->timer_fd, .events = ZMQ_POLLIN};
+        items[n++] = (zmq_pollitem_t){.socket = d->zap, .events = ZMQ_POLLIN};
         size_t listener = SIZE_MAX, pending0 = n;
         if (d->session_fd >= 0) {
             listener = n;
@@ -546,6 +605,8 @@ static int main_loop(struct vased *d) {
             on_timer(d);
         if (items[ITEM_EVICTOR].revents)
             on_evictor(d);
+        if (items[ITEM_ZAP].revents)
+            on_zap(d);
         if (items[ITEM_ROUTER].revents)
             vase_control_process(d);
         /* Pending sessions and clients by fd: the handlers above may have changed the lists,
@@ -729,26 +790,52 @@ static int setup_runtime_dir(struct vased *d) {
     return 0;
 }
 
-static int setup_arenas(struct vased *d) {
+static bool blank(const char *s) {
+    return !s || s[strspn(s, " \t,")] == '\0';
+}
+
+/* One arena: its memory, its allocator and who may use it. */
+static int add_arena(struct vased *d, const char *name, const char *spec, const char *cuda_share,
+                     uint64_t bytes, uint64_t page_bytes, const char *users, const char *groups) {
+    uint32_t i = d->n_arenas;
     enum vase_cuda_share share;
-    int r = vase_cuda_share_from_string(d->cfg.cuda_share, &share);
+    int r = vase_cuda_share_from_string(cuda_share, &share);
     if (r < 0)
-        return log_error_errno(r, "cuda_share=\"%s\": expected \"ipc\" or \"vmm\".",
-                               d->cfg.cuda_share);
-    r = vase_arena_new(0, d->cfg.arena, share, d->cfg.arena_bytes, d->cfg.page_bytes,
-                       &d->arenas[0]);
+        return log_error_errno(r, "Arena %s: cuda_share=\"%s\": expected \"ipc\" or \"vmm\".",
+                               name, cuda_share);
+    r = vase_arena_new(i, spec, share, bytes, page_bytes, &d->arenas[i]);
     if (r < 0)
         return r;
-    d->n_arenas = 1;
-    r = vase_alloc_new(d->arenas[0]->num_pages, &d->allocs[0]);
+    d->n_arenas++;
+    d->arena_names[i] = name;
+    r = vase_alloc_new(d->arenas[i]->num_pages, &d->allocs[i]);
     if (r < 0)
         return log_oom();
-    log_info("Arena 0 (%s%s%s, shared as %s): %llu bytes, %u pages of %llu bytes.",
-             d->arenas[0]->kind, d->arenas[0]->device_uuid[0] ? ", " : "",
-             d->arenas[0]->device_uuid, d->arenas[0]->ops->share,
-             (unsigned long long)d->arenas[0]->size, d->arenas[0]->num_pages,
-             (unsigned long long)d->arenas[0]->page_bytes);
+    /* An arena that names no one is open to every allowed peer; one whose names do not
+     * resolve is open to no one but root and the daemon's user (denying more, never less). */
+    d->arena_open[i] = blank(users) && blank(groups);
+    if (vase_allow_parse(users, groups, &d->arena_allow[i]) < 0)
+        return log_oom();
+    log_info("Arena %u \"%s\" (%s%s%s, shared as %s): %llu bytes, %u pages of %llu bytes; for %s%s%s%s.",
+             i, name, d->arenas[i]->kind, d->arenas[i]->device_uuid[0] ? ", " : "",
+             d->arenas[i]->device_uuid, d->arenas[i]->ops->share,
+             (unsigned long long)d->arenas[i]->size, d->arenas[i]->num_pages,
+             (unsigned long long)d->arenas[i]->page_bytes,
+             d->arena_open[i] ? "every allowed peer" : "users: ", d->arena_open[i] ? "" : users,
+             d->arena_open[i] ? "" : "; groups: ", d->arena_open[i] ? "" : groups);
     return 0;
+}
+
+static int setup_arenas(struct vased *d) {
+    const struct vase_config *c = &d->cfg;
+    int r = add_arena(d, "default", c->arena, c->cuda_share, c->arena_bytes, c->page_bytes,
+                      c->arena_users, c->arena_groups);
+    for (size_t i = 0; r >= 0 && i < c->n_extra_arenas; i++) {
+        const struct vase_arena_config *a = &c->extra_arenas[i];
+        r = add_arena(d, a->name, a->arena, a->cuda_share, a->arena_bytes, a->page_bytes,
+                      a->users, a->groups);
+    }
+    return r;
 }
 
 /* Sockets are files in the runtime directory: mode 0660 (the umask of their bind), group
@@ -806,6 +893,9 @@ static int setup_sockets(struct vased *d) {
     if (!d->zmq_ctx)
         return log_error_errno(-zmq_errno(), "zmq_ctx_new() failed: %m");
 
+    r = vase_zap_open(d->zmq_ctx, &d->zap);
+    if (r < 0)
+        return r;
     mode_t old = umask(0117);
     r = vase_control_open(d->zmq_ctx, d->control_endpoint, d->cfg.max_message_bytes, &d->router);
     if (r >= 0)
@@ -858,6 +948,10 @@ static void teardown(struct vased *d) {
         zmq_close(d->router);
         d->router = NULL;
     }
+    if (d->zap) {
+        zmq_close(d->zap);
+        d->zap = NULL;
+    }
     if (d->zmq_ctx) {
         zmq_ctx_term(d->zmq_ctx);
         d->zmq_ctx = NULL;
@@ -871,6 +965,7 @@ static void teardown(struct vased *d) {
     for (uint32_t i = 0; i < d->n_arenas; i++) {
         d->allocs[i] = vase_alloc_free(d->allocs[i]);
         d->arenas[i] = vase_arena_free(d->arenas[i]);
+        vase_allow_done(&d->arena_allow[i]);
     }
     d->n_arenas = 0;
     if (d->timer_fd >= 0)
@@ -881,6 +976,7 @@ static void teardown(struct vased *d) {
         close(d->runtime_dir_fd);
     d->timer_fd = d->signal_fd = d->runtime_dir_fd = -1;
     vase_allow_done(&d->allow);
+    vase_allow_done(&d->admins);
     free(d->runtime_dir);
     free(d->session_path);
     free(d->control_path);
@@ -918,6 +1014,8 @@ int vased_run(struct vase_config *cfg, const struct vase_cmdline *cmdline) {
         (r = check_stale_sockets(d)) < 0)
         goto finish;
     r = vase_allow_parse(d->cfg.allow_users, d->cfg.allow_groups, &d->allow);
+    if (r >= 0)
+        r = vase_allow_parse("", d->cfg.admin_group, &d->admins);
     if (r < 0) {
         log_oom();
         goto finish;

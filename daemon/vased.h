@@ -34,9 +34,18 @@ struct vase_events;
 struct vase_evictor;
 struct vase_plan_run;
 
+/* What a peer may do, from the credentials the kernel gave for its connection. */
+struct vased_peer {
+    uid_t uid;
+    bool allowed;    /* by allow_users/allow_groups (root and the daemon's user always) */
+    bool admin;      /* may change settings: root, the daemon's user, admin_group */
+    uint32_t arenas; /* bit i: may use arena i (only when allowed) */
+};
+
 struct vased_pending {
     int fd;
     struct ucred cred;
+    struct vased_peer peer;
     double deadline;
 };
 
@@ -51,10 +60,14 @@ struct vased {
     uint64_t incarnation;
     double started_at; /* CLOCK_MONOTONIC */
     uid_t self_uid;
-    struct vase_allow allow;
+    struct vase_allow allow;  /* who may open a session */
+    struct vase_allow admins; /* admin_group */
 
     struct vase_arena *arenas[VASED_MAX_ARENAS];
     struct vase_alloc *allocs[VASED_MAX_ARENAS];
+    const char *arena_names[VASED_MAX_ARENAS]; /* "default", or the section's NAME (in cfg) */
+    struct vase_allow arena_allow[VASED_MAX_ARENAS];
+    bool arena_open[VASED_MAX_ARENAS]; /* no users/groups named: everyone allowed may use it */
     bool pressure_low[VASED_MAX_ARENAS]; /* free pages below 10% when last looked */
     uint32_t n_arenas;
 
@@ -62,6 +75,7 @@ struct vased {
 
     void *zmq_ctx;
     void *router;
+    void *zap; /* answers libzmq's ZAP requests (who may subscribe to events) */
     struct vase_events *events;
     struct vase_evictor *evictor;
 
@@ -103,5 +117,7 @@ void vased_check_pressure(struct vased *d, bool force);
  * suppressed messages ended, logs how many were held back first.
  */
 bool vased_client_log_ok(struct vase_client *c);
+/* What the peer with cred may do. 0 or -ENOMEM. */
+int vased_peer_lookup(const struct vased *d, const struct ucred *cred, struct vased_peer *ret);
 /* Publishes seq_open / seq_close for s. */
 void vased_publish_seq(struct vased *d, const struct vase_seq *s, bool open);

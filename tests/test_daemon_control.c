@@ -245,8 +245,54 @@ static void test_peer_checks(void **state) {
     vase__envelope__free_unpacked(e, NULL);
 }
 
+/* The credentials libzmq appends to an ipc peer's address, and nothing else. */
+static void test_peer_cred(void **state) {
+    (void)state;
+    struct ucred c = {0};
+    assert_int_equal(vase_control_peer_cred("localhost:1000:100:4242", &c), 0);
+    assert_int_equal(c.uid, 1000);
+    assert_int_equal(c.gid, 100);
+    assert_int_equal(c.pid, 4242);
+    assert_int_equal(vase_control_peer_cred("a:b:0:0:1", &c), 0);
+    assert_int_equal(c.uid, 0);
+    static const char *const bad[] = {
+        "", "localhost", "1:2:3", "localhost:1:2", "localhost:x:2:3", "localhost:1::3",
+        "localhost:-1:2:3", "localhost:1:2:3 ", "localhost:4294967295:2:3",
+        "localhost:1:2:99999999999999999999999",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        c = (struct ucred){.uid = 7};
+        assert_int_equal(vase_control_peer_cred(bad[i], &c), -ENODATA);
+        assert_int_equal(c.uid, 7);
+    }
+    assert_int_equal(vase_control_peer_cred(NULL, &c), -ENODATA);
+}
+
+/* Who may send what: decided per body, from the connection's credentials. */
+static void test_access_classes(void **state) {
+    (void)state;
+    assert_int_equal(vase_control_access_of(VASE__ENVELOPE__BODY_PING), VASE_CONTROL_ACCESS_ANY);
+    assert_int_equal(vase_control_access_of(VASE__ENVELOPE__BODY_STATUS), VASE_CONTROL_ACCESS_ANY);
+    assert_int_equal(vase_control_access_of(VASE__ENVELOPE__BODY_CONFIG_GET),
+                     VASE_CONTROL_ACCESS_ANY);
+    assert_int_equal(vase_control_access_of(VASE__ENVELOPE__BODY_LIST_CLIENTS),
+                     VASE_CONTROL_ACCESS_ALLOWED);
+    assert_int_equal(vase_control_access_of(VASE__ENVELOPE__BODY_LIST_SEQS),
+                     VASE_CONTROL_ACCESS_ALLOWED);
+    assert_int_equal(vase_control_access_of(VASE__ENVELOPE__BODY_GET_SEQ),
+                     VASE_CONTROL_ACCESS_ALLOWED);
+    assert_int_equal(vase_control_access_of(VASE__ENVELOPE__BODY_CONFIG_SET),
+                     VASE_CONTROL_ACCESS_ADMIN);
+    assert_int_equal(vase_control_access_of(VASE__ENVELOPE__BODY_OPEN_SEQ),
+                     VASE_CONTROL_ACCESS_SESSION);
+    assert_int_equal(vase_control_access_of(VASE__ENVELOPE__BODY_ATTN_STATS),
+                     VASE_CONTROL_ACCESS_SESSION);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peer_cred),
+        cmocka_unit_test(test_access_classes),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_fuzz),

@@ -140,6 +140,11 @@ int harness_send_frame(const struct harness_daemon *d, const void *buf, size_t l
                        const void *routing_id, size_t id_len, Vase__Envelope **ret);
 /* Packs e (version 1 and a request id filled in when zero) and sends it as above. */
 int harness_request(const struct harness_daemon *d, Vase__Envelope *e, Vase__Envelope **ret);
+/* Sends a request whose body is msg (body_case names the member of the body union) from a fresh
+ * DEALER and takes the reply into *ret (free it; NULL on transport failure). 0, -errno, or the
+ * code of an Error reply negated (*ret set then too). */
+int harness_call(const struct harness_daemon *d, Vase__Envelope__BodyCase body_case, void *msg,
+                 Vase__Envelope **ret);
 /* The error code of a reply: -code of an Error body, 0 for any other body. */
 int harness_reply_error(const Vase__Envelope *reply);
 /* Whether the daemon answers a Ping with a Pong of the same payload. 0 or -errno. */
