@@ -25,8 +25,10 @@
 
 const struct vase_setting vase_settings[] = {
     {"runtime_dir", VASE_SETTING_STRING, OFF(runtime_dir), 0, 0, "", false,
-     "Directory of session.sock, control.sock and events.sock, created with mode 0770 if "
-     "missing. Empty: $VASE_RUNTIME_DIR, else $RUNTIME_DIRECTORY (set by systemd), else ./run."},
+     "Directory of session.sock, control.sock and events.sock, created with mode 0755 if "
+     "missing; refused if anyone but the daemon's user and root can write it (or if it is a "
+     "symlink or owned by another user). Empty: $VASE_RUNTIME_DIR, else $RUNTIME_DIRECTORY (set "
+     "by systemd), else ./run."},
     {"arena", VASE_SETTING_STRING, OFF(arena), 0, 0, "host", false,
      "Where the KV arena lives: \"host\" (a memfd shared with SCM_RIGHTS), or a GPU as "
      "\"cuda:N\" (device N as this process numbers them) or \"cuda:GPU-<uuid>\" (as nvidia-smi "
@@ -40,6 +42,14 @@ const struct vase_setting vase_settings[] = {
     {"page_bytes", VASE_SETTING_SIZE, OFF(page_bytes), 4096, INT64_C(1) << 30, "2M", false,
      "Size of one page, the unit of allocation and of the shared budget; a multiple of 4096 "
      "that divides arena_bytes."},
+    {"arena_users", VASE_SETTING_STRING, OFF(arena_users), 0, 0, "", false,
+     "Users (names or numeric uids, separated by commas or spaces) who may use the default "
+     "arena (arena 0). With arena_groups, both empty: everyone admitted by allow_users and "
+     "allow_groups; name them once [arena NAME] sections give other tenants arenas of their "
+     "own."},
+    {"arena_groups", VASE_SETTING_STRING, OFF(arena_groups), 0, 0, "", false,
+     "Groups (names or numeric gids) whose members, by primary or supplementary group, may use "
+     "the default arena."},
     {"allow_users", VASE_SETTING_STRING, OFF(allow_users), 0, 0, "", true,
      "Users (names or numeric uids, separated by commas or spaces) allowed to open a "
      "session. Root and the daemon's own user always may; with both lists empty, no one else."},
@@ -48,6 +58,10 @@ const struct vase_setting vase_settings[] = {
      "open a session."},
     {"socket_group", VASE_SETTING_STRING, OFF(socket_group), 0, 0, "", false,
      "Group given to the sockets (mode 0660). Empty: the daemon's group."},
+    {"admin_group", VASE_SETTING_STRING, OFF(admin_group), 0, 0, "", false,
+     "Group whose members, by primary or supplementary group, may change settings through the "
+     "control socket (vasectl config set), besides root and the daemon's own user. Empty: no "
+     "one else."},
     {"max_clients", VASE_SETTING_U32, OFF(max_clients), 1, 4096, "64", true,
      "Most sessions open at once; more are refused at the handshake."},
     {"max_seqs_per_client", VASE_SETTING_U32, OFF(max_seqs_per_client), 1, 65536, "1024", true,
@@ -56,6 +70,11 @@ const struct vase_setting vase_settings[] = {
      "Most pages one client may hold (EDQUOT beyond); 0: no quota."},
     {"max_models_per_client", VASE_SETTING_U32, OFF(max_models_per_client), 1, 1024, "16", true,
      "Most model geometries one client may register (EDQUOT beyond)."},
+    {"max_stats_bytes_per_client", VASE_SETTING_SIZE, OFF(max_stats_bytes_per_client), 0,
+     INT64_C(1) << 40, "128M", true,
+     "Most daemon memory the attention statistics one client pushes (accumulated attention and "
+     "window scores) may hold; beyond it AttnStats is refused with EDQUOT. 0 accepts no "
+     "statistics at all (it is not \"no limit\")."},
     {"max_message_bytes", VASE_SETTING_SIZE, OFF(max_message_bytes), 1 << 16, 256 << 20, "16M",
      false,
      "Largest control message accepted; larger ones are refused with EMSGSIZE before they "

@@ -20,13 +20,17 @@ struct vase_config {
     char *cuda_share;
     uint64_t arena_bytes;
     uint64_t page_bytes;
+    char *arena_users; /* who may use the default arena; both empty: everyone admitted */
+    char *arena_groups;
     char *allow_users;
     char *allow_groups;
     char *socket_group;
+    char *admin_group; /* members may change settings through the control socket */
     uint32_t max_clients;
     uint32_t max_seqs_per_client;
     uint32_t max_pages_per_client;
     uint32_t max_models_per_client;
+    uint64_t max_stats_bytes_per_client; /* 0: no attention statistics accepted */
     uint64_t max_message_bytes;
     uint32_t evictor_threads;
     uint32_t stats_interval;

@@ -30,6 +30,10 @@ static void test_defaults_valid(void **state) {
     assert_int_equal(c.log_level, LOG_INFO);
     assert_int_equal(c.default_slack, -1);
     assert_string_equal(c.runtime_dir, "");
+    assert_string_equal(c.admin_group, "");
+    assert_string_equal(c.arena_users, "");
+    assert_string_equal(c.arena_groups, "");
+    assert_int_equal(c.max_stats_bytes_per_client, 128u << 20);
     /* Every default parses and lies within its bounds, and every setting is documented. */
     for (size_t i = 0; i < vase_settings_count; i++) {
         const struct vase_setting *s = &vase_settings[i];
@@ -111,6 +115,39 @@ static void test_set_get(void **state) {
     assert_int_equal(vase_config_set(&c, "default_slack", "-2", 0), -ERANGE);
     assert_int_equal(vase_config_set(&c, "default_slack", "128", 0), 0);
     assert_int_equal(vase_config_set(&c, "allow_users", "alice, 1000", 0), 0);
+
+    /* The settings of issue 7: who administers, who uses the default arena, and the memory of
+     * one client's attention statistics (0 is allowed and means none, 1T is the most). */
+    assert_int_equal(vase_config_set(&c, "admin_group", "vase-admin", VASE_CONFIG_RUNTIME),
+                     -EPERM);
+    assert_int_equal(vase_config_set(&c, "admin_group", "vase-admin", 0), 0);
+    assert_string_equal(c.admin_group, "vase-admin");
+    assert_int_equal(vase_config_set(&c, "arena_users", "alice", VASE_CONFIG_RUNTIME), -EPERM);
+    assert_int_equal(vase_config_set(&c, "arena-groups", "tenants", VASE_CONFIG_RUNTIME), -EPERM);
+    assert_int_equal(vase_config_set(&c, "arena_users", "alice", 0), 0);
+    assert_int_equal(vase_config_set(&c, "arena_groups", "tenants", 0), 0);
+    assert_string_equal(c.arena_users, "alice");
+    assert_string_equal(c.arena_groups, "tenants");
+    assert_int_equal(
+        vase_config_set(&c, "max_stats_bytes_per_client", "64M", VASE_CONFIG_RUNTIME), 0);
+    assert_int_equal(c.max_stats_bytes_per_client, 64u << 20);
+    assert_int_equal(vase_config_set(&c, "max-stats-bytes-per-client", "0", 0), 0);
+    assert_int_equal(c.max_stats_bytes_per_client, 0);
+    assert_int_equal(vase_config_set(&c, "max_stats_bytes_per_client", "1T", 0), 0);
+    assert_int_equal(vase_config_set(&c, "max_stats_bytes_per_client", "1025G", 0), -ERANGE);
+    assert_int_equal(vase_config_set(&c, "max_stats_bytes_per_client", "lots", 0), -EINVAL);
+    assert_int_equal(c.max_stats_bytes_per_client, UINT64_C(1) << 40);
+    assert_int_equal(vase_config_get(&c, "max_stats_bytes_per_client", &v), 0);
+    assert_string_equal(v, "1T");
+    free(v);
+    assert_int_equal(vase_config_get(&c, "admin_group", &v), 0);
+    assert_string_equal(v, "vase-admin");
+    free(v);
+    /* The runtime directory's description promises what vased.c enforces. */
+    const struct vase_setting *rd = vase_setting_find("runtime_dir");
+    assert_non_null(strstr(rd->description, "mode 0755"));
+    assert_null(strstr(rd->description, "0770"));
+    assert_non_null(strstr(rd->description, "symlink"));
 
     assert_int_equal(vase_config_get(&c, "page_bytes", &v), 0);
     assert_string_equal(v, "4M");
