@@ -5,18 +5,24 @@
  * vase_config has passed its setting's parser and bounds (defaults included: they are strings
  * parsed by the same code); a failed set leaves the struct unchanged; string settings are
  * always allocated (never NULL after vase_config_init()). Numbers never go through atoi:
- * vase_parse_*() reject junk with -EINVAL and overflow with -ERANGE.
+ * vase_parse_*() reject junk with -EINVAL and overflow with -ERANGE. The [arena NAME] sections
+ * are not rows of the table: each of their keys borrows the parser and bounds of a [vased] row,
+ * and a section is added to the struct whole, every field filled, or not at all.
  */
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
-#include <ini.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "log.h"
@@ -25,8 +31,10 @@
 
 const struct vase_setting vase_settings[] = {
     {"runtime_dir", VASE_SETTING_STRING, OFF(runtime_dir), 0, 0, "", false,
-     "Directory of session.sock, control.sock and events.sock, created with mode 0770 if "
-     "missing. Empty: $VASE_RUNTIME_DIR, else $RUNTIME_DIRECTORY (set by systemd), else ./run."},
+     "Directory of session.sock, control.sock and events.sock, created with mode 0755 if "
+     "missing; refused if anyone but the daemon's user and root can write it (or if it is a "
+     "symlink or owned by another user). Empty: $VASE_RUNTIME_DIR, else $RUNTIME_DIRECTORY (set "
+     "by systemd), else ./run."},
     {"arena", VASE_SETTING_STRING, OFF(arena), 0, 0, "host", false,
      "Where the KV arena lives: \"host\" (a memfd shared with SCM_RIGHTS), or a GPU as "
      "\"cuda:N\" (device N as this process numbers them) or \"cuda:GPU-<uuid>\" (as nvidia-smi "
@@ -40,6 +48,14 @@ const struct vase_setting vase_settings[] = {
     {"page_bytes", VASE_SETTING_SIZE, OFF(page_bytes), 4096, INT64_C(1) << 30, "2M", false,
      "Size of one page, the unit of allocation and of the shared budget; a multiple of 4096 "
      "that divides arena_bytes."},
+    {"arena_users", VASE_SETTING_STRING, OFF(arena_users), 0, 0, "", false,
+     "Users (names or numeric uids, separated by commas or spaces) who may use the default "
+     "arena (arena 0). With arena_groups, both empty: everyone admitted by allow_users and "
+     "allow_groups; name them once [arena NAME] sections give other tenants arenas of their "
+     "own."},
+    {"arena_groups", VASE_SETTING_STRING, OFF(arena_groups), 0, 0, "", false,
+     "Groups (names or numeric gids) whose members, by primary or supplementary group, may use "
+     "the default arena."},
     {"allow_users", VASE_SETTING_STRING, OFF(allow_users), 0, 0, "", true,
      "Users (names or numeric uids, separated by commas or spaces) allowed to open a "
      "session. Root and the daemon's own user always may; with both lists empty, no one else."},
@@ -48,6 +64,10 @@ const struct vase_setting vase_settings[] = {
      "open a session."},
     {"socket_group", VASE_SETTING_STRING, OFF(socket_group), 0, 0, "", false,
      "Group given to the sockets (mode 0660). Empty: the daemon's group."},
+    {"admin_group", VASE_SETTING_STRING, OFF(admin_group), 0, 0, "", false,
+     "Group whose members, by primary or supplementary group, may change settings through the "
+     "control socket (vasectl config set), besides root and the daemon's own user. Empty: no "
+     "one else."},
     {"max_clients", VASE_SETTING_U32, OFF(max_clients), 1, 4096, "64", true,
      "Most sessions open at once; more are refused at the handshake."},
     {"max_seqs_per_client", VASE_SETTING_U32, OFF(max_seqs_per_client), 1, 65536, "1024", true,
@@ -56,6 +76,11 @@ const struct vase_setting vase_settings[] = {
      "Most pages one client may hold (EDQUOT beyond); 0: no quota."},
     {"max_models_per_client", VASE_SETTING_U32, OFF(max_models_per_client), 1, 1024, "16", true,
      "Most model geometries one client may register (EDQUOT beyond)."},
+    {"max_stats_bytes_per_client", VASE_SETTING_SIZE, OFF(max_stats_bytes_per_client), 0,
+     INT64_C(1) << 40, "128M", true,
+     "Most daemon memory the attention statistics one client pushes (accumulated attention and "
+     "window scores) may hold; beyond it AttnStats is refused with EDQUOT. 0 accepts no "
+     "statistics at all (it is not \"no limit\")."},
     {"max_message_bytes", VASE_SETTING_SIZE, OFF(max_message_bytes), 1 << 16, 256 << 20, "16M",
      false,
      "Largest control message accepted; larger ones are refused with EMSGSIZE before they "
@@ -318,6 +343,15 @@ int vase_config_get(const struct vase_config *c, const char *key, char **ret) {
     return 0;
 }
 
+static void arena_config_done(struct vase_arena_config *a) {
+    free(a->name);
+    free(a->arena);
+    free(a->cuda_share);
+    free(a->users);
+    free(a->groups);
+    *a = (struct vase_arena_config){0};
+}
+
 void vase_config_done(struct vase_config *c) {
     if (!c)
         return;
@@ -327,6 +361,11 @@ void vase_config_done(struct vase_config *c) {
             free(*p);
             *p = NULL;
         }
+    for (size_t i = 0; i < c->n_extra_arenas; i++)
+        arena_config_done(&c->extra_arenas[i]);
+    free(c->extra_arenas);
+    c->extra_arenas = NULL;
+    c->n_extra_arenas = 0;
 }
 
 int vase_config_init(struct vase_config *c) {
@@ -343,87 +382,492 @@ int vase_config_init(struct vase_config *c) {
     return 0;
 }
 
-int vase_config_check(const struct vase_config *c, const char **ret_msg) {
-    const char *msg = NULL;
+/* ---- relations between settings ---- */
 
-    if (c->page_bytes % 4096 != 0)
-        msg = "page_bytes must be a multiple of 4096";
-    else if (c->arena_bytes % c->page_bytes != 0)
-        msg = "page_bytes must divide arena_bytes";
-    else if (c->arena_bytes / c->page_bytes > INT32_MAX)
-        msg = "arena_bytes / page_bytes must be below 2^31 pages";
-    else if (c->arena_bytes / c->page_bytes < 2)
-        msg = "the arena must hold at least 2 pages";
-    else if (c->cuda_share && strcmp(c->cuda_share, "ipc") != 0 &&
-             strcmp(c->cuda_share, "vmm") != 0)
-        msg = "cuda_share must be \"ipc\" or \"vmm\"";
+/* What is wrong with one arena's geometry and sharing mode, or NULL. */
+static const char *arena_problem(uint64_t arena_bytes, uint64_t page_bytes,
+                                 const char *cuda_share) {
+    if (page_bytes == 0 || page_bytes % 4096 != 0)
+        return "page_bytes must be a multiple of 4096";
+    if (arena_bytes % page_bytes != 0)
+        return "page_bytes must divide arena_bytes";
+    if (arena_bytes / page_bytes > INT32_MAX)
+        return "arena_bytes / page_bytes must be below 2^31 pages";
+    if (arena_bytes / page_bytes < 2)
+        return "the arena must hold at least 2 pages";
+    if (cuda_share && strcmp(cuda_share, "ipc") != 0 && strcmp(cuda_share, "vmm") != 0)
+        return "cuda_share must be \"ipc\" or \"vmm\"";
+    return NULL;
+}
+
+static bool arena_name_valid(const char *name) {
+    size_t n = strlen(name);
+    return n >= 1 && n <= VASE_ARENA_NAME_MAX &&
+           strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") == n &&
+           strcmp(name, "default") != 0;
+}
+
+/* Bounds of the table's row for an arena key, checked again for structs not built by the
+ * parser. */
+static bool in_bounds(const char *setting, uint64_t v) {
+    const struct vase_setting *s = vase_setting_find(setting);
+    return v >= (uint64_t)s->min && v <= (uint64_t)s->max;
+}
+
+int vase_config_check(const struct vase_config *c, const char **ret_msg) {
+    /* Messages about an [arena NAME] section name it; this thread's last one lives here. */
+    static _Thread_local char buf[160];
+    const char *msg = arena_problem(c->arena_bytes, c->page_bytes, c->cuda_share);
+
+    if (!msg && c->n_extra_arenas > VASE_CONFIG_MAX_EXTRA_ARENAS)
+        msg = "too many [arena NAME] sections";
+    for (size_t i = 0; !msg && i < c->n_extra_arenas; i++) {
+        const struct vase_arena_config *a = &c->extra_arenas[i];
+        const char *what = NULL;
+        if (!a->name || !arena_name_valid(a->name)) {
+            msg = "an arena name must be 1 to 32 letters, digits, '_' or '-', and not \"default\"";
+            break;
+        }
+        for (size_t j = 0; j < i && !what; j++)
+            if (strcmp(c->extra_arenas[j].name, a->name) == 0)
+                what = "defined twice";
+        if (!what && (!a->arena || !a->cuda_share || !a->users || !a->groups))
+            what = "a value is missing";
+        if (!what && (!in_bounds("arena_bytes", a->arena_bytes) ||
+                      !in_bounds("page_bytes", a->page_bytes)))
+            what = "arena_bytes or page_bytes out of bounds";
+        if (!what)
+            what = arena_problem(a->arena_bytes, a->page_bytes, a->cuda_share);
+        if (what) {
+            snprintf(buf, sizeof(buf), "[arena %s]: %s", a->name, what);
+            msg = buf;
+        }
+    }
     if (ret_msg)
         *ret_msg = msg;
     return msg ? -EINVAL : 0;
 }
 
-/* ---- INI files ---- */
-
-struct ini_ctx {
-    struct vase_config *c;
-    const char *source;
-    int error;       /* the first bad line's -errno */
-    char what[512];  /* and what was wrong with it */
-};
-
-static int on_ini_line(void *user, const char *section, const char *name, const char *value) {
-    struct ini_ctx *ctx = user;
-    int r;
-
-    if (section[0] && strcmp(section, "vased") != 0) {
-        snprintf(ctx->what, sizeof(ctx->what), "unknown section [%s] (settings go in [vased])",
-                 section);
-        r = -EINVAL;
-    } else {
-        r = vase_config_set(ctx->c, name, value, 0);
-        if (r == -ENOENT) {
-            snprintf(ctx->what, sizeof(ctx->what), "unknown setting \"%s\"", name);
-            r = -EINVAL;
-        } else if (r < 0) {
-            snprintf(ctx->what, sizeof(ctx->what), "bad value \"%s\" for %s: %s", value, name,
-                     strerror(-r));
-        }
-    }
-    if (r < 0 && !ctx->error)
-        ctx->error = r;
-    /* Returning 0 makes inih report this line's number as its result. */
-    return r < 0 ? 0 : 1;
+uint64_t vase_config_host_arena_bytes(const struct vase_config *c) {
+    uint64_t sum = 0;
+    if (!c)
+        return 0;
+    if (c->arena && strcmp(c->arena, "host") == 0)
+        sum += c->arena_bytes;
+    for (size_t i = 0; i < c->n_extra_arenas; i++)
+        if (c->extra_arenas[i].arena && strcmp(c->extra_arenas[i].arena, "host") == 0)
+            sum += c->extra_arenas[i].arena_bytes;
+    return sum;
 }
 
-static int ini_result(struct ini_ctx *ctx, int r) {
-    if (r == -1)
-        return -ENOENT;
-    if (r == -2)
-        return -ENOMEM;
-    if (ctx->error) {
-        log_error("%s:%d: %s", ctx->source, r, ctx->what);
-        return ctx->error;
-    }
-    if (r > 0) {
-        log_error("%s:%d: syntax error", ctx->source, r);
+int vase_config_check_memory(const struct vase_config *c, uint64_t phys_bytes) {
+    if (!c || phys_bytes == 0)
         return -EINVAL;
+    /* At most 8 arenas of at most 2^40 bytes each: the sum cannot overflow. */
+    uint64_t need = vase_config_host_arena_bytes(c);
+    if (need > phys_bytes)
+        return -ERANGE;
+    return need > phys_bytes - phys_bytes / 4 ? 1 : 0;
+}
+
+static bool str_equal(const char *a, const char *b) {
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+bool vase_config_arenas_equal(const struct vase_config *a, const struct vase_config *b) {
+    if (!a || !b)
+        return a == b;
+    if (a->n_extra_arenas != b->n_extra_arenas)
+        return false;
+    for (size_t i = 0; i < a->n_extra_arenas; i++) {
+        const struct vase_arena_config *x = &a->extra_arenas[i], *y = &b->extra_arenas[i];
+        if (!str_equal(x->name, y->name) || !str_equal(x->arena, y->arena) ||
+            !str_equal(x->cuda_share, y->cuda_share) || x->arena_bytes != y->arena_bytes ||
+            x->page_bytes != y->page_bytes || !str_equal(x->users, y->users) ||
+            !str_equal(x->groups, y->groups))
+            return false;
+    }
+    return true;
+}
+
+/* ---- INI files ---- */
+
+/*
+ * The format: lines starting with '#' or ';' are comments; "[vased]" opens the daemon's
+ * section and "[arena NAME]" one more arena; "key = value" sets a key of the section above it.
+ * Blanks around keys, values and names are dropped, and a ';' after a blank starts a comment.
+ * An operator's slips are refused with the line they are on rather than half applied: a key
+ * before any section, a key or section given twice (both lines named), a line that is none of
+ * the above. The parser stops at the first bad line. libinih, which this replaces, tells its
+ * callback no line numbers and would read an indented line as the continuation of the value
+ * above it.
+ */
+
+#define N_SETTINGS (sizeof(vase_settings) / sizeof(vase_settings[0]))
+#define AOFF(f) offsetof(struct vase_arena_config, f)
+#define CONFIG_FILE_MAX (1u << 20)
+
+/* The keys of an [arena NAME] section, each parsed and bounded by a row of the table. What a
+ * section leaves out is the [vased] value for the arena's shape, and empty for who may use it:
+ * the default arena's tenants are not another arena's. */
+static const struct arena_key {
+    const char *key;
+    const char *setting;
+    size_t offset;
+    bool inherit; /* left out: the setting's value in [vased]; else "" */
+} arena_keys[] = {
+    {"arena", "arena", AOFF(arena), true},
+    {"cuda_share", "cuda_share", AOFF(cuda_share), true},
+    {"arena_bytes", "arena_bytes", AOFF(arena_bytes), true},
+    {"page_bytes", "page_bytes", AOFF(page_bytes), true},
+    {"users", "arena_users", AOFF(users), false},
+    {"groups", "arena_groups", AOFF(groups), false},
+};
+#define N_ARENA_KEYS (sizeof(arena_keys) / sizeof(arena_keys[0]))
+
+struct arena_section {
+    struct vase_arena_config a;
+    unsigned line;                   /* of its [arena NAME] line */
+    unsigned key_line[N_ARENA_KEYS]; /* where each key was given; 0: not given */
+};
+
+enum section { SECTION_NONE, SECTION_VASED, SECTION_ARENA };
+
+struct parser {
+    struct vase_config *c;
+    const char *source;
+    unsigned line;
+    enum section section;
+    unsigned vased_line;           /* of the [vased] line; 0: none yet */
+    unsigned key_line[N_SETTINGS]; /* where each [vased] key was given; 0: not given */
+    struct arena_section arenas[VASE_CONFIG_MAX_EXTRA_ARENAS];
+    size_t n_arenas;
+};
+
+/* Logs "source:line: message" and returns r. */
+static int bad_line(const struct parser *p, int r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad_line(const struct parser *p, int r, const char *fmt, ...) {
+    char what[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    return log_error_errno(r, "%s:%u: %s", p->source, p->line, what);
+}
+
+static char *strip(char *s) {
+    while (*s == ' ' || *s == '\t')
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+        e--;
+    *e = '\0';
+    return s;
+}
+
+/* Cuts s at a ';' that follows a blank (a comment after a value or section). */
+static void cut_comment(char *s) {
+    for (char *q = s; *q; q++)
+        if (*q == ';' && q > s && (q[-1] == ' ' || q[-1] == '\t')) {
+            *q = '\0';
+            return;
+        }
+}
+
+static int open_arena(struct parser *p, const char *name) {
+    if (!arena_name_valid(name))
+        return bad_line(p, -EINVAL,
+                        "bad arena name \"%s\" in [arena NAME]: 1 to %d letters, digits, '_' or "
+                        "'-', and not \"default\" (the [vased] section's arena)",
+                        name, VASE_ARENA_NAME_MAX);
+    for (size_t i = 0; i < p->n_arenas; i++)
+        if (strcmp(p->arenas[i].a.name, name) == 0)
+            return bad_line(p, -EEXIST, "arena \"%s\" defined twice (lines %u and %u)", name,
+                            p->arenas[i].line, p->line);
+    for (size_t i = 0; i < p->c->n_extra_arenas; i++)
+        if (strcmp(p->c->extra_arenas[i].name, name) == 0)
+            return bad_line(p, -EEXIST, "arena \"%s\" is defined already", name);
+    if (p->c->n_extra_arenas + p->n_arenas >= VASE_CONFIG_MAX_EXTRA_ARENAS)
+        return bad_line(p, -E2BIG,
+                        "more than %d [arena NAME] sections (vased serves at most %d arenas, "
+                        "the default one included)",
+                        VASE_CONFIG_MAX_EXTRA_ARENAS, VASED_MAX_ARENAS);
+
+    struct arena_section *s = &p->arenas[p->n_arenas];
+    *s = (struct arena_section){.line = p->line, .a.name = strdup(name)};
+    if (!s->a.name)
+        return log_oom();
+    p->n_arenas++;
+    p->section = SECTION_ARENA;
+    return 0;
+}
+
+static int parse_section(struct parser *p, char *line) {
+    char *end = strchr(line, ']');
+    if (!end)
+        return bad_line(p, -EINVAL, "'[' without ']'");
+    *end = '\0';
+    char *rest = end + 1;
+    cut_comment(rest);
+    if (*strip(rest))
+        return bad_line(p, -EINVAL, "text after the section's ']'");
+
+    char *name = strip(line + 1);
+    if (strcmp(name, "vased") == 0) {
+        if (p->vased_line)
+            return bad_line(p, -EEXIST, "section [vased] given twice (lines %u and %u)",
+                            p->vased_line, p->line);
+        p->vased_line = p->line;
+        p->section = SECTION_VASED;
+        return 0;
+    }
+    if (strncmp(name, "arena", 5) == 0 && (name[5] == '\0' || name[5] == ' ' || name[5] == '\t'))
+        return open_arena(p, strip(name + 5));
+    return bad_line(p, -EINVAL, "unknown section [%s] (expected [vased] or [arena NAME])", name);
+}
+
+static int set_vased(struct parser *p, const char *key, const char *value) {
+    const struct vase_setting *s = vase_setting_find(key);
+    if (!s)
+        return bad_line(p, -EINVAL, "unknown setting \"%s\" in [vased]", key);
+    size_t i = (size_t)(s - vase_settings);
+    if (p->key_line[i])
+        return bad_line(p, -EEXIST, "%s given twice in [vased] (lines %u and %u)", s->name,
+                        p->key_line[i], p->line);
+    int r = vase_config_set(p->c, s->name, value, 0);
+    if (r < 0)
+        return bad_line(p, r, "bad value \"%s\" for %s: %s", value, s->name, strerror(-r));
+    p->key_line[i] = p->line;
+    return 0;
+}
+
+/* Stores value into an arena field of s's type: a copy of the string, or the number. */
+static int arena_store(struct vase_arena_config *a, const struct arena_key *k,
+                       const struct vase_setting *s, const char *value, int64_t num) {
+    void *f = (char *)a + k->offset;
+    if (s->type == VASE_SETTING_STRING) {
+        char *copy = strdup(value);
+        if (!copy)
+            return -ENOMEM;
+        free(*(char **)f);
+        *(char **)f = copy;
+    } else {
+        assert(s->type == VASE_SETTING_SIZE);
+        *(uint64_t *)f = (uint64_t)num;
     }
     return 0;
 }
 
-int vase_config_parse_file(struct vase_config *c, const char *path) {
-    struct ini_ctx ctx = {.c = c, .source = path};
-    FILE *f = fopen(path, "re");
-    if (!f)
+static int set_arena(struct parser *p, const char *key, const char *value) {
+    struct arena_section *sec = &p->arenas[p->n_arenas - 1];
+    size_t i = 0;
+    while (i < N_ARENA_KEYS && !key_equal(arena_keys[i].key, key))
+        i++;
+    if (i == N_ARENA_KEYS)
+        return bad_line(p, -EINVAL,
+                        "unknown key \"%s\" in [arena %s] (expected arena, cuda_share, "
+                        "arena_bytes, page_bytes, users or groups)",
+                        key, sec->a.name);
+    if (sec->key_line[i])
+        return bad_line(p, -EEXIST, "%s given twice in [arena %s] (lines %u and %u)",
+                        arena_keys[i].key, sec->a.name, sec->key_line[i], p->line);
+
+    const struct vase_setting *s = vase_setting_find(arena_keys[i].setting);
+    int64_t num = 0;
+    int r = parse_value(s, value, &num);
+    if (r < 0)
+        return bad_line(p, r, "bad value \"%s\" for %s in [arena %s]: %s", value,
+                        arena_keys[i].key, sec->a.name, strerror(-r));
+    r = arena_store(&sec->a, &arena_keys[i], s, value, num);
+    if (r < 0)
+        return log_oom();
+    sec->key_line[i] = p->line;
+    return 0;
+}
+
+static int parse_line(struct parser *p, char *line) {
+    if (p->line == 1 && strncmp(line, "\xEF\xBB\xBF", 3) == 0)
+        line += 3; /* a UTF-8 byte order mark */
+    line = strip(line);
+    if (!*line || *line == '#' || *line == ';')
+        return 0;
+    if (*line == '[')
+        return parse_section(p, line);
+
+    char *eq = strchr(line, '=');
+    if (!eq)
+        return bad_line(p, -EINVAL, "expected \"key = value\", \"[section]\" or a comment");
+    *eq = '\0';
+    char *key = strip(line), *value = eq + 1;
+    cut_comment(value);
+    value = strip(value);
+    if (!*key)
+        return bad_line(p, -EINVAL, "no key before '='");
+
+    switch (p->section) {
+    case SECTION_VASED:
+        return set_vased(p, key, value);
+    case SECTION_ARENA:
+        return set_arena(p, key, value);
+    case SECTION_NONE:
+        break;
+    }
+    return bad_line(p, -EINVAL, "\"%s\" comes before any section (settings go under [vased])",
+                    key);
+}
+
+/* Fills in what each arena section left out, checks the result and hands the sections to the
+ * config. */
+static int finish_arenas(struct parser *p) {
+    struct vase_config *c = p->c;
+    for (size_t i = 0; i < p->n_arenas; i++) {
+        struct arena_section *sec = &p->arenas[i];
+        for (size_t k = 0; k < N_ARENA_KEYS; k++) {
+            if (sec->key_line[k])
+                continue;
+            const struct vase_setting *s = vase_setting_find(arena_keys[k].setting);
+            const void *from = field(c, s);
+            int r;
+            if (!arena_keys[k].inherit)
+                r = arena_store(&sec->a, &arena_keys[k], s, "", 0);
+            else if (s->type == VASE_SETTING_STRING) {
+                const char *v = *(char *const *)from;
+                r = arena_store(&sec->a, &arena_keys[k], s, v ? v : "", 0);
+            } else
+                r = arena_store(&sec->a, &arena_keys[k], s, "", (int64_t)*(const uint64_t *)from);
+            if (r < 0)
+                return log_oom();
+        }
+        const char *what = arena_problem(sec->a.arena_bytes, sec->a.page_bytes,
+                                         sec->a.cuda_share);
+        if (what) {
+            p->line = sec->line;
+            return bad_line(p, -EINVAL, "[arena %s]: %s", sec->a.name, what);
+        }
+    }
+    if (p->n_arenas == 0)
+        return 0;
+
+    struct vase_arena_config *all =
+        realloc(c->extra_arenas, (c->n_extra_arenas + p->n_arenas) * sizeof(*all));
+    if (!all)
+        return log_oom();
+    c->extra_arenas = all;
+    for (size_t i = 0; i < p->n_arenas; i++) {
+        all[c->n_extra_arenas++] = p->arenas[i].a;
+        p->arenas[i].a = (struct vase_arena_config){0};
+    }
+    p->n_arenas = 0;
+    return 0;
+}
+
+static int parse_text(struct vase_config *c, const char *source, const char *text) {
+    struct parser p = {.c = c, .source = source};
+    char *copy = strdup(text);
+    int r = 0;
+
+    if (!copy)
+        return log_oom();
+    for (char *line = copy; line && r >= 0;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        p.line++;
+        r = parse_line(&p, line);
+        line = nl ? nl + 1 : NULL;
+    }
+    if (r >= 0)
+        r = finish_arenas(&p);
+    for (size_t i = 0; i < p.n_arenas; i++)
+        arena_config_done(&p.arenas[i].a);
+    free(copy);
+    return r < 0 ? r : 0;
+}
+
+/* Reads a whole configuration file (at most CONFIG_FILE_MAX bytes) into a NUL-terminated
+ * buffer. -errno of open() or read(), -EISDIR, -EFBIG, -ENOMEM; nothing is logged. */
+static int read_file(const char *path, char **ret, size_t *ret_len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
         return -errno;
-    int r = ini_parse_file(f, on_ini_line, &ctx);
-    fclose(f);
-    return ini_result(&ctx, r);
+
+    struct stat st;
+    char *buf = NULL;
+    size_t len = 0;
+    int r;
+    if (fstat(fd, &st) < 0) {
+        r = -errno;
+        goto close_fd;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        r = -EISDIR;
+        goto close_fd;
+    }
+    /* A FIFO or a device (/dev/null) has no size to trust: read until the end. */
+    buf = malloc(CONFIG_FILE_MAX + 1);
+    if (!buf) {
+        r = -ENOMEM;
+        goto close_fd;
+    }
+    for (;;) {
+        ssize_t n = read(fd, buf + len, CONFIG_FILE_MAX + 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            r = -errno;
+            goto free_buf;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+        if (len > CONFIG_FILE_MAX) {
+            r = -EFBIG;
+            goto free_buf;
+        }
+    }
+    buf[len] = '\0';
+    close(fd);
+    *ret = buf;
+    *ret_len = len;
+    return 0;
+
+free_buf:
+    free(buf);
+close_fd:
+    close(fd);
+    return r;
+}
+
+/* Reads and parses the file at path. *ret_read tells whether a failure was in reading it
+ * (returned unlogged) rather than in what it says (logged with the line). */
+static int parse_path(struct vase_config *c, const char *path, bool *ret_read) {
+    char *text = NULL;
+    size_t len = 0;
+    int r = read_file(path, &text, &len);
+    *ret_read = r < 0;
+    if (r < 0)
+        return r;
+    /* The parser walks C strings; a NUL byte would hide the rest of the file. */
+    if (memchr(text, '\0', len))
+        r = log_error_errno(-EINVAL, "%s: a NUL byte; not a configuration file", path);
+    else
+        r = parse_text(c, path, text);
+    free(text);
+    return r;
+}
+
+int vase_config_parse_file(struct vase_config *c, const char *path) {
+    bool failed_read;
+    if (!c || !path)
+        return -EINVAL;
+    return parse_path(c, path, &failed_read);
 }
 
 int vase_config_parse_string(struct vase_config *c, const char *text) {
-    struct ini_ctx ctx = {.c = c, .source = "(string)"};
-    return ini_result(&ctx, ini_parse_string(text, on_ini_line, &ctx));
+    if (!c || !text)
+        return -EINVAL;
+    return parse_text(c, "(string)", text);
 }
 
 /* Writes text as '#' comment lines of at most ~90 columns. */
@@ -464,11 +908,47 @@ static void bounds_text(const struct vase_setting *s, char *buf, size_t len) {
     }
 }
 
+/* The comment before the [arena NAME] sections of a dump, and the sections themselves. */
+static void dump_arenas(const struct vase_config *c, FILE *f) {
+    char text[1024];
+    snprintf(text, sizeof(text),
+             "Besides the default arena of [vased] (arena 0), up to %d more, one section each, "
+             "numbered 1, 2, ... in the order given. NAME: 1 to %d letters, digits, '_' or '-', "
+             "not \"default\". Keys: arena, cuda_share, arena_bytes and page_bytes as in [vased] "
+             "(a key left out takes the [vased] section's value; command-line flags change only "
+             "the default arena); users and groups, who may use the arena (as allow_users and "
+             "allow_groups). With users and groups both empty, everyone the daemon admits may "
+             "use it: name them. Host arenas together must fit in this machine's memory. Arena "
+             "sections are read at start; a change needs a restart (SIGHUP only warns). For "
+             "example:",
+             VASE_CONFIG_MAX_EXTRA_ARENAS, VASE_ARENA_NAME_MAX);
+    fprintf(f, "\n# ---- Further arenas: [arena NAME] sections ----\n");
+    comment_wrapped(f, text);
+    fprintf(f, "#\n#   [arena bob]\n#   arena = cuda:1\n#   arena_bytes = 8G\n#   users = bob\n");
+    for (size_t i = 0; i < c->n_extra_arenas; i++) {
+        const struct vase_arena_config *a = &c->extra_arenas[i];
+        char arena_bytes[32], page_bytes[32];
+        vase_format_size(a->arena_bytes, arena_bytes, sizeof(arena_bytes));
+        vase_format_size(a->page_bytes, page_bytes, sizeof(page_bytes));
+        fprintf(f, "\n[arena %s]\n", a->name);
+        const char *values[] = {a->arena,   a->cuda_share, arena_bytes,
+                                page_bytes, a->users,      a->groups};
+        static_assert(sizeof(values) / sizeof(values[0]) == N_ARENA_KEYS, "one value per key");
+        for (size_t k = 0; k < N_ARENA_KEYS; k++) {
+            const char *v = values[k] ? values[k] : "";
+            fprintf(f, "%s =%s%s\n", arena_keys[k].key, v[0] ? " " : "", v);
+        }
+    }
+}
+
 int vase_config_dump(const struct vase_config *c, FILE *f) {
+    if (!c || !f)
+        return -EINVAL;
     fprintf(f, "# vased configuration (INI). Generated by `vased --dump-config`: every setting\n"
-               "# with its default. Each may also be given as --name=value on the command line;\n"
-               "# settings marked \"runtime\" are re-read on SIGHUP and may be changed with\n"
-               "# `vasectl config`.\n\n[vased]\n");
+               "# with its value, its bounds and default in the comment above it. Each may also\n"
+               "# be given as --name=value on the command line; settings marked \"runtime\" are\n"
+               "# re-read on SIGHUP and may be changed with `vasectl config`. Every key belongs\n"
+               "# to a section, and each is given once.\n\n[vased]\n");
     for (size_t i = 0; i < vase_settings_count; i++) {
         const struct vase_setting *s = &vase_settings[i];
         char value[PATH_MAX + 1], bounds[96];
@@ -479,20 +959,22 @@ int vase_config_dump(const struct vase_config *c, FILE *f) {
         fprintf(f, "# (%s; default \"%s\"%s)\n%s =%s%s\n", bounds, s->def,
                 s->runtime ? "; runtime" : "", s->name, value[0] ? " " : "", value);
     }
+    dump_arenas(c, f);
     return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;
 }
 
 void vase_config_help(FILE *f, const char *program) {
     fprintf(f,
             "%s [OPTIONS...]\n\n"
-            "The vase daemon: owns the KV-cache arena of this host and plans evictions.\n\n"
+            "The vase daemon: owns the KV-cache arenas of this host and plans evictions.\n\n"
             "  -h --help            Show this help\n"
             "     --version         Show the version\n"
             "     --config=PATH     Read settings from PATH (default " VASE_CONFIG_DEFAULT_PATH
             ", if it exists)\n"
-            "     --dump-config     Print a complete documented configuration file with every\n"
-            "                       default, and exit\n\n"
-            "Settings (also in the configuration file, section [vased]; '-' or '_' in names):\n",
+            "     --dump-config     Print the configuration in effect (defaults, file, flags) as\n"
+            "                       a complete documented configuration file, and exit\n\n"
+            "Settings (also in the configuration file, section [vased]; '-' or '_' in names).\n"
+            "Further arenas are [arena NAME] sections of the file; --dump-config describes them.\n",
             program);
     for (size_t i = 0; i < vase_settings_count; i++) {
         const struct vase_setting *s = &vase_settings[i];
@@ -633,12 +1115,15 @@ int vase_config_load(struct vase_config *c, const struct vase_cmdline *cmd) {
     if (r < 0)
         return log_oom();
 
-    const char *path = cmd ? cmd->config_path : NULL;
-    r = vase_config_parse_file(c, path ? path : VASE_CONFIG_DEFAULT_PATH);
-    if (r == -ENOENT && !path)
-        r = 0; /* The default file is optional; one named on the command line is not. */
-    else if (r == -ENOENT || r == -EACCES)
-        return log_error_errno(r, "Failed to read %s: %m", path ? path : VASE_CONFIG_DEFAULT_PATH);
+    /* The default file is optional; one named on the command line is not. */
+    bool named = cmd && cmd->config_path;
+    const char *path = named ? cmd->config_path : VASE_CONFIG_DEFAULT_PATH;
+    bool failed_read;
+    r = parse_path(c, path, &failed_read);
+    if (r == -ENOENT && failed_read && !named)
+        r = 0;
+    else if (r < 0 && failed_read)
+        return log_error_errno(r, "Failed to read the configuration file %s: %m", path);
     if (r < 0)
         return r;
 
