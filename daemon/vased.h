@@ -18,7 +18,6 @@
 #include "session.h"
 
 #define VASED_VERSION "0.1.0"
-#define VASED_MAX_ARENAS 8
 /* Sessions that connected but have not said hello yet (in all, and per uid), and how long
  * they may take. Only peers the allow-list admits get a slot. */
 #define VASED_MAX_PENDING 64
