@@ -753,6 +753,7 @@ static int handle_evict_request(struct vased *d, struct vase_client *c, const st
     memcpy(run->routing_id, p->id, p->id_len);
     run->routing_id_len = p->id_len;
     run->request_id = p->request_id;
+    run->tenant = c->id;
 
     int r = vase_evictor_submit(d->evictor, run);
     if (r < 0) {
