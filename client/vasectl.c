@@ -591,6 +591,9 @@ static int cmd_status(struct ctl *ctl) {
     printf("clients %" PRIu32 ", sequences %" PRIu32 ", evictions %" PRIu64 " (%" PRIu32
            " in flight)\n",
            s->clients, s->seqs, s->evictions_total, s->evictions_in_flight);
+    printf("plans queued %" PRIu32 " (%" PRIu32 " clients waiting, served in turn), "
+           "running %" PRIu32 "\n",
+           s->plans_queued, s->clients_waiting, s->plans_running);
     printf("requests %" PRIu64 ", errors %" PRIu64 ", stats messages %" PRIu64 "\n\n",
            s->requests_total, s->errors_total, s->stats_messages_total);
     for (size_t i = 0; i < s->n_arenas && r == 0; i++) {

@@ -301,7 +301,6 @@ static int reply_ok(struct vased *d, const struct peer *p) {
 
 void vase_control_client_info(const struct vased *d, const struct vase_client *c,
                               Vase__ClientInfo *ret) {
-    (void)d;
     vase__client_info__init(ret);
     ret->client_id = c->id;
     ret->name = c->name ? c->name : (char *)"";
@@ -312,6 +311,7 @@ void vase_control_client_info(const struct vased *d, const struct vase_client *c
     ret->seqs = c->n_seqs;
     ret->models = c->n_models;
     ret->connected_seconds = vased_now() - c->connected_at;
+    ret->plans_queued = d->evictor ? vase_evictor_count_queued(d->evictor, c->id) : 0;
 }
 
 void vase_control_seq_info(const struct vase_seq *s, Vase__SeqInfo *ret) {
@@ -773,6 +773,7 @@ static int handle_evict_request(struct vased *d, struct vase_client *c, const st
     memcpy(run->routing_id, p->id, p->id_len);
     run->routing_id_len = p->id_len;
     run->request_id = p->request_id;
+    run->tenant = c->id;
 
     int r = vase_evictor_submit(d->evictor, run);
     if (r < 0) {
@@ -1024,6 +1025,11 @@ static int handle_status(struct vased *d, const struct peer *p, const struct vas
     sr.requests_total = d->requests_total;
     sr.errors_total = d->errors_total;
     sr.evictions_in_flight = d->evictions_in_flight;
+    struct vase_evictor_counts q;
+    vase_evictor_get_counts(d->evictor, &q);
+    sr.plans_queued = q.plans_queued;
+    sr.plans_running = q.plans_running;
+    sr.clients_waiting = q.clients_waiting;
     e.body_case = VASE__ENVELOPE__BODY_STATUS_REPLY;
     e.status_reply = &sr;
     send_envelope(d, p, &e);

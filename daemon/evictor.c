@@ -4,14 +4,16 @@
  * The evictor thread pool. Invariants: a job belongs to the queue, then to one thread, then to
  * the results pipe, then to the main thread, which frees it; a run's fields that threads read
  * do not change while any of its jobs is queued or running, and each thread writes only the
- * keep lists and plan-page entries of its own layers. The queue is the only shared structure
- * and the only thing the mutex guards. Jobs travel back as a pointer in a message over an
+ * keep lists and plan-page entries of its own layers. The queue (fairq.c: clients in turn, one
+ * run at a time) is the only shared structure and the only thing the mutex guards; the count of
+ * runs in flight is the main thread's. Jobs travel back as a pointer in a message over an
  * inproc PUSH/PULL pair with unlimited high-water marks, so a thread never blocks on the main
  * thread.
  */
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,11 +24,11 @@
 #include "log.h"
 
 struct job {
+    struct vase_fairq_job node; /* its place in the queue */
     struct vase_plan_run *run;
     uint32_t l0, l1;
     int result;
     uint32_t bad_layer;
-    struct job *next;
 };
 
 struct vase_evictor {
@@ -36,9 +38,14 @@ struct vase_evictor {
     struct worker *workers;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    struct job *head, *tail; /* guarded by lock */
+    struct vase_fairq queue; /* guarded by lock */
     bool stop;               /* guarded by lock */
+    uint32_t runs_in_flight; /* main thread: submitted, not yet received whole */
 };
+
+static struct job *job_of(struct vase_fairq_job *node) {
+    return (struct job *)((char *)node - offsetof(struct job, node));
+}
 
 int vase_plan_run_new(struct vase_plan_run **ret) {
     struct vase_plan_run *run = calloc(1, sizeof(*run));
@@ -190,20 +197,18 @@ static void *thread_main(void *arg) {
         ws = NULL;
 
     for (;;) {
+        struct vase_fairq_job *node;
         pthread_mutex_lock(&ev->lock);
-        while (!ev->stop && !ev->head)
+        while (!ev->stop && vase_fairq_is_empty(&ev->queue))
             pthread_cond_wait(&ev->cond, &ev->lock);
         if (ev->stop) {
             pthread_mutex_unlock(&ev->lock);
             break;
         }
-        struct job *j = ev->head;
-        ev->head = j->next;
-        if (!ev->head)
-            ev->tail = NULL;
+        vase_fairq_pop(&ev->queue, &node);
         pthread_mutex_unlock(&ev->lock);
 
-        j->next = NULL;
+        struct job *j = job_of(node);
         j->result = run_job(w, j, ws);
         /* With no high-water mark an inproc send only fails on EINTR or a terminated
          * context; the main thread must not lose a job, or it never learns the run is done. */
@@ -296,11 +301,9 @@ struct vase_evictor *vase_evictor_free(struct vase_evictor *ev) {
     free(ev->workers);
 
     /* Jobs nobody started, then jobs finished but not yet received. */
-    while (ev->head) {
-        struct job *j = ev->head;
-        ev->head = j->next;
-        free(j);
-    }
+    struct vase_fairq_job *node;
+    while (vase_fairq_pop(&ev->queue, &node) > 0)
+        free(job_of(node));
     if (ev->pull) {
         struct job *j;
         while (zmq_recv(ev->pull, &j, sizeof(j), ZMQ_DONTWAIT) == (int)sizeof(j))
@@ -332,7 +335,7 @@ int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run) {
      * (a message, a wake-up) that a single small layer would not repay. */
     uint32_t layers = run->layers;
     uint32_t njobs = ev->nthreads < layers ? ev->nthreads : layers;
-    struct job *first = NULL, *last = NULL;
+    struct vase_fairq_job *first = NULL, **link = &first;
 
     if (njobs == 0)
         return -EINVAL;
@@ -340,8 +343,8 @@ int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run) {
         struct job *j = calloc(1, sizeof(*j));
         if (!j) {
             while (first) {
-                struct job *n = first->next;
-                free(first);
+                struct vase_fairq_job *n = first->next;
+                free(job_of(first));
                 first = n;
             }
             return -ENOMEM;
@@ -349,11 +352,8 @@ int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run) {
         j->run = run;
         j->l0 = (uint32_t)((uint64_t)layers * i / njobs);
         j->l1 = (uint32_t)((uint64_t)layers * (i + 1) / njobs);
-        if (last)
-            last->next = j;
-        else
-            first = j;
-        last = j;
+        *link = &j->node;
+        link = &j->node.next;
     }
     run->jobs_total = njobs;
     run->jobs_done = 0;
@@ -361,17 +361,36 @@ int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run) {
     run->started = now_monotonic();
 
     pthread_mutex_lock(&ev->lock);
-    if (ev->tail)
-        ev->tail->next = first;
-    else
-        ev->head = first;
-    ev->tail = last;
+    /* Cannot fail: the run has at least one job. */
+    vase_fairq_push(&ev->queue, &run->queued, run->tenant, first);
     /* One wake-up per job: a broadcast for a one-job run would wake every thread to find the
      * queue empty again, and on a small machine those wake-ups delay the one that matters. */
     for (uint32_t i = 0; i < njobs; i++)
         pthread_cond_signal(&ev->cond);
     pthread_mutex_unlock(&ev->lock);
+    ev->runs_in_flight++;
     return 0;
+}
+
+void vase_evictor_get_counts(struct vase_evictor *ev, struct vase_evictor_counts *ret) {
+    struct vase_fairq_counts c;
+
+    pthread_mutex_lock(&ev->lock);
+    vase_fairq_get_counts(&ev->queue, &c);
+    pthread_mutex_unlock(&ev->lock);
+    /* Every queued run is in flight, and only this thread changes runs_in_flight. */
+    *ret = (struct vase_evictor_counts){
+        .plans_queued = c.runs_queued,
+        .plans_running = ev->runs_in_flight - c.runs_queued,
+        .clients_waiting = c.tenants_waiting,
+    };
+}
+
+uint32_t vase_evictor_count_queued(struct vase_evictor *ev, uint32_t tenant) {
+    pthread_mutex_lock(&ev->lock);
+    uint32_t n = vase_fairq_count_tenant(&ev->queue, tenant);
+    pthread_mutex_unlock(&ev->lock);
+    return n;
 }
 
 int vase_evictor_receive(struct vase_evictor *ev, struct vase_plan_run **ret_run) {
@@ -390,6 +409,7 @@ int vase_evictor_receive(struct vase_evictor *ev, struct vase_plan_run **ret_run
     free(j);
     if (++run->jobs_done < run->jobs_total)
         return 0;
+    ev->runs_in_flight--;
     run->seconds = now_monotonic() - run->started;
     *ret_run = run;
     return 1;

@@ -6,15 +6,18 @@
  * eviction as a struct vase_plan_run holding copies of everything the plan reads besides the
  * arena itself; the evictor cuts it into layer-range jobs, threads compute them with
  * vase_plan_heads() and write the keep lists into the sequence's plan pages, and each finished
- * job is posted back to the main thread over an inproc ZeroMQ PUSH/PULL pair. No lock guards
- * the registry: threads never see it. A run on a device arena (vase_arena_on_device()) is
- * planned by that arena's backend on the device instead, through a planner each thread makes
- * for the arena on its first job there.
+ * job is posted back to the main thread over an inproc ZeroMQ PUSH/PULL pair. Threads take jobs
+ * from a queue that serves the clients in turn, one run each (fairq.h), so that a client with
+ * many sequences cannot hold back the plans of the others. No lock guards the registry: threads
+ * never see it. A run on a device arena (vase_arena_on_device()) is planned by that arena's
+ * backend on the device instead, through a planner each thread makes for the arena on its
+ * first job there.
  */
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fairq.h"
 #include "registry.h"
 #include "vase_kernels.h"
 
@@ -24,6 +27,7 @@ struct vase_arena;
 
 struct vase_plan_run {
     /* Filled by the main thread before submission; read-only while jobs are in flight. */
+    uint32_t tenant; /* the client it is planned for: the queue serves clients in turn */
     uint32_t seq_id;
     uint32_t round;
     uint32_t len;    /* len of the request */
@@ -47,6 +51,8 @@ struct vase_plan_run {
     float **scores;    /* [layers] -> [kv_heads][n] pushed window scores or NULL; array may be NULL */
     float *exp_draws;  /* injected [layers][kv_heads][n], or NULL */
     float *gauss;      /* injected [head_dim][rank], or NULL */
+    /* The evictor's, under its lock: the run's place in the queue. */
+    struct vase_fairq_run queued;
     /* Written by the threads, each its own layers. */
     uint32_t *keep_lists; /* [layers][kv_heads][K] */
     /* Main thread only. */
@@ -77,9 +83,21 @@ struct vase_evictor *vase_evictor_free(struct vase_evictor *ev);
 void *vase_evictor_socket(struct vase_evictor *ev);
 unsigned vase_evictor_threads(const struct vase_evictor *ev);
 
-/* Queues a run, cut into layer ranges so that several threads share it. 0 or -ENOMEM
- * (nothing queued). */
+/* Queues a run, cut into layer ranges so that several threads share it, behind the runs of
+ * run->tenant already queued; tenants are served in turn, one run at a time (fairq.h). 0 or
+ * -ENOMEM (nothing queued). */
 int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run);
+
+struct vase_evictor_counts {
+    uint32_t plans_queued;    /* runs no thread has started */
+    uint32_t plans_running;   /* runs started whose result the main thread has not received */
+    uint32_t clients_waiting; /* tenants with a run no thread has started */
+};
+
+/* The queue as it stands (main thread: the one that submits and receives). */
+void vase_evictor_get_counts(struct vase_evictor *ev, struct vase_evictor_counts *ret);
+/* The runs of tenant that no thread has started (main thread). */
+uint32_t vase_evictor_count_queued(struct vase_evictor *ev, uint32_t tenant);
 
 /*
  * Takes one finished job from the results socket without blocking. Returns 1 and *ret_run when

@@ -2,16 +2,20 @@
 
 /* Unit tests of daemon/evictor.c: plans computed by the thread pool through paged views of a
  * host arena must equal the kernels' plan on a contiguous copy of the same data, reach the
- * plan pages at PROTOCOL.md's offsets, and fail whole, naming the layer, on NaN. */
+ * plan pages at PROTOCOL.md's offsets, and fail whole, naming the layer, on NaN; clients are
+ * served in turn, and the queue's counters say so. */
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include <cmocka.h>
@@ -196,11 +200,129 @@ static void test_free_with_queued_jobs(void **state) {
     zmq_ctx_term(ctx);
 }
 
+/*
+ * A device arena whose planner notes the runs in the order threads start them, and holds them
+ * until the test opens it: with one thread, the first run keeps the thread busy while the test
+ * queues the others, so the order the queue hands them out is fixed, whatever the timing.
+ */
+struct gate {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool open;
+    uint32_t order[16]; /* seq_id of each run started */
+    unsigned n;
+};
+
+static int gate_planner_new(const struct vase_arena *a, struct vase_arena_planner **ret) {
+    *ret = a->backend;
+    return 0;
+}
+
+static void gate_planner_free(struct vase_arena_planner *p) {
+    (void)p;
+}
+
+static int gate_plan_layers(struct vase_arena_planner *p, struct vase_plan_run *run, uint32_t l0,
+                            uint32_t l1, uint32_t *ret_bad_layer) {
+    struct gate *g = (struct gate *)p;
+    (void)l0, (void)l1, (void)ret_bad_layer;
+    pthread_mutex_lock(&g->lock);
+    if (g->n < 16)
+        g->order[g->n] = run->seq_id;
+    g->n++;
+    pthread_cond_broadcast(&g->cond);
+    while (!g->open)
+        pthread_cond_wait(&g->cond, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+}
+
+static const struct vase_arena_ops gate_ops = {
+    .share = "memfd",
+    .planner_new = gate_planner_new,
+    .planner_free = gate_planner_free,
+    .plan_layers = gate_plan_layers,
+};
+
+static struct vase_plan_run *gate_run(struct vase_evictor *ev, const struct vase_arena *a,
+                                      uint32_t tenant, uint32_t seq_id) {
+    struct vase_plan_run *run;
+    assert_int_equal(vase_plan_run_new(&run), 0);
+    run->tenant = tenant;
+    run->seq_id = seq_id;
+    run->layers = 1; /* one job */
+    run->arena = a;
+    assert_int_equal(vase_evictor_submit(ev, run), 0);
+    return run;
+}
+
+static void assert_queue(struct vase_evictor *ev, uint32_t queued, uint32_t running,
+                         uint32_t waiting) {
+    struct vase_evictor_counts c;
+    vase_evictor_get_counts(ev, &c);
+    assert_int_equal(c.plans_queued, queued);
+    assert_int_equal(c.plans_running, running);
+    assert_int_equal(c.clients_waiting, waiting);
+}
+
+/* While the one thread is busy with client 3's plan, client 1 queues five plans, then client 2
+ * one: client 2's goes second, not sixth (a single first-come first-served queue would plan it
+ * last). */
+static void test_clients_in_turn(void **state) {
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    struct gate g = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    struct vase_arena a = {.id = 0, .kind = (char *)"gate", .ops = &gate_ops, .backend = &g};
+    struct vase_evictor *ev;
+    struct vase_plan_run *runs[7];
+    assert_int_equal(vase_evictor_new(ctx, 1, &ev), 0);
+    assert_queue(ev, 0, 0, 0);
+
+    runs[0] = gate_run(ev, &a, 3, 301);
+    struct timespec deadline; /* a guard against a hang, not part of the test */
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 60;
+    pthread_mutex_lock(&g.lock);
+    while (g.n == 0) /* the thread holds client 3's run */
+        if (pthread_cond_timedwait(&g.cond, &g.lock, &deadline) == ETIMEDOUT)
+            fail_msg("the evictor thread never started the first plan");
+    pthread_mutex_unlock(&g.lock);
+    assert_queue(ev, 0, 1, 0);
+    for (uint32_t i = 1; i <= 5; i++)
+        runs[i] = gate_run(ev, &a, 1, 100 + i);
+    runs[6] = gate_run(ev, &a, 2, 201);
+    assert_queue(ev, 6, 1, 2);
+    assert_int_equal(vase_evictor_count_queued(ev, 1), 5);
+    assert_int_equal(vase_evictor_count_queued(ev, 2), 1);
+    assert_int_equal(vase_evictor_count_queued(ev, 3), 0);
+
+    pthread_mutex_lock(&g.lock);
+    g.open = true;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.lock);
+    for (int i = 0; i < 7; i++) {
+        struct vase_plan_run *run = wait_run(ev);
+        assert_int_equal(run->error, 0);
+    }
+    const uint32_t want[] = {301, 101, 201, 102, 103, 104, 105};
+    assert_int_equal(g.n, 7);
+    for (unsigned i = 0; i < 7; i++)
+        assert_int_equal(g.order[i], want[i]);
+    assert_queue(ev, 0, 0, 0);
+    assert_int_equal(vase_evictor_count_queued(ev, 1), 0);
+
+    vase_evictor_free(ev);
+    for (int i = 0; i < 7; i++)
+        vase_plan_run_free(runs[i]);
+    zmq_ctx_term(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_plans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_with_queued_jobs, setup, teardown),
+        cmocka_unit_test(test_clients_in_turn),
     };
     vase_log_set_max_level(LOG_EMERG);
     return cmocka_run_group_tests(tests, NULL, NULL);

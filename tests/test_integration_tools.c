@@ -119,6 +119,10 @@ static void test_vasectl_status(void **state) {
     assert_int_equal(json_number(out, "page_bytes"), HARNESS_PAGE_BYTES);
     assert_int_equal(json_number(out, "clients"), 1);
     assert_int_equal(json_number(out, "seqs"), 1);
+    /* The planning queue, idle: no plan asked for. */
+    assert_int_equal(json_number(out, "plans_queued"), 0);
+    assert_int_equal(json_number(out, "plans_running"), 0);
+    assert_int_equal(json_number(out, "clients_waiting"), 0);
     char inc[32];
     snprintf(inc, sizeof(inc), "\"0x%016llx\"", (unsigned long long)f->h.d.incarnation);
     if (!strstr(out, inc))
@@ -129,6 +133,7 @@ static void test_vasectl_status(void **state) {
     assert_non_null(strstr(out, "\"tools-engine\""));
     assert_int_equal(json_number(out, "client_id"), vase_client_id(f->h.c[0]));
     assert_int_equal(json_number(out, "pages"), 5);
+    assert_int_equal(json_number(out, "plans_queued"), 0);
 
     out = vasectl_ok(f, (const char *const[]){"--json", "seqs", NULL});
     assert_json_line(out);
@@ -138,6 +143,8 @@ static void test_vasectl_status(void **state) {
     assert_int_equal(json_number(out, "capacity"), 192);
 
     /* The tables, for people: one line per sequence under a header. */
+    out = vasectl_ok(f, (const char *const[]){"status", NULL});
+    assert_non_null(strstr(out, "plans queued 0 (0 clients waiting, served in turn), running 0"));
     out = vasectl_ok(f, (const char *const[]){"seqs", NULL});
     assert_non_null(strstr(out, "snapkv"));
     out = vasectl_ok(f, (const char *const[]){"ping", NULL});
