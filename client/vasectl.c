@@ -571,8 +571,9 @@ static int cmd_status(struct ctl *ctl) {
     Vase__Status st = VASE__STATUS__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     Vase__Envelope *reply;
-    struct table t = {.ncols = 7,
-                      .headers = {">ARENA", "KIND", ">PAGE", ">PAGES", ">FREE", ">USED", "SIZE"}};
+    struct table t = {.ncols = 8,
+                      .headers = {">ARENA", "NAME", "KIND", ">PAGE", ">PAGES", ">FREE", ">USED",
+                                  "SIZE"}};
     char b1[32], b2[32];
     int r;
 
@@ -601,7 +602,8 @@ static int cmd_status(struct ctl *ctl) {
         double used = a->pages_total
                           ? 100.0 * (double)(a->pages_total - a->pages_free) / a->pages_total
                           : 0.0;
-        if ((r = table_add(&t, "%" PRIu32, a->id)) < 0 || (r = table_add(&t, "%s", a->kind)) < 0 ||
+        if ((r = table_add(&t, "%" PRIu32, a->id)) < 0 || (r = table_add(&t, "%s", a->name)) < 0 ||
+            (r = table_add(&t, "%s", a->kind)) < 0 ||
             (r = table_add(&t, "%s", fmt_bytes(a->page_bytes, b1, sizeof(b1)))) < 0 ||
             (r = table_add(&t, "%" PRIu32, a->pages_total)) < 0 ||
             (r = table_add(&t, "%" PRIu32, a->pages_free)) < 0 ||
@@ -611,8 +613,10 @@ static int cmd_status(struct ctl *ctl) {
                 0)
             break;
     }
-    if (r == 0)
+    if (r == 0 && s->n_arenas)
         table_print(&t);
+    else if (r == 0)
+        printf("no arena is open to this uid\n");
 out:
     table_free(&t);
     vase__envelope__free_unpacked(reply, NULL);
@@ -628,7 +632,7 @@ static int cmd_clients(struct ctl *ctl) {
     struct table t = {.ncols = 9,
                       .headers = {">ID", "NAME", ">PID", ">UID", ">GID", ">PAGES", ">SEQS",
                                   ">MODELS", "CONNECTED"}};
-    char b[32];
+    char b[32], name[4 * 256 + 1];
     int r;
 
     e.body_case = VASE__ENVELOPE__BODY_LIST_CLIENTS;
@@ -643,8 +647,10 @@ static int cmd_clients(struct ctl *ctl) {
     }
     for (size_t i = 0; i < cr->n_clients && r == 0; i++) {
         const Vase__ClientInfo *c = cr->clients[i];
+        /* A client chose its name: no terminal control sequences from it. */
+        vase_wire_escape(c->name, name, sizeof(name));
         if ((r = table_add(&t, "%" PRIu32, c->client_id)) < 0 ||
-            (r = table_add(&t, "%s", c->name)) < 0 || (r = table_add(&t, "%" PRIu32, c->pid)) < 0 ||
+            (r = table_add(&t, "%s", name)) < 0 || (r = table_add(&t, "%" PRIu32, c->pid)) < 0 ||
             (r = table_add(&t, "%" PRIu32, c->uid)) < 0 ||
             (r = table_add(&t, "%" PRIu32, c->gid)) < 0 ||
             (r = table_add(&t, "%" PRIu32, c->pages)) < 0 ||
@@ -671,8 +677,8 @@ static int cmd_seqs(struct ctl *ctl, uint32_t client_id) {
     Vase__ListSeqs ls = VASE__LIST_SEQS__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     Vase__Envelope *reply;
-    struct table t = {.ncols = 14,
-                      .headers = {">ID", ">CLIENT", ">MODEL", "POLICY", "MODE", ">BUDGET",
+    struct table t = {.ncols = 15,
+                      .headers = {">ID", ">CLIENT", ">ARENA", ">MODEL", "POLICY", "MODE", ">BUDGET",
                                   ">WINDOW", ">LEN", ">CAPACITY", ">PAGES", ">ROUNDS", ">POSITION",
                                   "STATE", ">LAST PLAN"}};
     int r;
@@ -692,6 +698,7 @@ static int cmd_seqs(struct ctl *ctl, uint32_t client_id) {
         const Vase__SeqInfo *s = sr->seqs[i];
         if ((r = table_add(&t, "%" PRIu32, s->seq_id)) < 0 ||
             (r = table_add(&t, "%" PRIu32, s->client_id)) < 0 ||
+            (r = table_add(&t, "%" PRIu32, s->arena_id)) < 0 ||
             (r = table_add(&t, "%" PRIu32, s->model_id)) < 0 ||
             (r = table_add(&t, "%s", s->policy)) < 0 ||
             (r = table_add(&t, "%s", mode_name(s->mode))) < 0 ||
@@ -848,11 +855,12 @@ static void print_event(const char *topic, const Vase__Event *ev) {
     case VASE__EVENT__BODY_CLIENT_LEAVE: {
         const Vase__ClientInfo *c =
             ev->body_case == VASE__EVENT__BODY_CLIENT_JOIN ? ev->client_join : ev->client_leave;
-        printf("%s client %" PRIu32 " '",
-               ev->body_case == VASE__EVENT__BODY_CLIENT_JOIN ? "join " : "leave", c->client_id);
-        for (const char *p = c->name; *p; p++)
-            putchar((unsigned char)*p < 0x20 ? '?' : *p);
-        printf("' pid %" PRIu32 " uid %" PRIu32 " pages %" PRIu32 "\n", c->pid, c->uid, c->pages);
+        char name[4 * 256 + 1];
+        vase_wire_escape(c->name, name, sizeof(name));
+        printf("%s client %" PRIu32 " '%s'",
+               ev->body_case == VASE__EVENT__BODY_CLIENT_JOIN ? "join " : "leave", c->client_id,
+               name);
+        printf(" pid %" PRIu32 " uid %" PRIu32 " pages %" PRIu32 "\n", c->pid, c->uid, c->pages);
         break;
     }
     case VASE__EVENT__BODY_SEQ_OPEN:
@@ -875,8 +883,8 @@ static void print_event(const char *topic, const Vase__Event *ev) {
     }
     case VASE__EVENT__BODY_PRESSURE: {
         const Vase__ArenaStatus *a = ev->pressure;
-        printf("arena %" PRIu32 " (%s) %" PRIu32 " of %" PRIu32 " pages free\n", a->id, a->kind,
-               a->pages_free, a->pages_total);
+        printf("arena %" PRIu32 " \"%s\" (%s) %" PRIu32 " of %" PRIu32 " pages free\n", a->id,
+               a->name, a->kind, a->pages_free, a->pages_total);
         break;
     }
     default:

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "wire.h"
 
 static int log_max_level = LOG_INFO;
 static bool log_prefix = true;
@@ -60,32 +61,6 @@ const char *vase_log_level_to_string(int level) {
     return level_names[level];
 }
 
-size_t vase_log_escape(const char *in, char *out, size_t out_len) {
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-
-    if (out_len == 0)
-        return 0;
-    for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
-        /* C0 controls (newline, carriage return, escape...) and DEL. Bytes from 0x80 pass, so
-         * UTF-8 names stay readable. */
-        bool control = *p < 0x20 || *p == 0x7f;
-        size_t need = control ? 4 : 1;
-        if (o + need >= out_len)
-            break;
-        if (control) {
-            out[o++] = '\\';
-            out[o++] = 'x';
-            out[o++] = hex[*p >> 4];
-            out[o++] = hex[*p & 15];
-        } else {
-            out[o++] = (char)*p;
-        }
-    }
-    out[o] = '\0';
-    return o;
-}
-
 int vase_log_internal(int level, int error, const char *fmt, ...) {
     int saved = errno;
     int e = error < 0 ? -error : error;
@@ -98,7 +73,7 @@ int vase_log_internal(int level, int error, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(line, sizeof(line), fmt, ap);
         va_end(ap);
-        vase_log_escape(line, clean, sizeof(clean));
+        vase_wire_escape(line, clean, sizeof(clean));
         if (log_prefix)
             fprintf(stderr, "<%d>%s\n", level, clean);
         else

@@ -30,13 +30,6 @@ int vase_log_internal(int level, int error, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /*
- * Copies in to out (out_len bytes, NUL included) with every control character written as
- * \xNN, cut at a character boundary if out is too small. Returns the length written. Every
- * logged line goes through it; vasectl uses the same rule for what it prints.
- */
-size_t vase_log_escape(const char *in, char *out, size_t out_len);
-
-/*
  * At most burst messages per interval seconds from one source; the rest are counted. A zeroed
  * struct with interval and burst set is ready to use. vase_ratelimit_pass() says whether this
  * message may be logged; when an interval ends, *ret_suppressed is how many the last one held

@@ -86,6 +86,7 @@ void vased_check_pressure(struct vased *d, bool force) {
         Vase__ArenaStatus as = VASE__ARENA_STATUS__INIT;
         Vase__Event e = VASE__EVENT__INIT;
         as.id = d->arenas[i]->id;
+        as.name = (char *)d->arena_names[i];
         as.kind = d->arenas[i]->kind;
         as.page_bytes = d->arenas[i]->page_bytes;
         as.pages_total = a->num_pages;

@@ -7,6 +7,7 @@
  */
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "wire.h"
@@ -42,4 +43,28 @@ const char *vase_wire_body_name(const Vase__Envelope *e) {
     const ProtobufCFieldDescriptor *f =
         protobuf_c_message_descriptor_get_field(&vase__envelope__descriptor, e->body_case);
     return f ? f->name : "none";
+}
+
+size_t vase_wire_escape(const char *in, char *out, size_t out_len) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+
+    if (out_len == 0)
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+        bool control = *p < 0x20 || *p == 0x7f;
+        size_t need = control ? 4 : 1;
+        if (o + need >= out_len)
+            break;
+        if (control) {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 15];
+        } else {
+            out[o++] = (char)*p;
+        }
+    }
+    out[o] = '\0';
+    return o;
 }

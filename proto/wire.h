@@ -31,3 +31,11 @@ int vase_wire_pack(const Vase__Envelope *e, void **ret_buf, size_t *ret_len);
 
 /* The name of an envelope's body ("open_seq", ...), for logs and errors. */
 const char *vase_wire_body_name(const Vase__Envelope *e);
+
+/*
+ * Copies the text in, which a peer may have chosen, to out (out_len bytes, NUL included) with
+ * every control character (C0 and DEL) written as \xNN, cut at a character boundary if out is
+ * too small; UTF-8 passes. For logs and terminals: such text can then neither end a line (and
+ * forge the next) nor send escape sequences. Returns the length written.
+ */
+size_t vase_wire_escape(const char *in, char *out, size_t out_len);

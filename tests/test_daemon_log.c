@@ -11,23 +11,24 @@
 #include <cmocka.h>
 
 #include "../daemon/log.h"
+#include "wire.h"
 
 static void test_escape(void **state) {
     (void)state;
     char out[128];
-    assert_int_equal(vase_log_escape("plain name", out, sizeof(out)), 10);
+    assert_int_equal(vase_wire_escape("plain name", out, sizeof(out)), 10);
     assert_string_equal(out, "plain name");
-    vase_log_escape("evil\n<0>vased: forged\r\x1b[2J\x7f", out, sizeof(out));
+    vase_wire_escape("evil\n<0>vased: forged\r\x1b[2J\x7f", out, sizeof(out));
     assert_string_equal(out, "evil\\x0a<0>vased: forged\\x0d\\x1b[2J\\x7f");
     /* UTF-8 passes. */
-    vase_log_escape("na\xc3\xafve", out, sizeof(out));
+    vase_wire_escape("na\xc3\xafve", out, sizeof(out));
     assert_string_equal(out, "na\xc3\xafve");
     /* Cut at a whole character: an escape is never split. */
-    vase_log_escape("ab\ncd", out, 6);
+    vase_wire_escape("ab\ncd", out, 6);
     assert_string_equal(out, "ab");
-    vase_log_escape("abcdef", out, 4);
+    vase_wire_escape("abcdef", out, 4);
     assert_string_equal(out, "abc");
-    assert_int_equal(vase_log_escape("x", out, 0), 0);
+    assert_int_equal(vase_wire_escape("x", out, 0), 0);
 }
 
 static void test_ratelimit(void **state) {

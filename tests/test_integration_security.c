@@ -467,6 +467,16 @@ static void test_log_injection(void **state) {
     assert_int_equal(log_count(&f->d, "<0>", true), 0);
     assert_int_equal(log_count(&f->d, "\x1b", false), 0);
     assert_int_equal(log_count(&f->d, "evil\\x0a<0>vased: forged emergency\\x1b[2J", false), 1);
+
+    /* Nor can it reach an operator's terminal through vasectl. */
+    char vasectl[512];
+    struct harness_proc p;
+    assert_int_equal(harness_program("vasectl", vasectl, sizeof(vasectl)), 0);
+    const char *argv[] = {vasectl, "clients", NULL};
+    assert_int_equal(harness_run(&p, argv, &f->d, 10000), 0);
+    assert_null(strchr(p.out, '\x1b'));
+    assert_non_null(strstr(p.out, "evil\\x0a<0>vased: forged emergency\\x1b[2J"));
+    harness_proc_free(&p);
 }
 
 /* Packets on an established session and client_seq gaps log a burst, then a summary. */
@@ -728,6 +738,20 @@ static void test_arenas(void **state) {
     assert_int_equal(vase_arena_find(f->c[0], "c", &id), -ENOENT);
     struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 16, 0);
     assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), 0);
+
+    /* vasectl lists the arenas by name, and each sequence's arena. */
+    char vasectl[512];
+    struct harness_proc p;
+    assert_int_equal(harness_program("vasectl", vasectl, sizeof(vasectl)), 0);
+    const char *status_argv[] = {vasectl, "status", NULL};
+    assert_int_equal(harness_run(&p, status_argv, &f->d, 10000), 0);
+    assert_non_null(strstr(p.out, " default "));
+    assert_non_null(strstr(p.out, " b "));
+    harness_proc_free(&p);
+    const char *seqs_argv[] = {vasectl, "seqs", NULL};
+    assert_int_equal(harness_run(&p, seqs_argv, &f->d, 10000), 0);
+    assert_non_null(strstr(p.out, "ARENA"));
+    harness_proc_free(&p);
 
     struct arena_view nobody = {.root_seq = vase_seq_id(s), .own_arena = 1, .own_name = "b",
                                 .other_name = "default"};
