@@ -1200,7 +1200,10 @@ static bool authorize(struct vased *d, struct vase_client *c, const struct peer 
         }
         return true;
     }
-    if (p->cred_known && vased_peer_lookup(d, &p->cred, who) < 0) {
+    /* Ping and ConfigGet depend on no one's rights; the rest look the peer's groups up. */
+    bool needs_peer =
+        need != VASE_CONTROL_ACCESS_ANY || e->body_case == VASE__ENVELOPE__BODY_STATUS;
+    if (needs_peer && p->cred_known && vased_peer_lookup(d, &p->cred, who) < 0) {
         reply_error(d, p, ENOMEM, "out of memory");
         return false;
     }
