@@ -12,13 +12,14 @@
 # GPU is the real test.
 #
 # Usage: tests/gpu/emu/run.sh [compare_kernels options]   (default: --quick --max-budget 400)
-# Environment: BUILD (default build), VECTORS (../shared/vectors), PYTHON, SAN (sanitizer flags).
+# Environment: BUILD (default build), VECTORS (tests/vectors/reference), PYTHON, SAN (sanitizer
+# flags).
 set -euo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
 
 BUILD=${BUILD:-build}
 OUT=$BUILD/gpu-emu
-VECTORS=${VECTORS:-../shared/vectors}
+VECTORS=${VECTORS:-tests/vectors/reference}
 PYTHON=${PYTHON:-/usr/bin/python3}
 read -r -a SAN <<<"${SAN:--fsanitize=address,undefined -fno-omit-frame-pointer}"
 EMU=tests/gpu/emu
