@@ -12,7 +12,8 @@ KERNEL_OPT ?= -O3
 SANITIZE ?=
 USE_CUDA ?= auto
 BUILD ?= build$(if $(SANITIZE),-san)
-VECTORS ?= ../shared/vectors
+# The reference test vectors (tests/vectors/FORMAT.md); `make check VECTORS=DIR` runs another set.
+VECTORS ?= tests/vectors/reference
 PYTHON ?= /usr/bin/python3
 
 ifeq ($(V),1)
@@ -23,9 +24,70 @@ Q := @
 say = @printf '  %-7s %s\n' $(1) $(2)
 endif
 
-MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
-BLAS_INC := /usr/include/$(MULTIARCH)/openblas-pthread
-BLAS_LIB := /usr/lib/$(MULTIARCH)/openblas-pthread
+# ---- Debian packages and library paths ---------------------------------------------------
+
+# Besides the libraries: python3 and python3-numpy run the vector generator, systemd gives the
+# tools of check-systemd (systemd-analyze, systemd-sysusers, systemd-tmpfiles), and procps the
+# /bin/kill that vased.service names (systemd-analyze verify wants it to exist).
+DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
+                libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
+                python3 python3-numpy valgrind systemd procps
+DEPS_STAMP := $(BUILD)/.deps-$(shell echo $(DEB_PACKAGES) | cksum | cut -d' ' -f1)
+
+# Missing packages are installed as root, or through sudo. A user who can do neither gets one
+# line to paste into a root shell, and nothing is said to be installing (tests/test_setup.sh).
+$(DEPS_STAMP):
+	$(Q)mkdir -p $(BUILD)
+	$(Q)missing=; \
+	for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || \
+	    missing="$${missing:+$$missing }$$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	  elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	  else echo "error: missing Debian packages; as root run: apt-get install -y $$missing" >&2; \
+	    exit 1; \
+	  fi; \
+	  echo "  APT     installing: $$missing"; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || \
+	    { echo "error: apt-get install -y $$missing failed" >&2; exit 1; }; \
+	fi
+	$(Q)touch $@
+
+deps: $(DEPS_STAMP)
+
+# The pthread OpenBLAS lives under the compiler's multiarch directories, which only the
+# compiler can name, and on a fresh machine the compiler is one of the packages above. So the
+# paths are found after the packages are installed and written to CONFIG_MK, which is included:
+# make builds it, then restarts with its values. A build without them would silently take
+# whichever BLAS the alternatives system offers under the generic names (the serial OpenBLAS is
+# not safe to call from several threads at once), so a missing pthread build stops it here.
+CONFIG_MK := $(BUILD)/config.mk
+
+$(CONFIG_MK): $(DEPS_STAMP) Makefile
+	$(Q)multiarch=$$($(CC) -print-multiarch 2>/dev/null); \
+	inc=/usr/include/$$multiarch/openblas-pthread; lib=/usr/lib/$$multiarch/openblas-pthread; \
+	if [ -z "$$multiarch" ] || [ ! -f "$$inc/cblas.h" ] || [ ! -f "$$lib/libopenblas.so" ]; then \
+	  echo "error: no pthread OpenBLAS for $(CC) (multiarch '$$multiarch'): want" \
+	    "$$inc/cblas.h and $$lib/libopenblas.so from libopenblas-pthread-dev" >&2; \
+	  exit 1; \
+	fi; \
+	{ echo "# Written by the Makefile for CC=$(CC); delete it to detect again."; \
+	  echo "CONFIG_CC := $(CC)"; echo "MULTIARCH := $$multiarch"; \
+	  echo "BLAS_INC := $$inc"; echo "BLAS_LIB := $$lib"; } >$@.tmp && mv $@.tmp $@
+
+# `make clean` needs neither packages nor paths. Another compiler means another detection.
+ifneq ($(MAKECMDGOALS),clean)
+include $(CONFIG_MK)
+ifneq ($(CONFIG_CC),$(CC))
+$(CONFIG_MK): FORCE
+endif
+endif
+
+FORCE:
+.PHONY: FORCE
 
 NVCC ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 ifeq ($(USE_CUDA),auto)
@@ -45,31 +107,6 @@ LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 BLAS_LIBS := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas
 LIBM := -lm
-
-# ---- Debian packages -------------------------------------------------------------------
-
-DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
-                libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
-                python3-numpy valgrind
-DEPS_STAMP := $(BUILD)/.deps-$(shell echo $(DEB_PACKAGES) | cksum | cut -d' ' -f1)
-
-$(DEPS_STAMP):
-	$(Q)mkdir -p $(BUILD)
-	$(Q)missing=$$(for p in $(DEB_PACKAGES); do \
-	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
-	  done); \
-	if [ -n "$$missing" ]; then \
-	  echo "  APT     installing:" $$missing; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; \
-	  elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
-	  else echo "error: missing Debian packages: $$missing (run as root, or install them: apt-get install $$missing)" >&2; exit 1; fi; \
-	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || \
-	    { echo "error: apt-get install $$missing failed" >&2; exit 1; }; \
-	fi
-	$(Q)touch $@
-
-deps: $(DEPS_STAMP)
 
 # ---- kernels/ -------------------------------------------------------------------------
 
@@ -427,17 +464,21 @@ ALL := $(KERNEL_LIB) $(TEST_PROGS) $(RUN_VECTORS) $(BENCH_KERNELS) \
 all: $(ALL)
 
 GEN_VECTORS := $(BUILD)/vectors-gen
-# The integration harness starts the programs of this build.
+# The integration harness starts the programs of this build; replay_engine's test replays the
+# traces of VECTORS.
 export VASE_BUILD_DIR := $(abspath $(BUILD))
+export VASE_VECTORS := $(abspath $(VECTORS))
 
-# Runs every unit-test binary, the vector runner on the shipped vectors and on cases generated
-# by the independent NumPy implementation, and ends with one "check: N passed, N failed" line.
+# Runs every unit-test binary, the Makefile's own set-up checks, the vector runner on the
+# shipped vectors and on cases generated by the independent NumPy implementation, and ends with
+# one "check: N passed, N failed" line.
 check: all
 	$(Q)pass=0; fail=0; \
 	result() { if [ "$$1" = 0 ]; then pass=$$((pass + 1)); else fail=$$((fail + 1)); echo "FAILED: $$2" >&2; fi; }; \
 	for t in $(TEST_PROGS); do \
 	  echo "  TEST    $$t"; $(TEST_WRAPPER) $$t; result $$? $$t; \
 	done; \
+	echo "  SETUP   tests/test_setup.sh"; tests/test_setup.sh; result $$? tests/test_setup.sh; \
 	echo "  VECTORS $(VECTORS)"; \
 	if [ -d "$(VECTORS)" ]; then $(TEST_WRAPPER) $(RUN_VECTORS) $$(ls -d $(VECTORS)/*/); result $$? "vectors $(VECTORS)"; \
 	else echo "error: no test vectors at $(VECTORS) (set VECTORS=DIR)" >&2; result 1 "vectors $(VECTORS)"; fi; \

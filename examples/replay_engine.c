@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * replay_engine: replays the trace_* test vectors (shared/vectors/FORMAT.md) through a running
+ * replay_engine: replays the trace_* test vectors (tests/vectors/FORMAT.md) through a running
  * vased, as an engine would, and checks that the daemon and libvase together evict exactly what
  * the reference implementation evicted.
  *

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * run_vectors: replays the eviction test vectors (shared/vectors/FORMAT.md) through the CPU
+ * run_vectors: replays the eviction test vectors (tests/vectors/FORMAT.md) through the CPU
  * kernels and compares the plans exactly.
  *
  * A single_* case is one call of vase_plan() on the arrays of the directory. A trace_* case is a
@@ -41,7 +41,7 @@
 #include "vase_kernels.h"
 #include "vcase.h"
 
-#define DEFAULT_ROOT "../shared/vectors"
+#define DEFAULT_ROOT "tests/vectors/reference"
 
 static int cpu_plan(const struct vase_plan_input *in, struct vase_workspace **ws, uint32_t *keep) {
     return vase_plan(in, 1, ws, keep);

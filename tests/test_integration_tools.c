@@ -4,8 +4,8 @@
  * Integration tests of the programs around vased, run as the user would run them against a
  * real daemon: vasectl (status, clients, seqs, config get/set, a setting that cannot change
  * while running, events while something happens, usage errors) and examples/replay_engine on
- * every trace_* case of the reference vectors ($VASE_VECTORS, else ../shared/vectors, the
- * Makefile's default, relative to the repository root where make check runs).
+ * every trace_* case of the vectors make check runs ($VASE_VECTORS, which the Makefile sets, else
+ * tests/vectors/reference, relative to the repository root where make check runs).
  */
 
 #include <dirent.h>
@@ -249,7 +249,7 @@ static void test_replay_engine(void **state) {
     struct fixture *f = *state;
     const char *vectors = getenv("VASE_VECTORS");
     if (!vectors || !vectors[0])
-        vectors = "../shared/vectors";
+        vectors = "tests/vectors/reference";
     DIR *dh = opendir(vectors);
     if (!dh)
         fail_msg("no test vectors at %s (%s); set VASE_VECTORS", vectors, strerror(errno));

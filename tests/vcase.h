@@ -2,7 +2,7 @@
 #pragma once
 
 /*
- * One eviction test-vector case (shared/vectors/FORMAT.md) as read from its directory: the
+ * One eviction test-vector case (tests/vectors/FORMAT.md) as read from its directory: the
  * settings of params.txt, the arrays of a single_* or trace_* case with every shape checked
  * against the others and against params.txt, and the injected draws of a trace's rounds. Used by
  * tests/run_vectors (the CPU kernels) and examples/replay_engine (a running vased), so that both

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, on a machine with an NVIDIA GPU: builds with USE_CUDA=1, then
 #   (a) the test vectors through the CUDA kernels (run_vectors_cuda --cuda; shipped vectors in
-#       $VECTORS or ../shared/vectors, and those tests/vectors/gen_vectors.py generates when
+#       $VECTORS or tests/vectors/reference, and those tests/vectors/gen_vectors.py generates when
 #       NumPy is there), compare_kernels (CUDA against the CPU reference), and compare_kernels
 #       on small geometries under compute-sanitizer (memcheck, racecheck, synccheck, initcheck)
 #       where the toolkit has it;
@@ -20,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 OUT=${1:-build/gpu-report}
-VECTORS=${VECTORS:-../shared/vectors}
+VECTORS=${VECTORS:-tests/vectors/reference}
 PYTHON=${PYTHON:-/usr/bin/python3}
 MAKE_JOBS=${MAKE_JOBS:-$(nproc)}
 TOTAL_S=470

@@ -1,17 +1,18 @@
 #!/usr/bin/python3
 """Independent NumPy implementation of the eviction policies, used to make test vectors.
 
-This is a second implementation of ../shared/ALGORITHM.md (windowed attention scores,
-value metrics, sketched leverage, R-KV redundancy, topk, the exponential-race sample, every
-policy, the eviction trigger and compaction), written from that text alone and computed in
-float32 like the reference. It has two jobs:
+This is a second implementation of the algorithm of kernels/ALGORITHM.md (windowed
+attention scores, value metrics, sketched leverage, R-KV redundancy, topk, the
+exponential-race sample, every policy, the eviction trigger and compaction), written from its
+specification alone, not from the C kernels, and computed in float32 like the reference. It
+has two jobs:
 
-  gen_vectors.py --verify DIR...   run it on shipped cases (../shared/vectors/*) and compare
+  gen_vectors.py --verify DIR...   run it on shipped cases (tests/vectors/reference) and compare
                                    with their expected keep / evict_steps / final_pos; print
                                    PASS or FAIL per case, exit 1 if any fails. A DIR without
                                    params.txt is searched for case subdirectories.
   gen_vectors.py OUTDIR            write additional cases, in exactly the format of
-                                   ../shared/vectors/FORMAT.md, with geometries and parameters
+                                   tests/vectors/FORMAT.md, with geometries and parameters
                                    the shipped ones do not cover (G = 1, G = 4, D = 32 and 128,
                                    other budgets and windows, n_sink 0 and 8, n_large >= K,
                                    temperatures 0.5 and 2, smooth 1 and 3, lambda 0.3, rank 8,

@@ -12,26 +12,27 @@
 # GPU is the real test.
 #
 # Usage: tests/gpu/emu/run.sh [compare_kernels options]   (default: --quick --max-budget 400)
-# Environment: BUILD (default build), VECTORS (../shared/vectors), PYTHON, SAN (sanitizer flags).
+# Environment: BUILD (default build), VECTORS (tests/vectors/reference), PYTHON, SAN (sanitizer
+# flags).
 set -euo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
 
 BUILD=${BUILD:-build}
 OUT=$BUILD/gpu-emu
-VECTORS=${VECTORS:-../shared/vectors}
+VECTORS=${VECTORS:-tests/vectors/reference}
 PYTHON=${PYTHON:-/usr/bin/python3}
 read -r -a SAN <<<"${SAN:--fsanitize=address,undefined -fno-omit-frame-pointer}"
 EMU=tests/gpu/emu
-MULTIARCH=$(gcc -print-multiarch)
-BLAS=/usr/lib/$MULTIARCH/openblas-pthread
-
 make --no-print-directory BUILD="$BUILD" "$BUILD/libvasekernels.a" >/dev/null
 mkdir -p "$OUT"
+# The pthread OpenBLAS the Makefile found (and checked) for this build.
+BLAS_INC=$(sed -n 's/^BLAS_INC := //p' "$BUILD/config.mk")
+BLAS=$(sed -n 's/^BLAS_LIB := //p' "$BUILD/config.mk")
 
 CXXFLAGS=(-std=c++20 -O1 -g -ffp-contract=off "${SAN[@]}" -I"$EMU/include" -Ikernels -Wall
           -Wno-unknown-pragmas)
 CFLAGS=(-std=c11 -O1 -g "${SAN[@]}" -D_GNU_SOURCE -I"$EMU/include" -Ikernels -Itests
-        -I"/usr/include/$MULTIARCH/openblas-pthread")
+        -I"$BLAS_INC")
 LIBS=("$BUILD/libvasekernels.a" -L"$BLAS" -lopenblas -lm -lpthread)
 pids=()
 cuda_objs=()
