@@ -7,7 +7,9 @@
  * always allocated (never NULL after vase_config_init()). Numbers never go through atoi:
  * vase_parse_*() reject junk with -EINVAL and overflow with -ERANGE. The [arena NAME] sections
  * are not rows of the table: each of their keys borrows the parser and bounds of a [vased] row,
- * and a section is added to the struct whole, every field filled, or not at all.
+ * and a section is added to the struct whole, every field filled, or not at all. The INI syntax
+ * is libinih's; this file adds line numbers, section bookkeeping and the refusals (see "INI
+ * files" below).
  */
 
 #include <assert.h>
@@ -17,12 +19,15 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <ini.h>
 
 #include "config.h"
 #include "log.h"
@@ -493,19 +498,36 @@ bool vase_config_arenas_equal(const struct vase_config *a, const struct vase_con
 /* ---- INI files ---- */
 
 /*
- * The format: lines starting with '#' or ';' are comments; "[vased]" opens the daemon's
- * section and "[arena NAME]" one more arena; "key = value" sets a key of the section above it.
- * Blanks around keys, values and names are dropped, and a ';' after a blank starts a comment.
+ * The format is libinih's: lines starting with '#' or ';' are comments; "[vased]" opens the
+ * daemon's section and "[arena NAME]" one more arena; "key = value" (libinih also takes
+ * "key: value") sets a key of the section above it. Blanks around keys, values and names are
+ * dropped, a CR before the newline too, and a ';' after a blank starts a comment. Multi-line
+ * values are off: an indented line is a line like any other, not the continuation of the
+ * value above it.
+ *
  * An operator's slips are refused with the line they are on rather than half applied: a key
  * before any section, a key or section given twice (both lines named), a line that is none of
- * the above. The parser stops at the first bad line. libinih, which this replaces, tells its
- * callback no line numbers and would read an indented line as the continuation of the value
- * above it.
+ * the above, text after a section's ']'. libinih stops at the first bad line. Its handler is
+ * told neither line numbers nor section lines (Debian's build does not call it for a new
+ * section), so the reader that hands it the text line by line counts the lines, and after each
+ * one hands it two lines of its own: "=", a key whose handler call (recognised by the reader's
+ * flag) reports the section libinih holds after that line, and "[\n]", a section no line of a
+ * text can name, so that the next report tells whether the line in between opened a section.
+ * That is how an empty section, or one given twice, is seen. libinih looks for a UTF-8 byte
+ * order mark on its first line only, which is the reader's "[\n]": the reader drops the mark.
+ *
+ * libinih's switches are process-wide globals. They are set once, in ini_setup(); nothing else
+ * in vased parses INI text, and code that does must want the same settings.
  */
 
 #define N_SETTINGS (sizeof(vase_settings) / sizeof(vase_settings[0]))
 #define AOFF(f) offsetof(struct vase_arena_config, f)
 #define CONFIG_FILE_MAX (1u << 20)
+/* The longest line, '\n' excluded: room for a string value of PATH_MAX bytes, its key and
+ * blanks. */
+#define CONFIG_LINE_MAX (4 * PATH_MAX)
+/* The section the reader sets between two lines of the text. */
+#define NO_SECTION "\n"
 
 /* The keys of an [arena NAME] section, each parsed and bounded by a row of the table. What a
  * section leaves out is the [vased] value for the arena's shape, and empty for who may use it:
@@ -533,10 +555,23 @@ struct arena_section {
 
 enum section { SECTION_NONE, SECTION_VASED, SECTION_ARENA };
 
-struct parser {
+/* What libinih is handed next: the reader's "[\n]", a line of the text, the reader's "=". */
+enum feed { FEED_RESET, FEED_LINE, FEED_REPORT };
+
+/* One parse: the reader's position in the text and the handler's view of it. */
+struct ini_parse {
     struct vase_config *c;
     const char *source;
-    unsigned line;
+
+    const char *next; /* the rest of the text; NULL: all of it handed out */
+    const char *line; /* the line libinih parses (not NUL-terminated), its length */
+    size_t line_len;
+    unsigned line_no; /* of line; 0 before the first */
+    enum feed feed;
+    bool reporting; /* the handler's next call is for the reader's "=" */
+    bool too_long;  /* the reader stopped at a line longer than libinih's buffer */
+
+    int r; /* the handler's failure (logged), or 0 */
     enum section section;
     unsigned vased_line;           /* of the [vased] line; 0: none yet */
     unsigned key_line[N_SETTINGS]; /* where each [vased] key was given; 0: not given */
@@ -545,37 +580,102 @@ struct parser {
 };
 
 /* Logs "source:line: message" and returns r. */
-static int bad_line(const struct parser *p, int r, const char *fmt, ...)
+static int bad_line(const struct ini_parse *p, int r, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int bad_line(const struct parser *p, int r, const char *fmt, ...) {
+static int bad_line(const struct ini_parse *p, int r, const char *fmt, ...) {
     char what[768];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    return log_error_errno(r, "%s:%u: %s", p->source, p->line, what);
+    return log_error_errno(r, "%s:%u: %s", p->source, p->line_no, what);
 }
 
-static char *strip(char *s) {
-    while (*s == ' ' || *s == '\t')
+static void ini_setup_once(void) {
+    static char comment_prefixes[] = ";#", inline_comment_prefixes[] = ";";
+    ini_allow_multiline = false; /* the reader's "[\n]" before each line also ends one */
+    ini_allow_bom = false;       /* the reader drops it */
+    ini_start_comment_prefixes = comment_prefixes;
+    ini_allow_inline_comments = true;
+    ini_inline_comment_prefixes = inline_comment_prefixes;
+    /* One buffer of CONFIG_LINE_MAX + 1 bytes on the heap, never grown: the reader refuses
+     * longer lines rather than have libinih read their rest as lines of their own. */
+    ini_use_stack = false;
+    ini_allow_realloc = false;
+    ini_initial_alloc = CONFIG_LINE_MAX + 1;
+    ini_max_line = CONFIG_LINE_MAX + 1;
+    ini_stop_on_first_error = true;
+    ini_allow_no_value = false;
+}
+
+static void ini_setup(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, ini_setup_once);
+}
+
+/* libinih's ini_reader: the next line into buf (size bytes, room for the NUL included), NULL
+ * at the end. See the comment at the top of this part for the lines between the text's. */
+static char *read_line(char *buf, int size, void *stream) {
+    struct ini_parse *p = stream;
+    const char *text;
+    size_t len;
+
+    switch (p->feed) {
+    case FEED_RESET:
+        if (!p->next)
+            return NULL;
+        text = "[" NO_SECTION "]";
+        len = strlen(text);
+        p->feed = FEED_LINE;
+        break;
+    case FEED_LINE: {
+        const char *nl = strchr(p->next, '\n');
+        text = p->line = p->next;
+        len = p->line_len = nl ? (size_t)(nl - p->next) : strlen(p->next);
+        p->line_no++;
+        p->next = nl && nl[1] ? nl + 1 : NULL;
+        p->feed = FEED_REPORT;
+        break;
+    }
+    case FEED_REPORT:
+    default:
+        text = "=";
+        len = 1;
+        p->reporting = true;
+        p->feed = FEED_RESET;
+        break;
+    }
+    if (len >= (size_t)size) {
+        p->too_long = true;
+        return NULL;
+    }
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    return buf;
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s))
         s++;
     char *e = s + strlen(s);
-    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+    while (e > s && isspace((unsigned char)e[-1]))
         e--;
     *e = '\0';
     return s;
 }
 
-/* Cuts s at a ';' that follows a blank (a comment after a value or section). */
-static void cut_comment(char *s) {
-    for (char *q = s; *q; q++)
-        if (*q == ';' && q > s && (q[-1] == ' ' || q[-1] == '\t')) {
-            *q = '\0';
-            return;
-        }
+/* libinih ends a section's name at the first ']' of its line and ignores the rest; only blanks
+ * and a comment may follow it here, as after a value. */
+static bool text_after_section(const char *line, size_t len) {
+    const char *end = line + len, *after = memchr(line, ']', len);
+    assert(after);
+    const char *q = ++after;
+    while (q < end && isspace((unsigned char)*q))
+        q++;
+    return q < end && !(*q == ';' && q > after);
 }
 
-static int open_arena(struct parser *p, const char *name) {
+static int open_arena(struct ini_parse *p, const char *name) {
     if (!arena_name_valid(name))
         return bad_line(p, -EINVAL,
                         "bad arena name \"%s\" in [arena NAME]: 1 to %d letters, digits, '_' or "
@@ -584,7 +684,7 @@ static int open_arena(struct parser *p, const char *name) {
     for (size_t i = 0; i < p->n_arenas; i++)
         if (strcmp(p->arenas[i].a.name, name) == 0)
             return bad_line(p, -EEXIST, "arena \"%s\" defined twice (lines %u and %u)", name,
-                            p->arenas[i].line, p->line);
+                            p->arenas[i].line, p->line_no);
     for (size_t i = 0; i < p->c->n_extra_arenas; i++)
         if (strcmp(p->c->extra_arenas[i].name, name) == 0)
             return bad_line(p, -EEXIST, "arena \"%s\" is defined already", name);
@@ -595,7 +695,7 @@ static int open_arena(struct parser *p, const char *name) {
                         VASE_CONFIG_MAX_EXTRA_ARENAS, VASED_MAX_ARENAS);
 
     struct arena_section *s = &p->arenas[p->n_arenas];
-    *s = (struct arena_section){.line = p->line, .a.name = strdup(name)};
+    *s = (struct arena_section){.line = p->line_no, .a.name = strdup(name)};
     if (!s->a.name)
         return log_oom();
     p->n_arenas++;
@@ -603,42 +703,39 @@ static int open_arena(struct parser *p, const char *name) {
     return 0;
 }
 
-static int parse_section(struct parser *p, char *line) {
-    char *end = strchr(line, ']');
-    if (!end)
-        return bad_line(p, -EINVAL, "'[' without ']'");
-    *end = '\0';
-    char *rest = end + 1;
-    cut_comment(rest);
-    if (*strip(rest))
+/* The line just parsed opened section, as libinih read it (blanks kept). */
+static int open_section(struct ini_parse *p, const char *section) {
+    char copy[64]; /* libinih keeps at most 49 bytes of a section's name */
+    if (text_after_section(p->line, p->line_len))
         return bad_line(p, -EINVAL, "text after the section's ']'");
 
-    char *name = strip(line + 1);
+    snprintf(copy, sizeof(copy), "%s", section);
+    char *name = trim(copy);
     if (strcmp(name, "vased") == 0) {
         if (p->vased_line)
             return bad_line(p, -EEXIST, "section [vased] given twice (lines %u and %u)",
-                            p->vased_line, p->line);
-        p->vased_line = p->line;
+                            p->vased_line, p->line_no);
+        p->vased_line = p->line_no;
         p->section = SECTION_VASED;
         return 0;
     }
-    if (strncmp(name, "arena", 5) == 0 && (name[5] == '\0' || name[5] == ' ' || name[5] == '\t'))
-        return open_arena(p, strip(name + 5));
+    if (strncmp(name, "arena", 5) == 0 && (name[5] == '\0' || isspace((unsigned char)name[5])))
+        return open_arena(p, trim(name + 5));
     return bad_line(p, -EINVAL, "unknown section [%s] (expected [vased] or [arena NAME])", name);
 }
 
-static int set_vased(struct parser *p, const char *key, const char *value) {
+static int set_vased(struct ini_parse *p, const char *key, const char *value) {
     const struct vase_setting *s = vase_setting_find(key);
     if (!s)
         return bad_line(p, -EINVAL, "unknown setting \"%s\" in [vased]", key);
     size_t i = (size_t)(s - vase_settings);
     if (p->key_line[i])
         return bad_line(p, -EEXIST, "%s given twice in [vased] (lines %u and %u)", s->name,
-                        p->key_line[i], p->line);
+                        p->key_line[i], p->line_no);
     int r = vase_config_set(p->c, s->name, value, 0);
     if (r < 0)
         return bad_line(p, r, "bad value \"%s\" for %s: %s", value, s->name, strerror(-r));
-    p->key_line[i] = p->line;
+    p->key_line[i] = p->line_no;
     return 0;
 }
 
@@ -659,7 +756,7 @@ static int arena_store(struct vase_arena_config *a, const struct arena_key *k,
     return 0;
 }
 
-static int set_arena(struct parser *p, const char *key, const char *value) {
+static int set_arena(struct ini_parse *p, const char *key, const char *value) {
     struct arena_section *sec = &p->arenas[p->n_arenas - 1];
     size_t i = 0;
     while (i < N_ARENA_KEYS && !key_equal(arena_keys[i].key, key))
@@ -671,7 +768,7 @@ static int set_arena(struct parser *p, const char *key, const char *value) {
                         key, sec->a.name);
     if (sec->key_line[i])
         return bad_line(p, -EEXIST, "%s given twice in [arena %s] (lines %u and %u)",
-                        arena_keys[i].key, sec->a.name, sec->key_line[i], p->line);
+                        arena_keys[i].key, sec->a.name, sec->key_line[i], p->line_no);
 
     const struct vase_setting *s = vase_setting_find(arena_keys[i].setting);
     int64_t num = 0;
@@ -682,29 +779,13 @@ static int set_arena(struct parser *p, const char *key, const char *value) {
     r = arena_store(&sec->a, &arena_keys[i], s, value, num);
     if (r < 0)
         return log_oom();
-    sec->key_line[i] = p->line;
+    sec->key_line[i] = p->line_no;
     return 0;
 }
 
-static int parse_line(struct parser *p, char *line) {
-    if (p->line == 1 && strncmp(line, "\xEF\xBB\xBF", 3) == 0)
-        line += 3; /* a UTF-8 byte order mark */
-    line = strip(line);
-    if (!*line || *line == '#' || *line == ';')
-        return 0;
-    if (*line == '[')
-        return parse_section(p, line);
-
-    char *eq = strchr(line, '=');
-    if (!eq)
-        return bad_line(p, -EINVAL, "expected \"key = value\", \"[section]\" or a comment");
-    *eq = '\0';
-    char *key = strip(line), *value = eq + 1;
-    cut_comment(value);
-    value = strip(value);
+static int set_key(struct ini_parse *p, const char *key, const char *value) {
     if (!*key)
         return bad_line(p, -EINVAL, "no key before '='");
-
     switch (p->section) {
     case SECTION_VASED:
         return set_vased(p, key, value);
@@ -717,9 +798,26 @@ static int parse_line(struct parser *p, char *line) {
                     key);
 }
 
+/* libinih's ini_handler: a key of the text, or the reader's report after a line. Nonzero to go
+ * on; on failure the error (logged) is kept in p->r. */
+static int handle_ini(void *user, const char *section, const char *name, const char *value) {
+    struct ini_parse *p = user;
+    int r = 0;
+
+    if (p->reporting) {
+        p->reporting = false;
+        if (strcmp(section, NO_SECTION) != 0)
+            r = open_section(p, section);
+    } else
+        r = set_key(p, name, value);
+    if (r < 0)
+        p->r = r;
+    return r >= 0;
+}
+
 /* Fills in what each arena section left out, checks the result and hands the sections to the
  * config. */
-static int finish_arenas(struct parser *p) {
+static int finish_arenas(struct ini_parse *p) {
     struct vase_config *c = p->c;
     for (size_t i = 0; i < p->n_arenas; i++) {
         struct arena_section *sec = &p->arenas[i];
@@ -742,7 +840,7 @@ static int finish_arenas(struct parser *p) {
         const char *what = arena_problem(sec->a.arena_bytes, sec->a.page_bytes,
                                          sec->a.cuda_share);
         if (what) {
-            p->line = sec->line;
+            p->line_no = sec->line;
             return bad_line(p, -EINVAL, "[arena %s]: %s", sec->a.name, what);
         }
     }
@@ -762,26 +860,29 @@ static int finish_arenas(struct parser *p) {
     return 0;
 }
 
+/* Parses NUL-terminated INI text through libinih; source names it in messages. */
 static int parse_text(struct vase_config *c, const char *source, const char *text) {
-    struct parser p = {.c = c, .source = source};
-    char *copy = strdup(text);
-    int r = 0;
+    struct ini_parse p = {.c = c, .source = source, .next = text};
+    int r;
 
-    if (!copy)
-        return log_oom();
-    for (char *line = copy; line && r >= 0;) {
-        char *nl = strchr(line, '\n');
-        if (nl)
-            *nl = '\0';
-        p.line++;
-        r = parse_line(&p, line);
-        line = nl ? nl + 1 : NULL;
-    }
-    if (r >= 0)
+    ini_setup();
+    if (strncmp(p.next, "\xEF\xBB\xBF", 3) == 0)
+        p.next += 3; /* a UTF-8 byte order mark */
+    if (!*p.next)
+        p.next = NULL;
+    int e = ini_parse_stream(read_line, &p, handle_ini, &p);
+    if (p.r < 0)
+        r = p.r;
+    else if (e < 0) /* -2: libinih could not allocate its line buffer */
+        r = log_oom();
+    else if (p.too_long)
+        r = bad_line(&p, -EINVAL, "a line longer than %d bytes", CONFIG_LINE_MAX);
+    else if (e > 0)
+        r = bad_line(&p, -EINVAL, "expected \"key = value\", \"[section]\" or a comment");
+    else
         r = finish_arenas(&p);
     for (size_t i = 0; i < p.n_arenas; i++)
         arena_config_done(&p.arenas[i].a);
-    free(copy);
     return r < 0 ? r : 0;
 }
 
@@ -848,7 +949,7 @@ static int parse_path(struct vase_config *c, const char *path, bool *ret_read) {
     *ret_read = r < 0;
     if (r < 0)
         return r;
-    /* The parser walks C strings; a NUL byte would hide the rest of the file. */
+    /* The reader walks C strings; a NUL byte would hide the rest of the file. */
     if (memchr(text, '\0', len))
         r = log_error_errno(-EINVAL, "%s: a NUL byte; not a configuration file", path);
     else

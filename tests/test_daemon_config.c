@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -573,6 +574,52 @@ static void test_ini_duplicates(void **state) {
     vase_config_done(&c);
 }
 
+/* The libinih switches config.c sets: an indented line is not the continuation of the value
+ * above it, a line too long for libinih's buffer is refused rather than split, and the
+ * reader's own lines between the text's neither hide a section nor shift a line number. */
+static void test_ini_libinih_switches(void **state) {
+    (void)state;
+    struct vase_config c;
+    char log[2048];
+    assert_int_equal(vase_config_init(&c), 0);
+    assert_int_equal(vase_config_parse_string(&c, "[vased]\nmax_clients = 3\n  stats_interval = 4\n"
+                                                  "\tlog_level = debug\n"),
+                     0);
+    assert_int_equal(c.max_clients, 3);
+    assert_int_equal(c.stats_interval, 4);
+    assert_int_equal(c.log_level, LOG_DEBUG);
+    /* libinih also takes "key: value". */
+    assert_int_equal(vase_config_parse_string(&c, "[vased]\nmax_clients: 5\n"), 0);
+    assert_int_equal(c.max_clients, 5);
+
+    /* "[]" is a section (an unknown one) on the first line too. */
+    assert_int_equal(parse_logged(&c, "[]\n", log, sizeof(log)), -EINVAL);
+    assert_non_null(strstr(log, "(string):1: unknown section []"));
+    assert_int_equal(parse_logged(&c, "[vased];x\n", log, sizeof(log)), -EINVAL);
+    assert_non_null(strstr(log, "(string):1: text after the section's ']'"));
+    assert_int_equal(parse_logged(&c, "\n[vased]\nstats_interval\n", log, sizeof(log)), -EINVAL);
+    assert_non_null(strstr(log, "(string):3: expected \"key = value\""));
+
+    /* A value of PATH_MAX bytes fits on a line; a longer comment line does not. */
+    size_t n = 20000;
+    char *text = malloc(n + 64);
+    assert_non_null(text);
+    int k = snprintf(text, n + 64, "[vased]\nruntime_dir = ");
+    memset(text + k, 'd', PATH_MAX);
+    strcpy(text + k + PATH_MAX, "\n");
+    assert_int_equal(vase_config_parse_string(&c, text), 0);
+    assert_int_equal(strlen(c.runtime_dir), PATH_MAX);
+    k = snprintf(text, n + 64, "[vased]\nmax_clients = 6\n# ");
+    memset(text + k, 'c', n);
+    strcpy(text + k + n, "\nstats_interval = 9\n");
+    assert_int_equal(parse_logged(&c, text, log, sizeof(log)), -EINVAL);
+    assert_non_null(strstr(log, "(string):3: a line longer than"));
+    assert_int_equal(c.max_clients, 6);
+    assert_int_equal(c.stats_interval, 4);
+    free(text);
+    vase_config_done(&c);
+}
+
 static void test_config_file_errors(void **state) {
     (void)state;
     struct vase_config c;
@@ -950,6 +997,7 @@ int main(void) {
         cmocka_unit_test(test_cmdline),
         cmocka_unit_test(test_ini_key_before_section),
         cmocka_unit_test(test_ini_duplicates),
+        cmocka_unit_test(test_ini_libinih_switches),
         cmocka_unit_test(test_config_file_errors),
         cmocka_unit_test(test_vased_refuses_bad_files),
         cmocka_unit_test(test_memory),
