@@ -31,6 +31,9 @@ struct vase__chan {
     uint64_t incarnation;
     uint64_t last_client_seq;
     uint64_t last_request_id;
+    /* The highest request id a reply has arrived for: the daemon handles a peer's requests in
+     * order, so every request up to it has been handled. */
+    uint64_t answered;
     vase__chan_unclaimed_fn unclaimed;
     void *userdata;
     struct vase__replyq queue;
@@ -226,8 +229,15 @@ static int recv_one(struct vase__chan *ch, Vase__Envelope **ret) {
     }
     if (e->body_case == VASE__ENVELOPE__BODY_ERROR && e->error && e->error->message)
         snprintf(ch->last_error, sizeof(ch->last_error), "%s", e->error->message);
+    /* Only ids this channel handed out count: a reply that echoes another can prove nothing. */
+    if (e->request_id > ch->answered && e->request_id <= ch->last_request_id)
+        ch->answered = e->request_id;
     *ret = e;
     return 1;
+}
+
+uint64_t vase__chan_answered(const struct vase__chan *ch) {
+    return ch->answered;
 }
 
 const char *vase__chan_last_error(const struct vase__chan *ch) {

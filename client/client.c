@@ -165,34 +165,35 @@ const char *vase_last_error(struct vase_client *c) {
     return m;
 }
 
-int vase_ping(struct vase_client *c) {
+int vase__client_ping(struct vase_client *c) {
     Vase__Ping ping = VASE__PING__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     Vase__Envelope *reply;
     uint8_t payload[8];
-    int r;
 
-    if (!c)
-        return -EINVAL;
-    pthread_mutex_lock(&c->lock);
-    if (c->dead) {
-        r = c->dead;
-        goto out;
-    }
+    if (c->dead)
+        return c->dead;
     /* A payload unique to this ping, so an echo of another one cannot pass for it. */
     uint64_t tag = ++c->pings;
     memcpy(payload, &tag, sizeof(payload));
     ping.payload = (ProtobufCBinaryData){.len = sizeof(payload), .data = payload};
     e.body_case = VASE__ENVELOPE__BODY_PING;
     e.ping = &ping;
-    r = vase__client_call(c, &e, VASE__ENVELOPE__BODY_PONG, &reply);
+    int r = vase__client_call(c, &e, VASE__ENVELOPE__BODY_PONG, &reply);
     if (r < 0)
-        goto out;
+        return r;
     if (reply->pong->payload.len != sizeof(payload) ||
         memcmp(reply->pong->payload.data, payload, sizeof(payload)) != 0)
         r = -EPROTO;
     vase__envelope__free_unpacked(reply, NULL);
-out:
+    return r;
+}
+
+int vase_ping(struct vase_client *c) {
+    if (!c)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int r = vase__client_ping(c);
     pthread_mutex_unlock(&c->lock);
     return r;
 }

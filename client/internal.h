@@ -58,6 +58,10 @@ struct vase_seq {
     uint64_t commit_id;
     uint32_t req_len;
     uint64_t req_position;
+    /* The request id of the last message sent for this sequence (request, commit, stats
+     * push): once the channel has a reply to it or to anything later, the daemon has handled
+     * them all (vase_seq_flush()). */
+    uint64_t last_sent_id;
 
     /* Draws injected for the next request (vase_seq_set_draws), owned here. */
     float *exp_draws;
@@ -108,6 +112,8 @@ int vase__client_check(struct vase_client *c, int r);
 /* Sends e and waits for a reply of body case expect, recording daemon death. Lock held. */
 int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
                       Vase__Envelope **ret);
+/* A Ping round trip (vase_ping()). Lock held. */
+int vase__client_ping(struct vase_client *c);
 /* Frees every model and sequence of the client locally (no messages). Lock held. */
 void vase__client_free_objects(struct vase_client *c);
 /* Remembers that stats push request_id belongs to seq_id. Lock held. */

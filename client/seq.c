@@ -371,6 +371,7 @@ static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
         return r;
     s->pending = true;
     s->pending_id = id;
+    s->last_sent_id = id;
     s->req_len = len;
     s->req_position = position;
     return 0;
@@ -395,6 +396,7 @@ static int send_commit(struct vase_seq *s, uint32_t round) {
         return r;
     s->commit_pending = true;
     s->commit_id = id;
+    s->last_sent_id = id;
     return 0;
 }
 
@@ -680,6 +682,29 @@ int vase_seq_wait(struct vase_seq *s) {
     return r;
 }
 
+int vase_seq_flush(struct vase_seq *s) {
+    int r;
+
+    if (!s)
+        return -EINVAL;
+    pthread_mutex_lock(&s->client->lock);
+    r = precheck(s);
+    if (r == 0)
+        r = finish_commit(s, true);
+    /* A push or a request nothing has answered yet: the daemon handles a client's messages in
+     * order, so the reply to a Ping sent now comes after it has handled them. A refusal of a
+     * push arrives before that reply and is returned now. */
+    if (r == 0 && s->last_sent_id > vase__chan_answered(s->client->chan)) {
+        r = vase__client_ping(s->client);
+        if (r == 0) {
+            r = s->deferred_error;
+            s->deferred_error = 0;
+        }
+    }
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
 int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp, const float *gauss,
                        size_t n_gauss) {
     float *e = NULL, *g = NULL;
@@ -753,8 +778,10 @@ int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind
     e.body_case = VASE__ENVELOPE__BODY_ATTN_STATS;
     e.attn_stats = &st;
     r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));
-    if (r == 0)
+    if (r == 0) {
         vase__client_note_stats(s->client, id, s->id);
+        s->last_sent_id = id;
+    }
 out:
     pthread_mutex_unlock(&s->client->lock);
     return r;

@@ -42,6 +42,11 @@
  *      engine queues afterwards on any stream sees the compacted cache.
  * Every call makes the arena's device current for its CUDA work and restores the caller's
  * current device before it returns.
+ *
+ * Ordering (other connections): the daemon handles one client's messages in order, but nothing
+ * orders them with another connection's (vasectl's, say), and some of them are sent without
+ * waiting for a reply (EvictCommit, stats pushes). vase_seq_flush() waits until the daemon has
+ * handled everything sent for a sequence, for code that then asks the daemon about it.
  */
 
 #include <stddef.h>
@@ -215,6 +220,24 @@ int vase_seq_poll(struct vase_seq *s);
 /* Waits for the pending plan, if any, and applies it. 1 if applied, 0 if none pending,
  * -ETIMEDOUT if it did not come within the client's timeout (it stays pending), -errno. */
 int vase_seq_wait(struct vase_seq *s);
+/*
+ * Waits until the daemon has handled every message libvase sent for the sequence. libvase does
+ * not wait for the reply to EvictCommit (it reads it at the next call on the sequence), and
+ * stats pushes have no reply, so when another call returns the daemon may not have seen them
+ * yet; anyone asking it over another connection (vasectl, a monitoring tool, a test) may then
+ * see the sequence as it was before. After vase_seq_flush() returns 0 they see at least its
+ * state as of the call: every applied plan committed (rounds, length, block table, state no
+ * longer waiting for the commit), every pushed statistic taken in, and the pending request, if
+ * any, accepted. It reads the outstanding commit reply (taking its block table, as the next call
+ * would); if a push or a request is still unanswered, it adds a Ping round trip (the daemon
+ * handles one client's messages in order, PROTOCOL.md). Nothing else is sent, and a pending plan
+ * is neither waited for nor applied: call vase_seq_wait() first to have its commit included.
+ * An engine never needs it for its own work. 0; -ETIMEDOUT if the daemon did not answer within
+ * the client's timeout (what was outstanding stays so; the call may be repeated); a refused
+ * commit (the sequence is broken then, see vase_seq_append()); a refused stats push (returned
+ * once, as by the other calls); -ECONNRESET, -VASE_ESTALE; -EINVAL for NULL.
+ */
+int vase_seq_flush(struct vase_seq *s);
 
 enum vase_stats_kind {
     VASE_STATS_ACC_ADD = 0,       /* attention received per slot: added to the h2o accumulator */

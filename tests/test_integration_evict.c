@@ -227,11 +227,16 @@ static void assert_decode(struct engine *e, uint32_t steps) {
         fail_msg("decode failed: %d (%s)", r, vase_strerror(r));
 }
 
-/* The daemon's view of an idle sequence agrees with the library's. */
+/* The daemon's view of an idle sequence agrees with the library's. GetSeq goes over another
+ * connection than the engine's, which nothing orders with the engine's last commit (libvase
+ * does not wait for its reply): vase_seq_flush() first. */
 static void assert_seq_info(const struct harness_daemon *d, const struct engine *e) {
     Vase__Envelope *reply = NULL;
     assert_false(e->pending);
-    int r = harness_get_seq(d, vase_seq_id(e->s), &reply);
+    int r = vase_seq_flush(e->s);
+    if (r < 0)
+        fail_msg("vase_seq_flush: %s", vase_strerror(r));
+    r = harness_get_seq(d, vase_seq_id(e->s), &reply);
     if (r < 0)
         fail_msg("GetSeq: %s", vase_strerror(r));
     assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_SEQ_INFO);
@@ -309,6 +314,51 @@ static void test_async_cycle(void **state) {
     assert_int_equal(vase_seq_len(e->s), BUDGET + e->lag);
     assert_seq_info(&f->h.d, e);
     assert_int_equal(status_of(&f->h.d).evictions_total, 3);
+}
+
+/*
+ * vase_seq_flush(): what the engine sent without waiting for a reply (an eviction request, stats
+ * pushes, a commit) has been handled by the daemon when the call returns, so another connection
+ * sees it. The request is accepted (the sequence is planning or its plan is ready), the pushes
+ * counted, and, after the plan is applied, the commit shows as one more round on an idle
+ * sequence.
+ */
+static void test_flush(void **state) {
+    struct fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_seq_config cfg =
+        harness_seq_config(VASE_POLICY_H2O, BUDGET, WINDOW, PROMPT, VASE_MODE_ASYNC);
+    struct engine *e = open_engine(f, 0, &g, &cfg);
+    e->lag = UINT32_MAX;
+    /* Nothing sent yet: nothing to wait for. */
+    assert_int_equal(vase_seq_flush(e->s), 0);
+
+    assert_decode(e, STEPS_TO_FIRST);
+    assert_true(e->pending);
+    uint64_t pushed = status_of(&f->h.d).stats_messages_total;
+    float values[2 * 8];
+    for (size_t i = 0; i < 2 * 8; i++)
+        values[i] = (float)i;
+    for (uint32_t l = 0; l < g.layers; l++)
+        assert_int_equal(vase_seq_push_stats(e->s, l, VASE_STATS_ACC_ADD, values, 8), 0);
+    assert_int_equal(vase_seq_flush(e->s), 0);
+
+    assert_int_equal(status_of(&f->h.d).stats_messages_total, pushed + g.layers);
+    Vase__Envelope *reply = NULL;
+    assert_int_equal(harness_get_seq(&f->h.d, vase_seq_id(e->s), &reply), 0);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_SEQ_INFO);
+    if (strcmp(reply->seq_info->state, "planning") != 0 &&
+        strcmp(reply->seq_info->state, "plan-ready") != 0)
+        fail_msg("after the flush the sequence is %s, want planning or plan-ready",
+                 reply->seq_info->state);
+    assert_int_equal(reply->seq_info->rounds, 0);
+    vase__envelope__free_unpacked(reply, NULL);
+
+    /* The plan applied, its commit sent but not waited for: the flush waits for it. */
+    assert_int_equal(vase_seq_wait(e->s), 1);
+    assert_int_equal(engine_verify(e), 0);
+    assert_seq_info(&f->h.d, e);
+    assert_int_equal(vase_seq_flush(e->s), 0);
 }
 
 /* Streaming keeps the sinks and the most recent tokens: checks the cache exactly. */
@@ -784,8 +834,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_async_cycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_full_stalls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_prompt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flush, setup, teardown),
     };
-    size_t n = 4;
+    size_t n = 5;
     for (size_t i = 0; i < _VASE_POLICY_MAX; i++) {
         policies[i] = (enum vase_policy)i;
         snprintf(names[i], sizeof(names[i]), "test_policy %s", vase_policy_to_string(policies[i]));

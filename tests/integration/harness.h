@@ -149,7 +149,7 @@ struct harness_status {
     uint64_t incarnation;
     uint32_t pages_total, pages_free; /* arena 0 */
     uint32_t clients, seqs;
-    uint64_t evictions_total, errors_total;
+    uint64_t evictions_total, errors_total, stats_messages_total;
 };
 /* A Status request. 0 or -errno. */
 int harness_status(const struct harness_daemon *d, struct harness_status *ret);
