@@ -210,6 +210,39 @@ static void test_vasectl_config(void **state) {
     assert_int_equal(vasectl(f, (const char *const[]){"--count=1", "status", NULL}), 2);
 }
 
+/* The VALUE of config set is taken as it is, also when it looks like an option (a negative
+ * number), wherever the options are; "--" ends the options. A value out of range is the daemon's
+ * refusal (exit 1), not a usage error (exit 2). */
+static void test_vasectl_config_negative(void **state) {
+    struct fixture *f = *state;
+    vasectl_ok(f, (const char *const[]){"config", "set", "default_slack", "64", NULL});
+    vasectl_ok(f, (const char *const[]){"config", "set", "default_slack", "-1", NULL});
+    const char *out = vasectl_ok(f, (const char *const[]){"config", "get", "default_slack", NULL});
+    assert_string_equal(out, "-1\n");
+
+    out =
+        vasectl_ok(f, (const char *const[]){"config", "set", "default_slack", "7", "--json", NULL});
+    assert_json_line(out);
+    out = vasectl_ok(f,
+                     (const char *const[]){"--json", "config", "set", "default_slack", "-1", NULL});
+    assert_json_line(out);
+    assert_non_null(strstr(out, "\"-1\""));
+    vasectl_ok(f, (const char *const[]){"config", "set", "default_slack", "9", NULL});
+    vasectl_ok(f, (const char *const[]){"--", "config", "set", "default_slack", "-1", NULL});
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "default_slack", NULL});
+    assert_string_equal(out, "-1\n");
+
+    assert_int_equal(
+        vasectl(f, (const char *const[]){"config", "set", "default_slack", "-2", NULL}), 1);
+    if (!strstr(f->p.out, "default_slack"))
+        fail_msg("the refusal does not name the setting:\n%s", f->p.out);
+    /* Other words stay words and other options options. */
+    assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "-1", NULL}), 2);
+    assert_int_equal(vasectl(f, (const char *const[]){"status", "-1", NULL}), 2);
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "default_slack", "--json", NULL});
+    assert_json_line(out);
+}
+
 /* vasectl events --count=1 exits after the first event; events are made until it does, since
  * a subscriber misses what is published before its subscription is in place (nothing tells the
  * test when that is). */
@@ -304,6 +337,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_vasectl_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vasectl_config_negative, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_events, setup_quiet, teardown),
         cmocka_unit_test_setup_teardown(test_replay_engine, setup, teardown),
     };
