@@ -70,9 +70,10 @@ struct vase_seq {
     size_t n_gauss;
 
     /* An error that arrived for this sequence out of band (a refused stats push), returned by
-     * its next call. A sequence whose memory may no longer match the daemon's view is broken:
-     * every later call returns broken. */
+     * its next call, with the daemon's message. A sequence whose memory may no longer match the
+     * daemon's view is broken: every later call returns broken. */
     int deferred_error;
+    char deferred_message[256];
     int broken;
 
     uint32_t *keep_buf; /* [layers][kv_heads][keep], the copied plan */
@@ -96,10 +97,9 @@ struct vase_client {
     struct vase_model *models;
     struct vase_seq *seqs;
 
-    /* Why the last local failure failed, when the errno does not say enough (a device arena
-     * that cannot be mapped); cleared by the next call to the daemon. vase_last_error() returns
-     * it while set. */
-    char local_error[256];
+    /* Why the last call failed, for vase_last_error(): the daemon's message, one of libvase's,
+     * or "". Cleared as every call that returns an error code starts (vase__client_lock()). */
+    char last_error[256];
 
     uint64_t stats_ids[VASE__STATS_RING];
     uint32_t stats_seqs[VASE__STATS_RING];
@@ -109,6 +109,15 @@ struct vase_client {
 
 /* Remembers the client as dead if r says the daemon is gone; returns r. */
 int vase__client_check(struct vase_client *c, int r);
+/* Takes the client's lock for a public call that returns an error code, and clears the last
+ * error: whatever the call leaves there is about this call. */
+void vase__client_lock(struct vase_client *c);
+/* Says why the call fails, for vase_last_error(); returns r. Lock held. */
+int vase__client_fail(struct vase_client *c, int r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A refusal by the daemon: keeps its message and returns its code as -errno (recording daemon
+ * death). Lock held. */
+int vase__client_refused(struct vase_client *c, const Vase__Error *err);
 /* Sends e and waits for a reply of body case expect, recording daemon death. Lock held. */
 int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
                       Vase__Envelope **ret);

@@ -9,9 +9,10 @@
  * with the kernels' compaction.
  *
  * Errors: every fallible call returns >= 0 on success and a negative errno (or -VASE_E*) on
- * failure; vase_strerror() names it. A call never blocks longer than the client's timeout
- * (default 5 s); if the daemon is gone the call fails with -ECONNRESET, and if it restarted
- * with -VASE_ESTALE; the client must then be freed and may reconnect.
+ * failure; vase_strerror() names it, and vase_last_error() says in words why that call failed.
+ * A call never blocks longer than the client's timeout (default 5 s); if the daemon is gone the
+ * call fails with -ECONNRESET, and if it restarted with -VASE_ESTALE; the client must then be
+ * freed and may reconnect.
  *
  * Threads: a client and its sequences are protected by one mutex, so calls from several
  * threads are safe but serialised. Each call on a sequence must come from code that owns the
@@ -87,9 +88,21 @@ struct vase_client *vase_disconnect(struct vase_client *c);
 /* The daemon's incarnation and the client id it assigned. */
 uint64_t vase_client_incarnation(const struct vase_client *c);
 uint32_t vase_client_id(const struct vase_client *c);
-/* The daemon's message for the last error it reported to this client ("" if none), e.g. "NaN or
- * Inf in the keys of layer 3 of sequence 7": the errno of a failed call says only the kind of
- * failure. The string is the client's; it changes with the next call. */
+/*
+ * Why the last call on the client failed, in words, where its errno says only the kind of
+ * failure: the daemon's message when the daemon refused the call (e.g. "NaN or Inf in the
+ * keys/values/queries of layer 3 of sequence 7; no plan"), else libvase's own when it refused
+ * the call itself (an argument out of range, a device arena it cannot map, a broken sequence,
+ * a refused stats push returned by a later call), else "" (the errno is all there is:
+ * -ETIMEDOUT, -ECONNRESET, ...). Every call on the client, its models or its sequences that
+ * returns an error code sets it as it starts, so a failed call never leaves an older call's
+ * message here, and a call that succeeds leaves "". Calls that return no error code
+ * (vase_seq_len(), vase_seq_kv_ptr(), vase_seq_get_stats(), ...) and calls that get no client
+ * (a NULL client or sequence, vase_connect()) leave it as it is. Never NULL; "" for a NULL
+ * client. The string is the client's, valid until the client is freed; its content describes
+ * the latest call on the client from any thread, so with several threads read it before
+ * another thread's call can intervene.
+ */
 const char *vase_last_error(struct vase_client *c);
 /* Round trip of a Ping, for health checks and benchmarks. 0 or -errno. */
 int vase_ping(struct vase_client *c);

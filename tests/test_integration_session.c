@@ -437,6 +437,73 @@ static void test_quota_edquot(void **state) {
     assert_int_equal(status_of(&f->d).pages_free, total - 12 - 10);
 }
 
+/*
+ * vase_last_error() says why the last call failed and nothing older: the daemon's message for
+ * its refusal, libvase's own for a call it refuses itself (never the daemon's earlier words), ""
+ * after a call that succeeds and after a failure that has no words.
+ */
+static void test_last_error(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m;
+    assert_int_equal(harness_engine_open(&f->d, "words", &g, &f->c[0], &m), 0);
+    struct vase_client *c = f->c[0];
+    assert_string_equal(vase_last_error(c), "");
+
+    /* Refused by the daemon: more pages than the arena has. */
+    struct vase_seq_config huge = harness_seq_config(VASE_POLICY_STREAMING, 8192, 32, 0, 0);
+    struct vase_seq *s = NULL, *none = NULL;
+    assert_int_equal(vase_seq_open(c, m, &huge, &none), -ENOSPC);
+    char daemon[256];
+    snprintf(daemon, sizeof(daemon), "%s", vase_last_error(c));
+    if (!strstr(daemon, "cannot open the sequence"))
+        fail_msg("after the daemon's refusal, vase_last_error() is \"%s\"", daemon);
+
+    /* Refused by libvase before a word to the daemon: its own reason. */
+    struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, 0);
+    struct vase_seq_config bad = cfg;
+    bad.slack = -2;
+    assert_int_equal(vase_seq_open(c, m, &bad, &none), -EINVAL);
+    if (!strstr(vase_last_error(c), "slack -2"))
+        fail_msg("after a local refusal, vase_last_error() is \"%s\"", vase_last_error(c));
+    struct vase_model *m2 = NULL;
+    g.arena = 7;
+    assert_int_equal(vase_model_register(c, &g, &m2), -EINVAL);
+    assert_string_equal(vase_last_error(c), "no arena 7");
+    g.arena = 0;
+
+    /* The daemon's words again, then a call that succeeds. */
+    assert_int_equal(vase_seq_open(c, m, &huge, &none), -ENOSPC);
+    assert_string_equal(vase_last_error(c), daemon);
+    assert_int_equal(vase_ping(c), 0);
+    assert_string_equal(vase_last_error(c), "");
+
+    /* The same for the calls on a sequence. */
+    assert_int_equal(vase_seq_open(c, m, &cfg, &s), 0);
+    assert_string_equal(vase_last_error(c), "");
+    assert_int_equal(vase_seq_open(c, m, &huge, &none), -ENOSPC);
+    float values[2] = {1, 2};
+    assert_int_equal(vase_seq_push_stats(s, g.layers, VASE_STATS_ACC_ADD, values, 1), -EINVAL);
+    if (!strstr(vase_last_error(c), "layer 2 of 2"))
+        fail_msg("after a refused push, vase_last_error() is \"%s\"", vase_last_error(c));
+    assert_int_equal(vase_seq_append(s, 1), 0);
+    assert_string_equal(vase_last_error(c), "");
+    assert_int_equal(vase_seq_open(c, m, &huge, &none), -ENOSPC);
+    assert_int_equal(vase_seq_append(s, vase_seq_capacity(s)), -ENOSPC);
+    if (!strstr(vase_last_error(c), "do not fit"))
+        fail_msg("after a full sequence, vase_last_error() is \"%s\"", vase_last_error(c));
+    struct vase_view view;
+    assert_int_equal(vase_seq_kv_view(s, 0, VASE_K, &view), 0);
+    assert_string_equal(vase_last_error(c), "");
+
+    /* A failure the errno says all about: "", not the daemon's earlier message. */
+    assert_int_equal(vase_seq_open(c, m, &huge, &none), -ENOSPC);
+    assert_int_equal(harness_daemon_stop(&f->d, SIGKILL, NULL), 0);
+    assert_int_equal(vase_ping(c), -ECONNRESET);
+    assert_string_equal(vase_last_error(c), "");
+    assert_null(none);
+}
+
 /* max_clients sessions at once; the next handshake is refused with -EUSERS, and a place that
  * frees up is taken again. */
 static void test_client_limit(void **state) {
@@ -660,6 +727,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_invalid_seq_params, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_model_quota, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_admission_enospc, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_last_error, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_quota_edquot, setup_quota, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_client_limit, setup_two_clients,
                                         harness_fixture_teardown),
