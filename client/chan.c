@@ -31,11 +31,14 @@ struct vase__chan {
     uint64_t incarnation;
     uint64_t last_client_seq;
     uint64_t last_request_id;
+    /* The highest request id a reply has arrived for: the daemon handles a peer's requests in
+     * order, so every request up to it has been handled. */
+    uint64_t answered;
     vase__chan_unclaimed_fn unclaimed;
     void *userdata;
     struct vase__replyq queue;
-    /* The message of the last Error the daemon sent, whoever it was for: the errno alone
-     * ("Invalid argument") rarely says what was wrong. */
+    /* The message of the Error that answered the last vase__chan_call(), "" if none did: the
+     * errno alone ("Invalid argument") rarely says what was wrong. */
     char last_error[256];
 };
 
@@ -224,10 +227,15 @@ static int recv_one(struct vase__chan *ch, Vase__Envelope **ret) {
             vase__envelope__free_unpacked(e, NULL);
         return r == -VASE_WIRE_EPROTOVERSION ? -VASE_EPROTOVERSION : r;
     }
-    if (e->body_case == VASE__ENVELOPE__BODY_ERROR && e->error && e->error->message)
-        snprintf(ch->last_error, sizeof(ch->last_error), "%s", e->error->message);
+    /* Only ids this channel handed out count: a reply that echoes another can prove nothing. */
+    if (e->request_id > ch->answered && e->request_id <= ch->last_request_id)
+        ch->answered = e->request_id;
     *ret = e;
     return 1;
+}
+
+uint64_t vase__chan_answered(const struct vase__chan *ch) {
+    return ch->answered;
 }
 
 const char *vase__chan_last_error(const struct vase__chan *ch) {
@@ -324,6 +332,7 @@ int vase__chan_call(struct vase__chan *ch, Vase__Envelope *e, Vase__Envelope__Bo
     uint64_t id;
     Vase__Envelope *reply;
 
+    ch->last_error[0] = '\0';
     int r = vase__chan_send(ch, e, &id);
     if (r < 0)
         return r;
@@ -331,6 +340,8 @@ int vase__chan_call(struct vase__chan *ch, Vase__Envelope *e, Vase__Envelope__Bo
     if (r < 0)
         return r;
     if (reply->body_case == VASE__ENVELOPE__BODY_ERROR) {
+        if (reply->error && reply->error->message)
+            snprintf(ch->last_error, sizeof(ch->last_error), "%s", reply->error->message);
         r = vase__error_code(reply->error);
         vase__envelope__free_unpacked(reply, NULL);
         return r;

@@ -60,11 +60,16 @@ int vase__chan_wait(struct vase__chan *ch, uint64_t request_id, int timeout_ms,
 /* Receives whatever has arrived without blocking, sorting it as vase__chan_wait() does. 0 or
  * the errors of vase__chan_wait() other than -EAGAIN/-ETIMEDOUT. */
 int vase__chan_drain(struct vase__chan *ch);
+/* The highest request id whose reply has been received (0: none yet), whether a wait took it or
+ * it was sorted as unclaimed. The daemon handles one peer's requests in the order they were
+ * sent (PROTOCOL.md), so every request up to this id has been handled. */
+uint64_t vase__chan_answered(const struct vase__chan *ch);
 /* Forgets a queued reply to request_id, if any. */
 void vase__chan_drop(struct vase__chan *ch, uint64_t request_id);
 
-/* The message of the last Error reply received on the channel ("" if none). Valid until the
- * next receive. */
+/* The message of the Error that answered the last vase__chan_call() ("" if that call got
+ * another reply or none). Replies that other waits receive do not change it. Valid until the
+ * next vase__chan_call(). */
 const char *vase__chan_last_error(const struct vase__chan *ch);
 
 /* Maps an Error body to a negative return: errno values negated, 1000 and 1001 to

@@ -9,6 +9,8 @@
  */
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,10 +25,31 @@ int vase__client_check(struct vase_client *c, int r) {
     return r;
 }
 
+void vase__client_lock(struct vase_client *c) {
+    pthread_mutex_lock(&c->lock);
+    c->last_error[0] = '\0';
+}
+
+int vase__client_fail(struct vase_client *c, int r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+int vase__client_refused(struct vase_client *c, const Vase__Error *err) {
+    snprintf(c->last_error, sizeof(c->last_error), "%s", err && err->message ? err->message : "");
+    return vase__client_check(c, vase__error_code(err));
+}
+
 int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
                       Vase__Envelope **ret) {
-    c->local_error[0] = '\0';
-    return vase__client_check(c, vase__chan_call(c->chan, e, expect, ret));
+    int r = vase__client_check(c, vase__chan_call(c->chan, e, expect, ret));
+    /* The daemon's words, when it was the daemon that refused. */
+    if (r < 0)
+        snprintf(c->last_error, sizeof(c->last_error), "%s", vase__chan_last_error(c->chan));
+    return r;
 }
 
 void vase__client_note_stats(struct vase_client *c, uint64_t request_id, uint32_t seq_id) {
@@ -51,8 +74,11 @@ bool vase__client_unclaimed(void *userdata, const Vase__Envelope *e) {
         if (c->stats_ids[i] != e->request_id)
             continue;
         for (struct vase_seq *s = c->seqs; s; s = s->next)
-            if (s->id == c->stats_seqs[i] && s->deferred_error == 0)
+            if (s->id == c->stats_seqs[i] && s->deferred_error == 0) {
                 s->deferred_error = err;
+                snprintf(s->deferred_message, sizeof(s->deferred_message), "%s",
+                         e->error && e->error->message ? e->error->message : "");
+            }
         break;
     }
     return false;
@@ -155,44 +181,38 @@ uint32_t vase_client_id(const struct vase_client *c) {
 }
 
 const char *vase_last_error(struct vase_client *c) {
-    if (!c)
-        return "";
-    pthread_mutex_lock(&c->lock);
-    const char *m = c->local_error[0] ? c->local_error
-                    : c->chan         ? vase__chan_last_error(c->chan)
-                                      : "";
-    pthread_mutex_unlock(&c->lock);
-    return m;
+    return c ? c->last_error : "";
 }
 
-int vase_ping(struct vase_client *c) {
+int vase__client_ping(struct vase_client *c) {
     Vase__Ping ping = VASE__PING__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     Vase__Envelope *reply;
     uint8_t payload[8];
-    int r;
 
-    if (!c)
-        return -EINVAL;
-    pthread_mutex_lock(&c->lock);
-    if (c->dead) {
-        r = c->dead;
-        goto out;
-    }
+    if (c->dead)
+        return c->dead;
     /* A payload unique to this ping, so an echo of another one cannot pass for it. */
     uint64_t tag = ++c->pings;
     memcpy(payload, &tag, sizeof(payload));
     ping.payload = (ProtobufCBinaryData){.len = sizeof(payload), .data = payload};
     e.body_case = VASE__ENVELOPE__BODY_PING;
     e.ping = &ping;
-    r = vase__client_call(c, &e, VASE__ENVELOPE__BODY_PONG, &reply);
+    int r = vase__client_call(c, &e, VASE__ENVELOPE__BODY_PONG, &reply);
     if (r < 0)
-        goto out;
+        return r;
     if (reply->pong->payload.len != sizeof(payload) ||
         memcmp(reply->pong->payload.data, payload, sizeof(payload)) != 0)
         r = -EPROTO;
     vase__envelope__free_unpacked(reply, NULL);
-out:
+    return r;
+}
+
+int vase_ping(struct vase_client *c) {
+    if (!c)
+        return -EINVAL;
+    vase__client_lock(c);
+    int r = vase__client_ping(c);
     pthread_mutex_unlock(&c->lock);
     return r;
 }

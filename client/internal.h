@@ -58,6 +58,10 @@ struct vase_seq {
     uint64_t commit_id;
     uint32_t req_len;
     uint64_t req_position;
+    /* The request id of the last message sent for this sequence (request, commit, stats
+     * push): once the channel has a reply to it or to anything later, the daemon has handled
+     * them all (vase_seq_flush()). */
+    uint64_t last_sent_id;
 
     /* Draws injected for the next request (vase_seq_set_draws), owned here. */
     float *exp_draws;
@@ -66,9 +70,10 @@ struct vase_seq {
     size_t n_gauss;
 
     /* An error that arrived for this sequence out of band (a refused stats push), returned by
-     * its next call. A sequence whose memory may no longer match the daemon's view is broken:
-     * every later call returns broken. */
+     * its next call, with the daemon's message. A sequence whose memory may no longer match the
+     * daemon's view is broken: every later call returns broken. */
     int deferred_error;
+    char deferred_message[256];
     int broken;
 
     uint32_t *keep_buf; /* [layers][kv_heads][keep], the copied plan */
@@ -92,10 +97,9 @@ struct vase_client {
     struct vase_model *models;
     struct vase_seq *seqs;
 
-    /* Why the last local failure failed, when the errno does not say enough (a device arena
-     * that cannot be mapped); cleared by the next call to the daemon. vase_last_error() returns
-     * it while set. */
-    char local_error[256];
+    /* Why the last call failed, for vase_last_error(): the daemon's message, one of libvase's,
+     * or "". Cleared as every call that returns an error code starts (vase__client_lock()). */
+    char last_error[256];
 
     uint64_t stats_ids[VASE__STATS_RING];
     uint32_t stats_seqs[VASE__STATS_RING];
@@ -105,9 +109,20 @@ struct vase_client {
 
 /* Remembers the client as dead if r says the daemon is gone; returns r. */
 int vase__client_check(struct vase_client *c, int r);
+/* Takes the client's lock for a public call that returns an error code, and clears the last
+ * error: whatever the call leaves there is about this call. */
+void vase__client_lock(struct vase_client *c);
+/* Says why the call fails, for vase_last_error(); returns r. Lock held. */
+int vase__client_fail(struct vase_client *c, int r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A refusal by the daemon: keeps its message and returns its code as -errno (recording daemon
+ * death). Lock held. */
+int vase__client_refused(struct vase_client *c, const Vase__Error *err);
 /* Sends e and waits for a reply of body case expect, recording daemon death. Lock held. */
 int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
                       Vase__Envelope **ret);
+/* A Ping round trip (vase_ping()). Lock held. */
+int vase__client_ping(struct vase_client *c);
 /* Frees every model and sequence of the client locally (no messages). Lock held. */
 void vase__client_free_objects(struct vase_client *c);
 /* Remembers that stats push request_id belongs to seq_id. Lock held. */

@@ -54,31 +54,43 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
     struct vase__layout layout;
     int r;
 
-    if (!c || !g || !ret)
+    if (!c)
         return -EINVAL;
-    pthread_mutex_lock(&c->lock);
+    vase__client_lock(c);
+    if (!g || !ret) {
+        r = vase__client_fail(c, -EINVAL, "vase_model_register: no geometry or no result pointer");
+        goto out;
+    }
     if (c->dead) {
         r = c->dead;
         goto out;
     }
     struct vase__arena *arena = find_arena(c, g->arena);
     if (!arena) {
-        r = -EINVAL;
+        r = vase__client_fail(c, -EINVAL, "no arena %u", g->arena);
         goto out;
     }
     r = vase__layout_compute(g, arena->page_bytes, &layout);
-    if (r < 0)
+    if (r < 0) {
+        const char *dtype = vase_dtype_to_string(g->dtype);
+        vase__client_fail(c, r,
+                          "arena %u (pages of %llu bytes) cannot lay out %u layers, %u query "
+                          "heads, %u KV heads of dimension %u, dtype %s, alignment %u",
+                          g->arena, (unsigned long long)arena->page_bytes, g->layers, g->q_heads,
+                          g->kv_heads, g->head_dim, dtype ? dtype : "unknown", g->align);
         goto out;
+    }
     /* A device arena is mapped when the first model is registered on it, so that a client
      * that never uses it never touches CUDA; an arena this library cannot map is refused. */
     if (vase__arena_on_device(arena) && !arena->map) {
-        c->local_error[0] = '\0';
-        r = vase__cuda_map(arena, c->session.incarnation, c->local_error, sizeof(c->local_error));
+        r = vase__cuda_map(arena, c->session.incarnation, c->last_error, sizeof(c->last_error));
         if (r < 0)
             goto out;
     }
     if (!arena->map) {
-        r = -EOPNOTSUPP;
+        r = vase__client_fail(c, -EOPNOTSUPP,
+                              "arena %u is shared as \"%s\", which libvase cannot map", g->arena,
+                              arena->share);
         goto out;
     }
 
@@ -97,7 +109,8 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
     if (r < 0)
         goto out;
     if (!layout_matches(&layout, reply->model_layout)) {
-        r = -EPROTO;
+        r = vase__client_fail(c, -EPROTO,
+                              "the daemon's layout of the model differs from PROTOCOL.md's");
         goto out;
     }
 

@@ -38,11 +38,12 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static bool all_finite(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return false;
-    return true;
+/* The index of the first NaN or Inf of x[0 .. n), n if none. */
+static size_t first_nonfinite(const float *x, size_t n) {
+    size_t i = 0;
+    while (i < n && isfinite(x[i]))
+        i++;
+    return i;
 }
 
 static void clear_draws(struct vase_seq *s) {
@@ -80,6 +81,17 @@ static int copy_pages(const uint32_t *src, size_t n, const struct vase__arena *a
 
 static int finish_commit(struct vase_seq *s, bool wait);
 
+/* Returns, once, the refusal of a stats push that arrived for s (0 if none), with the daemon's
+ * words for vase_last_error(). Lock held. */
+static int take_deferred(struct vase_seq *s) {
+    int r = s->deferred_error;
+    if (r < 0)
+        vase__client_fail(s->client, r, "a stats push of sequence %u was refused: %s", s->id,
+                          s->deferred_message);
+    s->deferred_error = 0;
+    return r;
+}
+
 /* The error a call on s returns before doing anything: the client is dead (also found out
  * here, with one non-blocking look at the session socket, so that even a call that sends
  * nothing never pretends a sequence of a dead daemon lives on), the sequence is broken, or a
@@ -90,13 +102,14 @@ static int precheck(struct vase_seq *s) {
     if (s->client->dead)
         return s->client->dead;
     if (s->broken)
-        return s->broken;
+        return vase__client_fail(s->client, s->broken,
+                                 "sequence %u no longer matches the daemon's view since an "
+                                 "earlier failure (%s); it can only be closed",
+                                 s->id, vase_strerror(s->broken));
     int r = finish_commit(s, false);
     if (r < 0)
         return r;
-    r = s->deferred_error;
-    s->deferred_error = 0;
-    return r;
+    return take_deferred(s);
 }
 
 static void unlink_seq(struct vase_seq *s) {
@@ -197,14 +210,29 @@ int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase
     struct vase_seq *s;
     int r;
 
-    if (!c || !m || !cfg || !ret || m->client != c)
+    if (!c)
         return -EINVAL;
-    if (vase_params_check(&cfg->params, cfg->policy) < 0 ||
-        (cfg->mode != VASE_MODE_ASYNC && cfg->mode != VASE_MODE_SYNC) || cfg->slack < -1 ||
-        cfg->params.n_sink > INT32_MAX || cfg->params.n_large > INT32_MAX)
-        return -EINVAL;
-
-    pthread_mutex_lock(&c->lock);
+    vase__client_lock(c);
+    if (!m || !cfg || !ret || m->client != c) {
+        r = vase__client_fail(c, -EINVAL, "vase_seq_open: %s",
+                              m && m->client != c ? "the model is another client's"
+                                                  : "no model, configuration or result pointer");
+        goto out;
+    }
+    if (vase_params_check(&cfg->params, cfg->policy) < 0 || cfg->params.n_sink > INT32_MAX ||
+        cfg->params.n_large > INT32_MAX) {
+        const char *policy = vase_policy_to_string(cfg->policy);
+        r = vase__client_fail(c, -EINVAL, "vase_seq_open: invalid parameters for policy %s",
+                              policy ? policy : "(unknown)");
+        goto out;
+    }
+    if ((cfg->mode != VASE_MODE_ASYNC && cfg->mode != VASE_MODE_SYNC) || cfg->slack < -1) {
+        r = vase__client_fail(c, -EINVAL,
+                              "vase_seq_open: mode %d, slack %d (want a mode of enum vase_mode, "
+                              "slack >= -1)",
+                              (int)cfg->mode, (int)cfg->slack);
+        goto out;
+    }
     if (c->dead) {
         r = c->dead;
         goto out;
@@ -236,8 +264,15 @@ int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase
     if (r == 0)
         r = seq_from_layout(m, cfg, reply->seq_layout, &s);
     if (r < 0) {
-        /* The daemon reserved pages for a sequence we will not use: give them back. */
+        /* The daemon reserved pages for a sequence we will not use: give them back. Whatever
+         * that says, the reason of this failure is what vase_last_error() tells. */
         (void)close_remote(c, reply->seq_layout->seq_id);
+        if (r == -EPROTO)
+            vase__client_fail(c, r,
+                              "the daemon's layout of the new sequence does not fit what "
+                              "was asked or the arena (PROTOCOL.md, \"Layouts are checked\")");
+        else
+            c->last_error[0] = '\0';
         goto out;
     }
     s->next = c->seqs;
@@ -256,7 +291,7 @@ int vase_seq_close(struct vase_seq *s) {
     struct vase_client *c = s->client;
     int r;
 
-    pthread_mutex_lock(&c->lock);
+    vase__client_lock(c);
     unlink_seq(s);
     if (s->pending)
         vase__chan_drop(c->chan, s->pending_id);
@@ -298,12 +333,19 @@ void vase_seq_get_stats(const struct vase_seq *s, struct vase_seq_stats *ret) {
 
 int vase_seq_kv_view(const struct vase_seq *s, uint32_t layer, enum vase_kv kv,
                      struct vase_view *ret) {
-    if (!s || !ret || (kv != VASE_K && kv != VASE_V) || layer >= s->model->layout.layers)
+    int r = 0;
+
+    if (!s)
         return -EINVAL;
-    pthread_mutex_lock(&s->client->lock);
-    *ret = vase__layout_kv_view(&s->model->layout, s->model->arena->map, s->pages, layer, kv);
+    vase__client_lock(s->client);
+    if (!ret || (kv != VASE_K && kv != VASE_V) || layer >= s->model->layout.layers)
+        r = vase__client_fail(s->client, -EINVAL,
+                              "vase_seq_kv_view: layer %u of %u, kv %d, result pointer %s", layer,
+                              s->model->layout.layers, (int)kv, ret ? "given" : "NULL");
+    else
+        *ret = vase__layout_kv_view(&s->model->layout, s->model->arena->map, s->pages, layer, kv);
     pthread_mutex_unlock(&s->client->lock);
-    return 0;
+    return r;
 }
 
 void *vase_seq_kv_ptr(const struct vase_seq *s, uint32_t layer, enum vase_kv kv, uint32_t slot,
@@ -371,6 +413,7 @@ static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
         return r;
     s->pending = true;
     s->pending_id = id;
+    s->last_sent_id = id;
     s->req_len = len;
     s->req_position = position;
     return 0;
@@ -395,6 +438,7 @@ static int send_commit(struct vase_seq *s, uint32_t round) {
         return r;
     s->commit_pending = true;
     s->commit_id = id;
+    s->last_sent_id = id;
     return 0;
 }
 
@@ -426,7 +470,7 @@ static int finish_commit(struct vase_seq *s, bool wait) {
     s->commit_pending = false;
     uint32_t *pages = NULL;
     if (reply->body_case == VASE__ENVELOPE__BODY_ERROR) {
-        r = vase__client_check(s->client, vase__error_code(reply->error));
+        r = vase__client_refused(s->client, reply->error);
     } else if (reply->body_case != VASE__ENVELOPE__BODY_COMMIT_REPLY) {
         r = -EPROTO;
     } else {
@@ -437,6 +481,9 @@ static int finish_commit(struct vase_seq *s, bool wait) {
         else
             r = copy_pages(cr->pages, cr->n_pages, s->model->arena, &pages);
     }
+    if (r == -EPROTO && reply->body_case != VASE__ENVELOPE__BODY_ERROR)
+        vase__client_fail(s->client, r,
+                          "the daemon's reply to the commit of sequence %u does not fit it", s->id);
     if (r == 0) {
         free(s->pages);
         s->pages = pages;
@@ -512,12 +559,15 @@ static int apply(struct vase_seq *s, Vase__Envelope *e) {
 
     s->pending = false;
     if (e->body_case == VASE__ENVELOPE__BODY_ERROR)
-        return vase__client_check(s->client, vase__error_code(e->error));
+        return vase__client_refused(s->client, e->error);
     const Vase__EvictPlan *p =
         e->body_case == VASE__ENVELOPE__BODY_EVICT_PLAN ? e->evict_plan : NULL;
     uint32_t n = s->req_len - s->window;
     if (!p || p->seq_id != s->id || p->len != s->req_len || p->n != n || p->keep != s->keep) {
-        r = -EPROTO;
+        r = vase__client_fail(s->client, -EPROTO,
+                              "the daemon's reply does not answer the eviction request of "
+                              "sequence %u",
+                              s->id);
         goto broken;
     }
     /* Even a plan that cannot be applied (for want of memory, say) breaks the sequence: the
@@ -526,6 +576,11 @@ static int apply(struct vase_seq *s, Vase__Envelope *e) {
     int new_len = s->cuda ? compact_device(s, n) : compact_host(s, n);
     if (new_len < 0) {
         r = new_len;
+        if (r == -EPROTO)
+            vase__client_fail(s->client, r,
+                              "the plan of sequence %u holds a keep list that is not distinct "
+                              "slots below %u",
+                              s->id, n);
         goto broken;
     }
     s->stats.compact_seconds += now_seconds() - t0;
@@ -584,7 +639,7 @@ int vase_seq_append(struct vase_seq *s, uint32_t n) {
 
     if (!s)
         return -EINVAL;
-    pthread_mutex_lock(&s->client->lock);
+    vase__client_lock(s->client);
     r = precheck(s);
     if (r < 0 || n == 0)
         goto out;
@@ -595,7 +650,9 @@ int vase_seq_append(struct vase_seq *s, uint32_t n) {
         applied = 1;
     }
     if ((uint64_t)s->len + n > s->capacity) {
-        r = -ENOSPC;
+        r = vase__client_fail(s->client, -ENOSPC,
+                              "%u tokens do not fit sequence %u: %u of %u slots are filled", n,
+                              s->id, s->len, s->capacity);
         goto out;
     }
     s->len += n;
@@ -644,7 +701,7 @@ int vase_seq_poll(struct vase_seq *s) {
 
     if (!s)
         return -EINVAL;
-    pthread_mutex_lock(&s->client->lock);
+    vase__client_lock(s->client);
     r = precheck(s);
     if (r < 0)
         goto out;
@@ -658,10 +715,8 @@ int vase_seq_poll(struct vase_seq *s) {
     } else
         r = vase__client_check(s->client, vase__chan_drain(s->client->chan));
     /* A refusal that arrived just now is reported now rather than one step later. */
-    if (r == 0 && s->deferred_error) {
-        r = s->deferred_error;
-        s->deferred_error = 0;
-    }
+    if (r == 0)
+        r = take_deferred(s);
 out:
     pthread_mutex_unlock(&s->client->lock);
     return r;
@@ -672,7 +727,7 @@ int vase_seq_wait(struct vase_seq *s) {
 
     if (!s)
         return -EINVAL;
-    pthread_mutex_lock(&s->client->lock);
+    vase__client_lock(s->client);
     r = precheck(s);
     if (r == 0 && s->pending)
         r = wait_and_apply(s, false);
@@ -680,36 +735,72 @@ int vase_seq_wait(struct vase_seq *s) {
     return r;
 }
 
+int vase_seq_flush(struct vase_seq *s) {
+    int r;
+
+    if (!s)
+        return -EINVAL;
+    vase__client_lock(s->client);
+    r = precheck(s);
+    if (r == 0)
+        r = finish_commit(s, true);
+    /* A push or a request nothing has answered yet: the daemon handles a client's messages in
+     * order, so the reply to a Ping sent now comes after it has handled them. A refusal of a
+     * push arrives before that reply and is returned now. */
+    if (r == 0 && s->last_sent_id > vase__chan_answered(s->client->chan)) {
+        r = vase__client_ping(s->client);
+        if (r == 0)
+            r = take_deferred(s);
+    }
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
 int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp, const float *gauss,
                        size_t n_gauss) {
     float *e = NULL, *g = NULL;
+    int r = 0;
 
-    if (!s || (!exp_draws && n_exp) || (!gauss && n_gauss))
+    if (!s)
         return -EINVAL;
+    struct vase_client *c = s->client;
+    vase__client_lock(c);
+    if ((!exp_draws && n_exp) || (!gauss && n_gauss)) {
+        r = vase__client_fail(c, -EINVAL, "vase_seq_set_draws: a count without its draws");
+        goto out;
+    }
     /* Exp(1) draws are -log(u) with u in (0, 1]: finite and non-negative (0 when u is 1);
      * normals are merely finite. */
     for (size_t i = 0; i < n_exp; i++)
-        if (!(exp_draws[i] >= 0.0f) || !isfinite(exp_draws[i]))
-            return -EINVAL;
-    if (!all_finite(gauss, n_gauss))
-        return -EINVAL;
+        if (!(exp_draws[i] >= 0.0f) || !isfinite(exp_draws[i])) {
+            r = vase__client_fail(c, -EINVAL, "vase_seq_set_draws: Exp(1) draw %zu is %g", i,
+                                  (double)exp_draws[i]);
+            goto out;
+        }
+    size_t bad = first_nonfinite(gauss, n_gauss);
+    if (bad < n_gauss) {
+        r = vase__client_fail(c, -EINVAL, "vase_seq_set_draws: normal draw %zu is %g", bad,
+                              (double)gauss[bad]);
+        goto out;
+    }
     if ((n_exp && !(e = malloc(n_exp * sizeof(*e)))) ||
         (n_gauss && !(g = malloc(n_gauss * sizeof(*g))))) {
         free(e);
-        return -ENOMEM;
+        r = -ENOMEM;
+        goto out;
     }
     if (n_exp)
         memcpy(e, exp_draws, n_exp * sizeof(*e));
     if (n_gauss)
         memcpy(g, gauss, n_gauss * sizeof(*g));
-    pthread_mutex_lock(&s->client->lock);
     clear_draws(s);
     s->exp_draws = e;
     s->n_exp = n_exp;
     s->gauss = g;
     s->n_gauss = n_gauss;
-    pthread_mutex_unlock(&s->client->lock);
-    return 0;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return r;
 }
 
 int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind kind,
@@ -719,20 +810,32 @@ int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind
     uint64_t id;
     int r;
 
-    if (!s || !values || len == 0 ||
-        (kind != VASE_STATS_ACC_ADD && kind != VASE_STATS_WINDOW_SCORES))
+    if (!s)
         return -EINVAL;
     const struct vase__layout *l = &s->model->layout;
     size_t count = (size_t)l->kv_heads * len;
-    if (layer >= l->layers || !all_finite(values, count))
-        return -EINVAL;
-
-    pthread_mutex_lock(&s->client->lock);
+    vase__client_lock(s->client);
+    if (!values || len == 0 || (kind != VASE_STATS_ACC_ADD && kind != VASE_STATS_WINDOW_SCORES) ||
+        layer >= l->layers) {
+        r = vase__client_fail(s->client, -EINVAL,
+                              "vase_seq_push_stats: layer %u of %u, kind %d, len %u%s", layer,
+                              l->layers, (int)kind, len, values ? "" : ", no values");
+        goto out;
+    }
+    size_t bad = first_nonfinite(values, count);
+    if (bad < count) {
+        r = vase__client_fail(s->client, -EINVAL,
+                              "vase_seq_push_stats: the value of KV head %zu, slot %zu is %g",
+                              bad / len, bad % len, (double)values[bad]);
+        goto out;
+    }
     r = precheck(s);
     if (r < 0)
         goto out;
     if (len > s->len) {
-        r = -EINVAL;
+        r = vase__client_fail(s->client, -EINVAL,
+                              "vase_seq_push_stats: len %u, but sequence %u has %u slots filled",
+                              len, s->id, s->len);
         goto out;
     }
     /* Sorting what has arrived keeps refusals of earlier pushes flowing back even when the
@@ -753,8 +856,10 @@ int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind
     e.body_case = VASE__ENVELOPE__BODY_ATTN_STATS;
     e.attn_stats = &st;
     r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));
-    if (r == 0)
+    if (r == 0) {
         vase__client_note_stats(s->client, id, s->id);
+        s->last_sent_id = id;
+    }
 out:
     pthread_mutex_unlock(&s->client->lock);
     return r;
@@ -765,7 +870,7 @@ out:
 int vase_seq_set_stream(struct vase_seq *s, void *cuda_stream) {
     if (!s)
         return -EINVAL;
-    pthread_mutex_lock(&s->client->lock);
+    vase__client_lock(s->client);
     s->stream = cuda_stream;
     pthread_mutex_unlock(&s->client->lock);
     return 0;
@@ -791,14 +896,16 @@ static int kv_copy(struct vase_seq *s, uint32_t layer, uint32_t slot, void *k, v
                    bool to_arena) {
     int r;
 
-    if (!s || !k || !v || layer >= s->model->layout.layers)
+    if (!s)
         return -EINVAL;
     const struct vase__layout *l = &s->model->layout;
     /* A token's heads are contiguous ([token][kv_head][dim]): one copy each for K and V. */
     size_t bytes = (size_t)l->token_stride;
-    pthread_mutex_lock(&s->client->lock);
-    if (slot >= s->capacity) {
-        r = -EINVAL;
+    vase__client_lock(s->client);
+    if (!k || !v || layer >= l->layers || slot >= s->capacity) {
+        r = vase__client_fail(s->client, -EINVAL, "%s: layer %u of %u, slot %u of %u%s",
+                              to_arena ? "vase_seq_write_kv" : "vase_seq_read_kv", layer, l->layers,
+                              slot, s->capacity, k && v ? "" : ", a NULL buffer");
         goto out;
     }
     r = arena_copy(s, vase__layout_kv_offset(l, s->pages, layer, VASE_K, slot, 0), k, bytes,
@@ -823,13 +930,21 @@ int vase_seq_read_kv(struct vase_seq *s, uint32_t layer, uint32_t slot, void *k,
 int vase_seq_write_query(struct vase_seq *s, uint32_t layer, uint64_t pos, const void *q) {
     int r;
 
-    if (!s || !q || layer >= s->model->layout.layers || s->n_ring_pages == 0)
+    if (!s)
         return -EINVAL;
     const struct vase__layout *l = &s->model->layout;
-    pthread_mutex_lock(&s->client->lock);
-    /* A ring entry's query heads are contiguous ([entry][q_head][dim]). */
-    r = arena_copy(s, vase__layout_query_offset(l, s->ring_pages, s->window, layer, pos, 0),
-                   (void *)q, (size_t)l->ring_row_stride, true);
+    vase__client_lock(s->client);
+    if (s->n_ring_pages == 0)
+        r = vase__client_fail(s->client, -EINVAL,
+                              "vase_seq_write_query: policy %s reads no queries",
+                              vase_policy_to_string(s->policy));
+    else if (!q || layer >= l->layers)
+        r = vase__client_fail(s->client, -EINVAL, "vase_seq_write_query: layer %u of %u%s", layer,
+                              l->layers, q ? "" : ", no query");
+    else
+        /* A ring entry's query heads are contiguous ([entry][q_head][dim]). */
+        r = arena_copy(s, vase__layout_query_offset(l, s->ring_pages, s->window, layer, pos, 0),
+                       (void *)q, (size_t)l->ring_row_stride, true);
     pthread_mutex_unlock(&s->client->lock);
     return r;
 }

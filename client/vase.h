@@ -9,9 +9,10 @@
  * with the kernels' compaction.
  *
  * Errors: every fallible call returns >= 0 on success and a negative errno (or -VASE_E*) on
- * failure; vase_strerror() names it. A call never blocks longer than the client's timeout
- * (default 5 s); if the daemon is gone the call fails with -ECONNRESET, and if it restarted
- * with -VASE_ESTALE; the client must then be freed and may reconnect.
+ * failure; vase_strerror() names it, and vase_last_error() says in words why that call failed.
+ * A call never blocks longer than the client's timeout (default 5 s); if the daemon is gone the
+ * call fails with -ECONNRESET, and if it restarted with -VASE_ESTALE; the client must then be
+ * freed and may reconnect.
  *
  * Threads: a client and its sequences are protected by one mutex, so calls from several
  * threads are safe but serialised. Each call on a sequence must come from code that owns the
@@ -42,6 +43,11 @@
  *      engine queues afterwards on any stream sees the compacted cache.
  * Every call makes the arena's device current for its CUDA work and restores the caller's
  * current device before it returns.
+ *
+ * Ordering (other connections): the daemon handles one client's messages in order, but nothing
+ * orders them with another connection's (vasectl's, say), and some of them are sent without
+ * waiting for a reply (EvictCommit, stats pushes). vase_seq_flush() waits until the daemon has
+ * handled everything sent for a sequence, for code that then asks the daemon about it.
  */
 
 #include <stddef.h>
@@ -82,9 +88,21 @@ struct vase_client *vase_disconnect(struct vase_client *c);
 /* The daemon's incarnation and the client id it assigned. */
 uint64_t vase_client_incarnation(const struct vase_client *c);
 uint32_t vase_client_id(const struct vase_client *c);
-/* The daemon's message for the last error it reported to this client ("" if none), e.g. "NaN or
- * Inf in the keys of layer 3 of sequence 7": the errno of a failed call says only the kind of
- * failure. The string is the client's; it changes with the next call. */
+/*
+ * Why the last call on the client failed, in words, where its errno says only the kind of
+ * failure: the daemon's message when the daemon refused the call (e.g. "NaN or Inf in the
+ * keys/values/queries of layer 3 of sequence 7; no plan"), else libvase's own when it refused
+ * the call itself (an argument out of range, a device arena it cannot map, a broken sequence,
+ * a refused stats push returned by a later call), else "" (the errno is all there is:
+ * -ETIMEDOUT, -ECONNRESET, ...). Every call on the client, its models or its sequences that
+ * returns an error code sets it as it starts, so a failed call never leaves an older call's
+ * message here, and a call that succeeds leaves "". Calls that return no error code
+ * (vase_seq_len(), vase_seq_kv_ptr(), vase_seq_get_stats(), ...) and calls that get no client
+ * (a NULL client or sequence, vase_connect()) leave it as it is. Never NULL; "" for a NULL
+ * client. The string is the client's, valid until the client is freed; its content describes
+ * the latest call on the client from any thread, so with several threads read it before
+ * another thread's call can intervene.
+ */
 const char *vase_last_error(struct vase_client *c);
 /* Round trip of a Ping, for health checks and benchmarks. 0 or -errno. */
 int vase_ping(struct vase_client *c);
@@ -223,6 +241,24 @@ int vase_seq_poll(struct vase_seq *s);
 /* Waits for the pending plan, if any, and applies it. 1 if applied, 0 if none pending,
  * -ETIMEDOUT if it did not come within the client's timeout (it stays pending), -errno. */
 int vase_seq_wait(struct vase_seq *s);
+/*
+ * Waits until the daemon has handled every message libvase sent for the sequence. libvase does
+ * not wait for the reply to EvictCommit (it reads it at the next call on the sequence), and
+ * stats pushes have no reply, so when another call returns the daemon may not have seen them
+ * yet; anyone asking it over another connection (vasectl, a monitoring tool, a test) may then
+ * see the sequence as it was before. After vase_seq_flush() returns 0 they see at least its
+ * state as of the call: every applied plan committed (rounds, length, block table, state no
+ * longer waiting for the commit), every pushed statistic taken in, and the pending request, if
+ * any, accepted. It reads the outstanding commit reply (taking its block table, as the next call
+ * would); if a push or a request is still unanswered, it adds a Ping round trip (the daemon
+ * handles one client's messages in order, PROTOCOL.md). Nothing else is sent, and a pending plan
+ * is neither waited for nor applied: call vase_seq_wait() first to have its commit included.
+ * An engine never needs it for its own work. 0; -ETIMEDOUT if the daemon did not answer within
+ * the client's timeout (what was outstanding stays so; the call may be repeated); a refused
+ * commit (the sequence is broken then, see vase_seq_append()); a refused stats push (returned
+ * once, as by the other calls); -ECONNRESET, -VASE_ESTALE; -EINVAL for NULL.
+ */
+int vase_seq_flush(struct vase_seq *s);
 
 enum vase_stats_kind {
     VASE_STATS_ACC_ADD = 0,       /* attention received per slot: added to the h2o accumulator */

@@ -37,7 +37,10 @@ static const char *arg_runtime_dir = NULL;
 static bool arg_json = false;
 static int arg_timeout_ms = DEFAULT_TIMEOUT_MS;
 static long long arg_count = -1; /* events to print; -1: until SIGINT */
-static char **arg_command = NULL;
+/* The command words: at most four are ever valid ("config set KEY VALUE"); more are counted so
+ * that run() can refuse them. */
+#define MAX_WORDS 4
+static char *arg_command[MAX_WORDS];
 static int arg_n_command = 0;
 
 static volatile sig_atomic_t interrupted = 0;
@@ -67,7 +70,8 @@ static void help(void) {
            "  seqs [CLIENT_ID]       sequences (of one client)\n"
            "  seq ID                 one sequence\n"
            "  config get [KEY]       settings (one setting's value)\n"
-           "  config set KEY VALUE   change a setting at run time\n"
+           "  config set KEY VALUE   change a setting at run time (VALUE is taken as it is,\n"
+           "                         also when it starts with '-': config set default_slack -1)\n"
            "  events                 follow the event stream until interrupted\n"
            "  ping                   round trip to the daemon\n"
            "\n"
@@ -77,11 +81,31 @@ static void help(void) {
            "                         else /run/vase if it exists, else ./run)\n"
            "     --json              print JSON instead of tables\n"
            "     --timeout=MS        bound on each wait for the daemon (default %d)\n"
-           "     --count=N           events: stop after N events\n",
+           "     --count=N           events: stop after N events\n"
+           "\n"
+           "Options may come before, between or after the command's words; '--' ends them.\n",
            program_invocation_short_name, DEFAULT_TIMEOUT_MS);
 }
 
-/* Returns < 0 on a usage error (already reported), 0 to exit successfully (help), > 0 to run. */
+static void add_word(char *word) {
+    if (arg_n_command < MAX_WORDS)
+        arg_command[arg_n_command] = word;
+    arg_n_command++;
+}
+
+/* Whether the next argument is the VALUE of "config set KEY VALUE", which is never an option:
+ * a value may well start with '-' (a negative number). */
+static bool value_due(void) {
+    return arg_n_command == 3 && strcmp(arg_command[0], "config") == 0 &&
+           strcmp(arg_command[1], "set") == 0;
+}
+
+/*
+ * Returns < 0 on a usage error (already reported), 0 to exit successfully (help), > 0 to run.
+ * Options and command words may be mixed, but unlike getopt's own permuting the arguments are
+ * taken in order ('+': getopt stops at each word, which is collected here), so that the VALUE
+ * of config set can be taken as it is, and "--" makes every later argument a word.
+ */
 static int parse_argv(int argc, char *argv[]) {
     enum { ARG_RUNTIME_DIR = 0x100, ARG_JSON, ARG_TIMEOUT, ARG_COUNT };
     static const struct option options[] = {
@@ -92,10 +116,24 @@ static int parse_argv(int argc, char *argv[]) {
         {"count", required_argument, NULL, ARG_COUNT},
         {},
     };
+    bool options_ended = false;
     long long v;
-    int c;
 
-    while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0) {
+    while (optind < argc) {
+        if (options_ended || value_due()) {
+            add_word(argv[optind++]);
+            continue;
+        }
+        int at = optind;
+        int c = getopt_long(argc, argv, "+h", options, NULL);
+        if (c < 0) {
+            /* A word, or "--" (which getopt steps over). */
+            if (optind > at)
+                options_ended = true;
+            else
+                add_word(argv[optind++]);
+            continue;
+        }
         switch (c) {
         case 'h':
             help();
@@ -131,12 +169,10 @@ static int parse_argv(int argc, char *argv[]) {
             return -EINVAL;
         }
     }
-    if (optind >= argc) {
+    if (arg_n_command == 0) {
         fprintf(stderr, "vasectl: no command given (try --help)\n");
         return -EINVAL;
     }
-    arg_command = argv + optind;
-    arg_n_command = argc - optind;
     return 1;
 }
 

@@ -4,9 +4,10 @@
 # with_vased.sh VASED [SETTING...] -- COMMAND [ARG...]
 #
 # Runs COMMAND against a private vased: starts VASED with the given --key=value settings (and
-# no configuration file) on a fresh temporary runtime directory, waits until its sockets exist,
-# runs COMMAND with VASE_RUNTIME_DIR pointing there, then stops the daemon with SIGTERM and
-# checks that it exits cleanly. The exit status is COMMAND's, or 1 if the daemon failed to
+# no configuration file) on a fresh temporary runtime directory, waits until it answers a Ping
+# (from the vasectl beside VASED; without one, until its sockets exist), runs COMMAND with
+# VASE_RUNTIME_DIR pointing there, then stops the daemon with SIGTERM and checks that it exits
+# cleanly. The exit status is COMMAND's, or 1 if the daemon failed to
 # start or to stop cleanly. Whatever happens (a failure, Ctrl-C, SIGTERM: COMMAND then gets
 # SIGTERM), neither COMMAND nor the daemon is left running and the directory is removed; the
 # daemon's log is shown when something went wrong.
@@ -41,18 +42,19 @@ pid=
 cmd=
 show_log=0
 
-# Stops the daemon if it still runs: SIGTERM, up to 10 s, then SIGKILL. Sets $daemon_status.
+# Stops the daemon if it still runs: SIGTERM, up to 30 s (its shutdown_timeout for plans in
+# flight is 10 s by default), then SIGKILL. Sets $daemon_status.
 stop_daemon() {
     daemon_status=0
     [ -n "$pid" ] || return 0
     if kill -0 "$pid" 2>/dev/null; then
         kill -TERM "$pid" 2>/dev/null
-        for _ in $(seq 100); do
+        for _ in $(seq 300); do
             kill -0 "$pid" 2>/dev/null || break
             sleep 0.1
         done
         if kill -0 "$pid" 2>/dev/null; then
-            echo "$0: vased (pid $pid) ignored SIGTERM for 10 s; killing it" >&2
+            echo "$0: vased (pid $pid) ignored SIGTERM for 30 s; killing it" >&2
             kill -KILL "$pid" 2>/dev/null
         fi
     fi
@@ -84,23 +86,30 @@ trap 'exit 143' TERM
 "$vased" --config=/dev/null --runtime-dir="$dir" "${settings[@]}" >"$dir/vased.log" 2>&1 &
 pid=$!
 
-# READY=1 goes to systemd only; here the sockets' existence says the daemon is listening.
+# READY=1 goes to systemd only. The socket files appear as the daemon binds them (the session
+# socket's a moment before it listens); a Ping is answered only by the main loop, once every
+# socket is set up, so vasectl (built beside vased) pings it. Without vasectl the files have to
+# do. The bound only turns a daemon that never gets ready into a failure.
+vasectl=$(dirname "$vased")/vasectl
 ready=0
-for _ in $(seq 200); do
+deadline=$((SECONDS + 30))
+while [ "$SECONDS" -lt "$deadline" ]; do
     if ! kill -0 "$pid" 2>/dev/null; then
         wait "$pid"
         echo "$0: vased exited with status $? during start-up" >&2
         pid=
         exit 1
     fi
-    if [ -S "$dir/session.sock" ] && [ -S "$dir/control.sock" ] && [ -S "$dir/events.sock" ]; then
+    if [ -S "$dir/session.sock" ] && [ -S "$dir/control.sock" ] && [ -S "$dir/events.sock" ] &&
+        { [ ! -x "$vasectl" ] ||
+            VASE_RUNTIME_DIR=$dir "$vasectl" --timeout=1000 ping >/dev/null 2>&1; }; then
         ready=1
         break
     fi
     sleep 0.05
 done
 if [ "$ready" != 1 ]; then
-    echo "$0: vased did not create its sockets in $dir within 10 s" >&2
+    echo "$0: vased did not get ready in $dir within 30 s" >&2
     exit 1
 fi
 

@@ -24,7 +24,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -36,6 +35,9 @@
 
 #define PAGE 4096u
 #define NPAGES 4u
+/* The timeout of every handshake and call the peer answers (or ends by closing): long enough
+ * that it never ends a wait that a test expects to end otherwise, however loaded the machine. */
+#define PATIENCE_MS 30000
 
 enum peer_mode {
     PEER_REFUSE,       /* Error{EACCES} after the hello */
@@ -300,12 +302,6 @@ static bool fcntl_cloexec_ok(int fd) {
     return flags >= 0 && (flags & FD_CLOEXEC);
 }
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- runtime directory ---- */
 
 static void test_runtime_dir(void **state) {
@@ -338,11 +334,10 @@ static void test_runtime_dir(void **state) {
 static void test_connect_missing_dir(void **state) {
     (void)state;
     struct vase_client *c = NULL;
-    struct vase_connect_options o = {.runtime_dir = "/nonexistent/vase-test", .timeout_ms = 5000};
-    double t0 = now();
+    struct vase_connect_options o = {.runtime_dir = "/nonexistent/vase-test",
+                                     .timeout_ms = PATIENCE_MS};
+    /* At once: a connect that waited for the daemon would end with -ETIMEDOUT. */
     assert_int_equal(vase_connect(&o, &c), -ENOENT);
-    /* At once, not after the timeout. */
-    assert_true(now() - t0 < 0.5);
     assert_null(c);
 
     /* Through the environment too. */
@@ -395,33 +390,32 @@ static int open_session(struct peer *p, enum peer_mode mode, int timeout_ms,
 static void test_refused(void **state) {
     struct peer *p = *state;
     struct vase__session s;
-    assert_int_equal(open_session(p, PEER_REFUSE, 2000, &s), -EACCES);
+    assert_int_equal(open_session(p, PEER_REFUSE, PATIENCE_MS, &s), -EACCES);
     assert_string_equal(p->hello_name, "test-engine");
     assert_int_equal(p->hello_pid, (uint32_t)getpid());
     assert_int_equal(s.fd, -1);
-    assert_int_equal(open_session(p, PEER_REFUSE_EARLY, 2000, &s), -EPERM);
+    assert_int_equal(open_session(p, PEER_REFUSE_EARLY, PATIENCE_MS, &s), -EPERM);
 }
 
 static void test_silent_and_closed(void **state) {
     struct peer *p = *state;
     struct vase__session s;
-    double t0 = now();
     assert_int_equal(open_session(p, PEER_SILENT, 100, &s), -ETIMEDOUT);
-    assert_true(now() - t0 < 1.0);
-    assert_int_equal(open_session(p, PEER_CLOSE, 2000, &s), -ECONNRESET);
+    /* A peer that closes ends the handshake with -ECONNRESET, not at the timeout. */
+    assert_int_equal(open_session(p, PEER_CLOSE, PATIENCE_MS, &s), -ECONNRESET);
 }
 
 static void test_version(void **state) {
     struct peer *p = *state;
     struct vase__session s;
-    assert_int_equal(open_session(p, PEER_VERSION, 2000, &s), -VASE_EPROTOVERSION);
+    assert_int_equal(open_session(p, PEER_VERSION, PATIENCE_MS, &s), -VASE_EPROTOVERSION);
 }
 
 static void test_malformed_welcomes(void **state) {
     struct peer *p = *state;
     struct vase__session s;
-    assert_int_equal(open_session(p, PEER_NO_FD, 2000, &s), -EPROTO);
-    assert_int_equal(open_session(p, PEER_SHORT_MEMFD, 2000, &s), -EPROTO);
+    assert_int_equal(open_session(p, PEER_NO_FD, PATIENCE_MS, &s), -EPROTO);
+    assert_int_equal(open_session(p, PEER_SHORT_MEMFD, PATIENCE_MS, &s), -EPROTO);
 }
 
 static void test_welcome(void **state) {
@@ -429,7 +423,7 @@ static void test_welcome(void **state) {
     struct vase__session s;
 
     peer_start(p, PEER_WELCOME);
-    assert_int_equal(vase__session_open(p->dir, "test-engine", 2000, &s), 0);
+    assert_int_equal(vase__session_open(p->dir, "test-engine", PATIENCE_MS, &s), 0);
     assert_int_equal(s.client_id, 7);
     assert_int_equal(s.incarnation, 0xfeedfacecafebeefull);
     assert_int_equal(s.token_len, sizeof(token));
@@ -482,7 +476,8 @@ static void test_connect_ping_timeout(void **state) {
 static void test_connect_ok(void **state) {
     struct peer *p = *state;
     struct vase_client *c = NULL;
-    struct vase_connect_options o = {.runtime_dir = p->dir, .name = "unit", .timeout_ms = 2000};
+    struct vase_connect_options o = {
+        .runtime_dir = p->dir, .name = "unit", .timeout_ms = PATIENCE_MS};
 
     p->serve_ping = true;
     peer_start(p, PEER_WELCOME);
@@ -527,15 +522,14 @@ static void test_connect_ok(void **state) {
     }
     assert_null(m);
 
-    /* The daemon goes away: the next call says so at once, and every later one too. */
+    /* The daemon goes away: the next call says so at once (-ECONNRESET, where waiting for the
+     * Pong until the timeout would give -ETIMEDOUT), and every later one too. */
     p->stop = true;
     pthread_join(p->thread, NULL);
     p->joined = true;
     close(p->conn);
     p->conn = -1;
-    double t0 = now();
     assert_int_equal(vase_ping(c), -ECONNRESET);
-    assert_true(now() - t0 < 1.0);
     assert_int_equal(vase_ping(c), -ECONNRESET);
     g.arena = 0;
     assert_int_equal(vase_model_register(c, &g, &m), -ECONNRESET);

@@ -30,12 +30,23 @@ struct fixture {
     struct harness_proc p;
 };
 
-static int setup(void **state) {
-    int r = harness_fixture_setup(state, sizeof(struct fixture), NULL);
+static int setup_with(void **state, const char *const *args) {
+    int r = harness_fixture_setup(state, sizeof(struct fixture), args);
     struct fixture *f = *state;
     if (f)
         f->p.out_fd = -1;
     return r;
+}
+
+static int setup(void **state) {
+    return setup_with(state, NULL);
+}
+
+/* A daemon that publishes events only when something happens (no periodic pressure events), so
+ * that the first event a subscriber sees is one the test made. */
+static int setup_quiet(void **state) {
+    static const char *const args[] = {"--stats-interval=0", NULL};
+    return setup_with(state, args);
 }
 
 static int teardown(void **state) {
@@ -206,8 +217,42 @@ static void test_vasectl_config(void **state) {
     assert_int_equal(vasectl(f, (const char *const[]){"--count=1", "status", NULL}), 2);
 }
 
+/* The VALUE of config set is taken as it is, also when it looks like an option (a negative
+ * number), wherever the options are; "--" ends the options. A value out of range is the daemon's
+ * refusal (exit 1), not a usage error (exit 2). */
+static void test_vasectl_config_negative(void **state) {
+    struct fixture *f = *state;
+    vasectl_ok(f, (const char *const[]){"config", "set", "default_slack", "64", NULL});
+    vasectl_ok(f, (const char *const[]){"config", "set", "default_slack", "-1", NULL});
+    const char *out = vasectl_ok(f, (const char *const[]){"config", "get", "default_slack", NULL});
+    assert_string_equal(out, "-1\n");
+
+    out =
+        vasectl_ok(f, (const char *const[]){"config", "set", "default_slack", "7", "--json", NULL});
+    assert_json_line(out);
+    out = vasectl_ok(f,
+                     (const char *const[]){"--json", "config", "set", "default_slack", "-1", NULL});
+    assert_json_line(out);
+    assert_non_null(strstr(out, "\"-1\""));
+    vasectl_ok(f, (const char *const[]){"config", "set", "default_slack", "9", NULL});
+    vasectl_ok(f, (const char *const[]){"--", "config", "set", "default_slack", "-1", NULL});
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "default_slack", NULL});
+    assert_string_equal(out, "-1\n");
+
+    assert_int_equal(
+        vasectl(f, (const char *const[]){"config", "set", "default_slack", "-2", NULL}), 1);
+    if (!strstr(f->p.out, "default_slack"))
+        fail_msg("the refusal does not name the setting:\n%s", f->p.out);
+    /* Other words stay words and other options options. */
+    assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "-1", NULL}), 2);
+    assert_int_equal(vasectl(f, (const char *const[]){"status", "-1", NULL}), 2);
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "default_slack", "--json", NULL});
+    assert_json_line(out);
+}
+
 /* vasectl events --count=1 exits after the first event; events are made until it does, since
- * a subscriber misses what is published before its subscription is in place. */
+ * a subscriber misses what is published before its subscription is in place (nothing tells the
+ * test when that is). */
 static void test_vasectl_events(void **state) {
     struct fixture *f = *state;
     open_engine(f);
@@ -217,7 +262,7 @@ static void test_vasectl_events(void **state) {
     assert_int_equal(harness_proc_start(&f->p, argv, &f->h.d), 0);
 
     struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_STREAMING, 128, 32, 0, 0);
-    double end = harness_now() + 10.0;
+    double end = harness_now() + HARNESS_WAIT_MS / 1000.0;
     int r = -ETIMEDOUT;
     while (harness_now() < end) {
         struct vase_seq *s;
@@ -228,7 +273,7 @@ static void test_vasectl_events(void **state) {
             break;
     }
     int status;
-    assert_int_equal(harness_proc_finish(&f->p, 5000, &status), 0);
+    assert_int_equal(harness_proc_finish(&f->p, HARNESS_RUN_MS, &status), 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("vasectl events exited with status 0x%x:\n%s", status, f->p.out);
     assert_json_line(f->p.out);
@@ -291,14 +336,16 @@ static void test_replay_engine(void **state) {
     snprintf(summary, sizeof(summary), "%zu passed, 0 failed", n);
     assert_non_null(strstr(f->p.out, summary));
     /* Everything the engine opened is closed again. */
-    assert_int_equal(harness_wait_pages_free(&f->h.d, HARNESS_ARENA_PAGES, 2000, NULL), 0);
+    assert_int_equal(harness_wait_pages_free(&f->h.d, HARNESS_ARENA_PAGES, HARNESS_WAIT_MS, NULL),
+                     0);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_vasectl_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_config, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_vasectl_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vasectl_config_negative, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vasectl_events, setup_quiet, teardown),
         cmocka_unit_test_setup_teardown(test_replay_engine, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

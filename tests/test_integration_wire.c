@@ -486,10 +486,10 @@ static void test_session_rules(void **state) {
 
     /* Closing the session socket ends the client and returns its pages. */
     harness_session_close(&f->s[0]);
-    assert_int_equal(harness_wait_pages_free(&f->h.d, total, 2000, NULL), 0);
-    assert_int_equal(harness_wait_clients(&f->h.d, 1, 2000), 0);
+    assert_int_equal(harness_wait_pages_free(&f->h.d, total, HARNESS_WAIT_MS, NULL), 0);
+    assert_int_equal(harness_wait_clients(&f->h.d, 1, HARNESS_WAIT_MS), 0);
     harness_session_close(&f->s[1]);
-    assert_int_equal(harness_wait_clients(&f->h.d, 0, 2000), 0);
+    assert_int_equal(harness_wait_clients(&f->h.d, 0, HARNESS_WAIT_MS), 0);
     assert_int_equal(harness_get_seq(&f->h.d, seq, &reply), -ENOENT);
     vase__envelope__free_unpacked(reply, NULL);
 }

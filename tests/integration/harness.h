@@ -21,13 +21,23 @@
 #include "vase.h"
 #include "vase.pb-c.h"
 
-/* Bound on a daemon's start and stop, a helper program's run, and a control request. */
-#define HARNESS_START_MS 10000
-#define HARNESS_STOP_MS 10000
-#define HARNESS_RUN_MS 20000
-#define HARNESS_REQUEST_MS 3000
+/*
+ * Bounds on waits for something that must happen: they turn a hang into a failure and expire
+ * only when something is broken, never because the machine is loaded or the test runs under
+ * valgrind, so they are far above what any of these takes. No test waits for time to pass to
+ * order events, and none asserts how long something took: "at once, not after the timeout" is
+ * shown by the error code (-ECONNRESET rather than -ETIMEDOUT), with a timeout long enough
+ * that it cannot be what ended the wait.
+ */
+/* A daemon's start and stop, a helper program's or child engine's run, and a control request. */
+#define HARNESS_START_MS 30000
+#define HARNESS_STOP_MS 30000
+#define HARNESS_RUN_MS 60000
+#define HARNESS_REQUEST_MS 30000
 /* The timeout given to libvase clients. */
-#define HARNESS_CLIENT_MS 3000
+#define HARNESS_CLIENT_MS 30000
+/* A state the tests poll for (a count in Status, a child that says it is ready). */
+#define HARNESS_WAIT_MS 30000
 
 /* The small arena most tests use: 64 pages of 64 KiB. */
 #define HARNESS_PAGE_BYTES 65536u
@@ -154,7 +164,7 @@ struct harness_status {
     uint64_t incarnation;
     uint32_t pages_total, pages_free; /* arena 0 */
     uint32_t clients, seqs;
-    uint64_t evictions_total, errors_total;
+    uint64_t evictions_total, errors_total, stats_messages_total;
 };
 /* A Status request. 0 or -errno. */
 int harness_status(const struct harness_daemon *d, struct harness_status *ret);
