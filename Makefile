@@ -203,21 +203,24 @@ check-gpu-emu: $(KERNEL_LIB)
 
 # ---- CUDA arena ----
 #
-# The CUDA arena backends of vased (daemon/arena_cuda.c) and libvase (client/cuda.c) when
-# HAVE_CUDA=1, else their refusing twins (daemon/arena_nocuda.c, client/nocuda.c): the variant
-# not built is filtered out of DAEMON_SRCS and LIBVASE_SRCS (CUDA_ARENA_EXCLUDED). With CUDA,
-# vased links the CUDA kernels (with the CPU kernels they use) and the runtime (DAEMON_CUDA_LIBS);
-# libvase takes in only the compaction kernel and the host code of the CUDA archive
-# (LIBVASE_CUDA_OBJS: no planner, no CPU scoring, no BLAS) and links the runtime
-# (LIBVASE_CUDA_LIBS, which static users of libvase.a link after it). The driver library is
-# never linked (its cuMem* entry points are looked up at run time). The unit tests of the two backends link the runtime faked by tests/mock_cuda.c
-# instead of libcudart and are built only with CUDA (CUDA_ARENA_TEST_SRCS are kept out of the
-# generic test lists and added to TEST_PROGS as CUDA_ARENA_TESTS).
+# The CUDA arena backends of vased (daemon/arena_cuda.c) and libvase (client/cuda.c), and vased's
+# CUDA planner (daemon/planner_cuda.c), when HAVE_CUDA=1, else their refusing twins
+# (daemon/arena_nocuda.c, client/nocuda.c, daemon/planner_nocuda.c): the variant not built is
+# filtered out of DAEMON_SRCS and LIBVASE_SRCS (CUDA_ARENA_EXCLUDED). With CUDA, vased links the
+# CUDA kernels (with the CPU kernels they use) and the runtime (DAEMON_CUDA_LIBS); libvase takes
+# in only the compaction kernel and the host code of the CUDA archive (LIBVASE_CUDA_OBJS: no
+# planner, no CPU scoring, no BLAS) and links the runtime (LIBVASE_CUDA_LIBS, which static users
+# of libvase.a link after it). The driver library is never linked (its cuMem* entry points are
+# looked up at run time). The unit tests of the two backends and of the CUDA planner link the
+# runtime faked by tests/mock_cuda.c instead of libcudart and are built only with CUDA
+# (CUDA_ARENA_TEST_SRCS are kept out of the generic test lists and added to TEST_PROGS as
+# CUDA_ARENA_TESTS).
 
-CUDA_ARENA_TEST_SRCS := tests/test_daemon_cuda_arena.c tests/test_client_cuda.c
+CUDA_ARENA_TEST_SRCS := tests/test_daemon_cuda_arena.c tests/test_daemon_cuda_planner.c \
+                        tests/test_client_cuda.c
 
 ifeq ($(HAVE_CUDA),1)
-CUDA_ARENA_EXCLUDED := daemon/arena_nocuda.c client/nocuda.c
+CUDA_ARENA_EXCLUDED := daemon/arena_nocuda.c daemon/planner_nocuda.c client/nocuda.c
 DAEMON_CUDA_LIBS = $(CUDA_LIB) $(KERNEL_LIB) $(CUDA_LIBS) -lm
 LIBVASE_CUDA_OBJS := $(addprefix $(BUILD)/kernels/,compact_cuda.cu.o runtime_cuda.cu.o) \
                      $(CUDA_HOST_OBJS)
@@ -225,19 +228,20 @@ LIBVASE_CUDA_LIBS = $(CUDA_LIBS)
 CUDA_ARENA_TESTS := $(CUDA_ARENA_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 MOCK_CUDA_OBJ := $(BUILD)/tests/mock_cuda.o
 
-$(BUILD)/daemon/arena_cuda.o $(BUILD)/client/cuda.o $(MOCK_CUDA_OBJ) \
-$(CUDA_ARENA_TESTS:%=%.o): CPPFLAGS += -I$(CUDA_INC)
+$(BUILD)/daemon/arena_cuda.o $(BUILD)/daemon/planner_cuda.o $(BUILD)/client/cuda.o \
+$(MOCK_CUDA_OBJ) $(CUDA_ARENA_TESTS:%=%.o): CPPFLAGS += -I$(CUDA_INC)
 
 # Everything that links vased's archive links the kernels' archives too.
 $(BUILD)/libvased.a: | $(CUDA_LIB) $(KERNEL_LIB)
 
-# The backends' host-side logic against the fake runtime: no libcudart, no GPU. The daemon test
-# takes arena_cuda.o (and what it needs) from the daemon archive, with the CUDA archive's host code,
-# the client test client/cuda.o and that host code from libvase; the fake defines every other
-# CUDA symbol they reach, kernels included.
-$(BUILD)/tests/test_daemon_cuda_arena: $(BUILD)/tests/test_daemon_cuda_arena.o $(MOCK_CUDA_OBJ) \
-                                      $(BUILD)/tests/plan_fixture.o $(BUILD)/libvased.a \
-                                      $(CUDA_HOST_OBJS) $(KERNEL_LIB)
+# The backends' and the planner's host-side logic against the fake runtime: no libcudart, no
+# GPU. The daemon tests take arena_cuda.o and planner_cuda.o (and what they need) from the daemon
+# archive, with the CUDA archive's host code, the client test client/cuda.o and that host code
+# from libvase; the fake defines every other CUDA symbol they reach, kernels included.
+DAEMON_CUDA_TESTS := $(BUILD)/tests/test_daemon_cuda_arena $(BUILD)/tests/test_daemon_cuda_planner
+$(DAEMON_CUDA_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(MOCK_CUDA_OBJ) \
+                      $(BUILD)/tests/plan_fixture.o $(BUILD)/tests/log_capture.o \
+                      $(BUILD)/libvased.a $(CUDA_HOST_OBJS) $(KERNEL_LIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) \
 	  $(INIH_LIBS) $(BLAS_LIBS) -lm
@@ -248,10 +252,10 @@ $(BUILD)/tests/test_client_cuda: $(BUILD)/tests/test_client_cuda.o $(MOCK_CUDA_O
 	$(Q)$(CC) $(LDFLAGS) -Wl,--wrap=close -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) \
 	  $(BLAS_LIBS) -lm
 
-# The daemon test also starts the real vased (no GPU here: it must refuse cuda:0).
+# test_daemon_cuda_arena also starts the real vased (no GPU here: it must refuse cuda:0).
 $(BUILD)/tests/test_daemon_cuda_arena: | $(BUILD)/vased
 else
-CUDA_ARENA_EXCLUDED := daemon/arena_cuda.c client/cuda.c
+CUDA_ARENA_EXCLUDED := daemon/arena_cuda.c daemon/planner_cuda.c client/cuda.c
 DAEMON_CUDA_LIBS :=
 LIBVASE_CUDA_OBJS :=
 LIBVASE_CUDA_LIBS :=
@@ -356,6 +360,8 @@ TEST_PROGS := $(KERNEL_TESTS) $(DAEMON_TESTS) $(CLIENT_TESTS) $(INTEGRATION_TEST
               $(CUDA_ARENA_TESTS)
 
 # The planner's test fixture (tests/plan_fixture.c) is linked into every daemon test.
+# test_daemon_evictor gives one fake arena a planner of its own by wrapping vase_planner_for.
+$(BUILD)/tests/test_daemon_evictor: private LDFLAGS += -Wl,--wrap=vase_planner_for
 $(DAEMON_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/plan_fixture.o $(DAEMON_LIB) \
                                    $(KERNEL_LIB)
 	$(call say,LD,$@)

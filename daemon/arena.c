@@ -197,5 +197,5 @@ void *vase_arena_page(const struct vase_arena *a, uint32_t p) {
 }
 
 bool vase_arena_on_device(const struct vase_arena *a) {
-    return a->ops->plan_layers != NULL;
+    return a->ops->on_device;
 }

@@ -4,11 +4,11 @@
 /*
  * Arenas: the memory the daemon owns and shares with engines, one per device. A backend sits
  * behind struct vase_arena_ops: create the memory, export it to a client, destroy it. Every
- * backend also gives the daemon a mapping it can read (the evictor's views) and write (plan
- * pages): host memory for the host backend, a device address for the CUDA backends, whose
- * plans the evictor computes on the device through the backend's planner. No CUDA type appears
- * here: the CUDA backends live in arena_cuda.c, or arena_nocuda.c in a build without CUDA,
- * which refuses every CUDA arena.
+ * backend also gives the daemon a mapping it can read (the planners' views) and write (plan
+ * pages): host memory for the host backend, a device address for the CUDA backends. Arenas
+ * only hold memory; plans over them are computed by a planner (planner.h), chosen by whether
+ * the memory is on a device. No CUDA type appears here: the CUDA backends live in
+ * arena_cuda.c, or arena_nocuda.c in a build without CUDA, which refuses every CUDA arena.
  */
 
 #include <stdbool.h>
@@ -16,8 +16,6 @@
 #include <stdint.h>
 
 struct vase_arena;
-struct vase_arena_planner;
-struct vase_plan_run;
 
 /* How a CUDA arena is shared with clients (the cuda_share setting). */
 enum vase_cuda_share {
@@ -37,17 +35,9 @@ struct vase_arena_ops {
     int (*export_fd)(const struct vase_arena *a, int *ret_fd);
     /* Frees what create made; safe on a half-created arena. */
     void (*destroy)(struct vase_arena *a);
-    /*
-     * Device backends only (NULL for memory the CPU reads): per-thread planning state of an
-     * evictor thread, made on that thread and freed there; plan_layers() computes layers
-     * [l0, l1) of run on the device and writes their keep lists into the plan pages and
-     * run->keep_lists, complete before it returns (vase_plan_run_layers() is its CPU twin).
-     * -errno, logged once with the native message; *ret_bad_layer names the failing layer.
-     */
-    int (*planner_new)(const struct vase_arena *a, struct vase_arena_planner **ret);
-    void (*planner_free)(struct vase_arena_planner *p);
-    int (*plan_layers)(struct vase_arena_planner *p, struct vase_plan_run *run, uint32_t l0,
-                       uint32_t l1, uint32_t *ret_bad_layer);
+    /* Whether the memory is on a device (only device code and CUDA copies may touch map), so
+     * that the CUDA planner, not the CPU's, plans over it (planner.h). */
+    bool on_device;
 };
 
 #define VASE_ARENA_IPC_HANDLE_MAX 64 /* CUDA_IPC_HANDLE_SIZE */
@@ -85,7 +75,7 @@ struct vase_arena *vase_arena_free(struct vase_arena *a);
 
 /* Address of page p in the daemon's mapping (a device address for CUDA arenas). p < num_pages. */
 void *vase_arena_page(const struct vase_arena *a, uint32_t p);
-/* Whether the arena's memory is on a device (its plans are computed by the backend's planner). */
+/* Whether the arena's memory is on a device (its plans are computed there: planner.h). */
 bool vase_arena_on_device(const struct vase_arena *a);
 
 /* The host backend, exposed for tests. */

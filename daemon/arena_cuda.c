@@ -22,12 +22,9 @@
  * Memory is freed only by destroy(), which vased calls at exit after every session is gone: a
  * client that dies (its driver mappings go with its process) never pins or frees anything.
  *
- * The planner runs on an evictor thread: its own stream and device workspace on the arena's
- * device, device copies of a job's block table, ring pages, statistics and draws, plans into
- * device scratch by vase_plan_cuda(), then device-to-device copies into the plan pages and a
- * copy back for the main thread (h2o's commit reads it), and a stream synchronisation, so the
- * plan is complete before the job is posted back. CUDA failures become -errno here, with the
- * runtime's message logged once.
+ * This file is memory only: plans over a CUDA arena are computed by the CUDA planner
+ * (planner_cuda.c), which the evictor chooses for any arena on a device. CUDA failures become
+ * -errno here, with the runtime's message logged once.
  */
 
 #include <cuda.h>
@@ -40,12 +37,8 @@
 
 #include "arena.h"
 #include "device_cuda.h"
-#include "evictor.h"
 #include "log.h"
 #include "vase_kernels.h"
-
-/* Alignment of the regions of the planner's device scratch. */
-#define SCRATCH_ALIGN 256
 
 const bool vase_arena_have_cuda = true;
 
@@ -287,228 +280,12 @@ static void vmm_destroy(struct vase_arena *a) {
     a->backend = NULL;
 }
 
-/* ---- the planner --------------------------------------------------------------------------- */
-
-struct vase_arena_planner {
-    const struct vase_arena *arena;
-    cudaStream_t stream;
-    bool stream_made;
-    struct vase_cuda_workspace *ws;
-    char *scratch; /* device */
-    size_t scratch_bytes;
-};
-
-static void cuda_planner_free(struct vase_arena_planner *p) {
-    if (!p)
-        return;
-    /* Made on this thread's current device, which the planner keeps set. */
-    (void)cudaSetDevice(p->arena->device);
-    if (p->scratch)
-        (void)cudaFree(p->scratch);
-    vase_cuda_workspace_free(p->ws);
-    if (p->stream_made)
-        (void)cudaStreamDestroy(p->stream);
-    free(p);
-}
-
-static int cuda_planner_new(const struct vase_arena *a, struct vase_arena_planner **ret) {
-    cudaError_t e;
-    int r;
-
-    struct vase_arena_planner *p = calloc(1, sizeof(*p));
-    if (!p)
-        return log_oom();
-    p->arena = a;
-    e = cudaSetDevice(a->device);
-    if (e != cudaSuccess) {
-        r = log_rt(a, e, "cudaSetDevice() on an evictor thread");
-        goto free_planner;
-    }
-    e = cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking);
-    if (e != cudaSuccess) {
-        r = log_rt(a, e, "cudaStreamCreateWithFlags()");
-        goto free_planner;
-    }
-    p->stream_made = true;
-    r = vase_cuda_workspace_new(&p->ws);
-    if (r < 0) {
-        const char *m = vase_cuda_last_error();
-        r = log_error_errno(r, "Arena \"%s\": cannot make a device workspace: %s", a->kind,
-                            m ? m : strerror(-r));
-        goto free_planner;
-    }
-    *ret = p;
-    return 0;
-
-free_planner:
-    cuda_planner_free(p);
-    return r;
-}
-
-static size_t align_up(size_t n) {
-    return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
-}
-
-/* Grows the device scratch to at least bytes (its old contents are not kept). */
-static int reserve_scratch(struct vase_arena_planner *p, size_t bytes) {
-    if (bytes <= p->scratch_bytes)
-        return 0;
-    if (p->scratch)
-        (void)cudaFree(p->scratch);
-    p->scratch = NULL;
-    p->scratch_bytes = 0;
-    void *s = NULL;
-    cudaError_t e = cudaMalloc(&s, bytes);
-    if (e != cudaSuccess)
-        return log_rt(p->arena, e, "cudaMalloc() of plan scratch");
-    p->scratch = s;
-    p->scratch_bytes = bytes;
-    return 0;
-}
-
-/* The regions of one job's device scratch (byte offsets; SIZE_MAX: absent). */
-struct job_layout {
-    size_t pages, ring, acc, scores, exp, gauss, keep, total;
-    size_t n_ring;
-};
-
-static size_t take(struct job_layout *jl, size_t bytes) {
-    size_t at = jl->total;
-    jl->total += align_up(bytes ? bytes : 1);
-    return at;
-}
-
-static void layout_job(const struct vase_plan_run *run, uint32_t nl, struct job_layout *jl) {
-    size_t per_layer = (size_t)run->kv_heads * run->n * sizeof(float);
-
-    *jl = (struct job_layout){
-        .ring = SIZE_MAX, .acc = SIZE_MAX, .scores = SIZE_MAX, .exp = SIZE_MAX, .gauss = SIZE_MAX};
-    jl->pages = take(jl, (size_t)run->n_pages * sizeof(uint32_t));
-    if (run->ring_pages && run->layout.ring_rows_per_page) {
-        jl->n_ring = (2 * (size_t)run->params.window + run->layout.ring_rows_per_page - 1) /
-                     run->layout.ring_rows_per_page;
-        jl->ring = take(jl, jl->n_ring * sizeof(uint32_t));
-    }
-    if (run->acc)
-        jl->acc = take(jl, nl * per_layer);
-    if (run->scores)
-        jl->scores = take(jl, nl * per_layer);
-    if (run->exp_draws)
-        jl->exp = take(jl, nl * per_layer);
-    if (run->gauss)
-        jl->gauss = take(jl, (size_t)run->head_dim * run->params.rank * sizeof(float));
-    jl->keep = take(jl, (size_t)nl * run->kv_heads * run->keep * sizeof(uint32_t));
-}
-
-static int h2d(struct vase_arena_planner *p, size_t at, const void *src, size_t bytes) {
-    cudaError_t e = cudaMemcpyAsync(p->scratch + at, src, bytes, cudaMemcpyHostToDevice, p->stream);
-    return e == cudaSuccess ? 0 : log_rt(p->arena, e, "copying plan inputs to the device");
-}
-
-static int cuda_plan_layers(struct vase_arena_planner *p, struct vase_plan_run *run, uint32_t l0,
-                            uint32_t l1, uint32_t *ret_bad_layer) {
-    const struct vase_arena *a = p->arena;
-    uint32_t nl = l1 - l0, H = run->kv_heads, K = run->keep;
-    size_t per_layer = (size_t)H * run->n;
-    struct job_layout jl;
-    cudaError_t e;
-    int r;
-
-    *ret_bad_layer = l0;
-    if (l1 <= l0)
-        return 0;
-    e = cudaSetDevice(a->device);
-    if (e != cudaSuccess)
-        return log_rt(a, e, "cudaSetDevice()");
-    layout_job(run, nl, &jl);
-    r = reserve_scratch(p, jl.total);
-    if (r < 0)
-        return r;
-
-    /* The job's inputs, on the stream the plans run on (so ordered before them). */
-    if ((r = h2d(p, jl.pages, run->pages, (size_t)run->n_pages * sizeof(uint32_t))) < 0)
-        return r;
-    if (jl.ring != SIZE_MAX &&
-        (r = h2d(p, jl.ring, run->ring_pages, jl.n_ring * sizeof(uint32_t))) < 0)
-        return r;
-    if (jl.acc != SIZE_MAX &&
-        (r = h2d(p, jl.acc, run->acc + l0 * per_layer, nl * per_layer * sizeof(float))) < 0)
-        return r;
-    for (uint32_t l = l0; jl.scores != SIZE_MAX && l < l1; l++)
-        if (run->scores[l] && (r = h2d(p, jl.scores + (l - l0) * per_layer * sizeof(float),
-                                       run->scores[l], per_layer * sizeof(float))) < 0)
-            return r;
-    if (jl.exp != SIZE_MAX &&
-        (r = h2d(p, jl.exp, run->exp_draws + l0 * per_layer, nl * per_layer * sizeof(float))) < 0)
-        return r;
-    if (jl.gauss != SIZE_MAX &&
-        (r = h2d(p, jl.gauss, run->gauss,
-                 (size_t)run->head_dim * run->params.rank * sizeof(float))) < 0)
-        return r;
-
-    uint32_t *d_pages = (uint32_t *)(p->scratch + jl.pages);
-    uint32_t *d_keep = (uint32_t *)(p->scratch + jl.keep);
-    for (uint32_t l = l0; l < l1; l++) {
-        struct vase_plan_input in;
-        size_t off = (size_t)(l - l0) * per_layer * sizeof(float);
-
-        vase_plan_run_input(run, l, &in);
-        in.k.pages = d_pages;
-        in.v.pages = d_pages;
-        if (jl.ring != SIZE_MAX)
-            in.q.pages = (uint32_t *)(p->scratch + jl.ring);
-        if (jl.acc != SIZE_MAX)
-            in.acc = (const float *)(p->scratch + jl.acc + off);
-        if (jl.scores != SIZE_MAX)
-            in.scores = run->scores[l] ? (const float *)(p->scratch + jl.scores + off) : NULL;
-        if (jl.exp != SIZE_MAX)
-            in.exp_draws = (const float *)(p->scratch + jl.exp + off);
-        if (jl.gauss != SIZE_MAX)
-            in.gauss = (const float *)(p->scratch + jl.gauss);
-        r = vase_plan_cuda(&in, p->ws, p->stream, d_keep + (size_t)(l - l0) * H * K);
-        if (r < 0) {
-            *ret_bad_layer = l;
-            /* Bad data (NaN, Inf) is the engine's, reported to it; anything else is ours. */
-            if (r != -EINVAL) {
-                const char *m = vase_cuda_last_error();
-                log_error_errno(r, "Arena \"%s\": planning layer %u of sequence %u on %s: %s",
-                                a->kind, l, run->seq_id, a->device_uuid, m ? m : strerror(-r));
-            }
-            return r;
-        }
-    }
-
-    /* Every layer of the range is planned: publish the keep lists in the plan pages
-     * (device to device), and hand the main thread its copy. */
-    size_t list = (size_t)K * sizeof(uint32_t);
-    for (uint32_t l = l0; l < l1; l++)
-        for (uint32_t h = 0; h < H; h++) {
-            uint32_t i = l * H + h;
-            e = cudaMemcpyAsync((char *)run->arena_base + vase_plan_run_list_offset(run, i),
-                                d_keep + ((size_t)(l - l0) * H + h) * K, list,
-                                cudaMemcpyDeviceToDevice, p->stream);
-            if (e != cudaSuccess)
-                return log_rt(a, e, "writing plan pages");
-        }
-    e = cudaMemcpyAsync(run->keep_lists + (size_t)l0 * H * K, d_keep, (size_t)nl * H * list,
-                        cudaMemcpyDeviceToHost, p->stream);
-    if (e != cudaSuccess)
-        return log_rt(a, e, "copying plans to the host");
-    /* The reply goes out when the job is posted back: the plan must be complete by then. */
-    e = cudaStreamSynchronize(p->stream);
-    if (e != cudaSuccess)
-        return log_rt(a, e, "cudaStreamSynchronize() after a plan");
-    return 0;
-}
-
 const struct vase_arena_ops vase_arena_cuda_ipc_ops = {
     .share = "cuda-ipc",
     .create = ipc_create,
     .export_fd = no_export_fd,
     .destroy = ipc_destroy,
-    .planner_new = cuda_planner_new,
-    .planner_free = cuda_planner_free,
-    .plan_layers = cuda_plan_layers,
+    .on_device = true,
 };
 
 const struct vase_arena_ops vase_arena_cuda_vmm_ops = {
@@ -516,7 +293,5 @@ const struct vase_arena_ops vase_arena_cuda_vmm_ops = {
     .create = vmm_create,
     .export_fd = vmm_export_fd,
     .destroy = vmm_destroy,
-    .planner_new = cuda_planner_new,
-    .planner_free = cuda_planner_free,
-    .plan_layers = cuda_plan_layers,
+    .on_device = true,
 };

@@ -15,13 +15,13 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 #include <zmq.h>
 
 #include "arena.h"
 #include "evictor.h"
 #include "log.h"
+#include "planner.h"
 
 struct job {
     struct vase_fairq_job node; /* its place in the queue */
@@ -73,128 +73,47 @@ struct vase_plan_run *vase_plan_run_free(struct vase_plan_run *run) {
     return NULL;
 }
 
-void vase_plan_run_input(const struct vase_plan_run *run, uint32_t layer,
-                         struct vase_plan_input *in) {
-    size_t es = vase_dtype_size(run->dtype);
-    char *base = run->arena_base;
-
-    *in = (struct vase_plan_input){
-        .policy = run->policy,
-        .params = run->params,
-        .n = run->n,
-        .hq = run->q_heads,
-        .k = {
-            .base = base + layer * run->layout.layer_stride,
-            .pages = run->pages,
-            .tokens_per_page = run->layout.tokens_per_page,
-            .heads = run->kv_heads,
-            .dim = run->head_dim,
-            .dtype = run->dtype,
-            .page_stride = (int64_t)run->layout.page_bytes,
-            .token_stride = (int64_t)run->layout.token_stride,
-            .head_stride = (int64_t)(run->head_dim * es),
-        },
-        .rng = {.seed = run->seed, .sequence = run->seq_id, .layer = layer, .round = run->round},
-    };
-    in->v = in->k;
-    in->v.base = base + layer * run->layout.layer_stride + run->layout.kv_stride;
-    if (run->ring_pages && run->layout.ring_rows_per_page) {
-        in->q = (struct vase_view){
-            .base = base + layer * run->layout.ring_layer_stride,
-            .pages = run->ring_pages,
-            .tokens_per_page = run->layout.ring_rows_per_page,
-            .ring = 2 * run->params.window,
-            .first = run->ring_first,
-            .heads = run->q_heads,
-            .dim = run->head_dim,
-            .dtype = run->dtype,
-            .page_stride = (int64_t)run->layout.page_bytes,
-            .token_stride = (int64_t)run->layout.ring_row_stride,
-            .head_stride = (int64_t)(run->head_dim * es),
-        };
-    }
-    size_t per_layer = (size_t)run->kv_heads * run->n;
-    if (run->acc)
-        in->acc = run->acc + layer * per_layer;
-    if (run->scores && run->scores[layer])
-        in->scores = run->scores[layer];
-    if (run->exp_draws)
-        in->exp_draws = run->exp_draws + layer * per_layer;
-    in->gauss = run->gauss;
-}
-
-int vase_plan_run_layers(struct vase_plan_run *run, uint32_t l0, uint32_t l1,
-                         struct vase_workspace *ws, uint32_t *ret_bad_layer) {
-    size_t list = (size_t)run->kv_heads * run->keep;
-    int r = 0;
-
-    for (uint32_t l = l0; l < l1; l++) {
-        struct vase_plan_input in;
-        vase_plan_run_input(run, l, &in);
-        r = vase_plan_heads(&in, 0, run->kv_heads, ws, run->keep_lists + l * list);
-        if (r < 0) {
-            if (ret_bad_layer)
-                *ret_bad_layer = l;
-            return r;
-        }
-    }
-    /* Every layer of this range is planned: publish its keep lists in the plan pages, where
-     * the engine reads them after the EvictPlan reply. */
-    size_t bytes = (size_t)run->keep * sizeof(uint32_t);
-    for (uint32_t l = l0; l < l1; l++)
-        for (uint32_t h = 0; h < run->kv_heads; h++) {
-            uint32_t i = l * run->kv_heads + h;
-            memcpy((char *)run->arena_base + vase_plan_run_list_offset(run, i),
-                   run->keep_lists + (size_t)i * run->keep, bytes);
-        }
-    return 0;
-}
-
-uint64_t vase_plan_run_list_offset(const struct vase_plan_run *run, uint32_t i) {
-    return (uint64_t)run->plan_pages[i / run->plans_per_page] * run->layout.page_bytes +
-           (uint64_t)(i % run->plans_per_page) * run->keep * sizeof(uint32_t);
-}
-
-/* Device arenas a thread keeps planners for, by arena id (vased has at most 8 arenas). */
+/* Planner slots of a thread: one per device arena, by arena id (vased has at most 8 arenas),
+ * and one shared by all host memory, whose planner state does not depend on the arena. */
 #define MAX_DEVICE_ARENAS 8
+#define HOST_SLOT MAX_DEVICE_ARENAS
 
 struct worker {
     struct vase_evictor *ev;
     void *push; /* made by vase_evictor_new(), used only by this worker's thread until joined */
     pthread_t thread;
     bool started;
-    /* This thread's planners for device arenas, made on its first job there (thread only). */
-    struct vase_arena_planner *planners[MAX_DEVICE_ARENAS];
-    const struct vase_arena *planner_arenas[MAX_DEVICE_ARENAS];
+    /* This thread's planners, made on its first job for their slot (thread only). */
+    struct vase_planner *planners[MAX_DEVICE_ARENAS + 1];
+    const struct vase_planner_ops *planner_ops[MAX_DEVICE_ARENAS + 1];
 };
 
-/* One job on the calling worker: on the CPU over the mapping, or on the arena's device. */
-static int run_job(struct worker *w, struct job *j, struct vase_workspace *ws) {
+/* One job on the calling worker, by the planner of the run's arena (planner.h). */
+static int run_job(struct worker *w, struct job *j) {
     const struct vase_arena *a = j->run->arena;
+    unsigned slot = HOST_SLOT;
 
-    if (!a || !vase_arena_on_device(a))
-        return vase_plan_run_layers(j->run, j->l0, j->l1, ws, &j->bad_layer);
     j->bad_layer = j->l0;
-    if (a->id >= MAX_DEVICE_ARENAS)
-        return log_error_errno(-EINVAL, "Arena %u: no planner slot for it.", a->id);
-    if (!w->planners[a->id]) {
+    if (a && vase_arena_on_device(a)) {
+        if (a->id >= MAX_DEVICE_ARENAS)
+            return log_error_errno(-EINVAL, "Arena %u: no planner slot for it.", a->id);
+        slot = a->id;
+    }
+    if (!w->planners[slot]) {
         /* A failure is retried at the next job: the device may come back (logged each time). */
-        int r = a->ops->planner_new(a, &w->planners[a->id]);
+        const struct vase_planner_ops *ops = vase_planner_for(a);
+        int r = ops->thread_new(a, &w->planners[slot]);
         if (r < 0)
             return r;
-        w->planner_arenas[a->id] = a;
+        w->planner_ops[slot] = ops;
     }
-    return a->ops->plan_layers(w->planners[a->id], j->run, j->l0, j->l1, &j->bad_layer);
+    return w->planner_ops[slot]->plan_layers(w->planners[slot], j->run, j->l0, j->l1,
+                                             &j->bad_layer);
 }
 
 static void *thread_main(void *arg) {
     struct worker *w = arg;
     struct vase_evictor *ev = w->ev;
-    struct vase_workspace *ws = NULL;
-
-    /* Without a workspace every plan allocates its own scratch; slower, still correct. */
-    if (vase_workspace_new(&ws) < 0)
-        ws = NULL;
 
     for (;;) {
         struct vase_fairq_job *node;
@@ -209,17 +128,16 @@ static void *thread_main(void *arg) {
         pthread_mutex_unlock(&ev->lock);
 
         struct job *j = job_of(node);
-        j->result = run_job(w, j, ws);
+        j->result = run_job(w, j);
         /* With no high-water mark an inproc send only fails on EINTR or a terminated
          * context; the main thread must not lose a job, or it never learns the run is done. */
         while (zmq_send(w->push, &j, sizeof(j), 0) < 0 && zmq_errno() == EINTR)
             ;
     }
-    vase_workspace_free(ws);
-    /* The arenas outlive the evictor (vased frees them last), so their ops are still there. */
-    for (unsigned i = 0; i < MAX_DEVICE_ARENAS; i++)
+    /* The arenas outlive the evictor (vased frees them last), so planners may still name them. */
+    for (unsigned i = 0; i <= MAX_DEVICE_ARENAS; i++)
         if (w->planners[i])
-            w->planner_arenas[i]->ops->planner_free(w->planners[i]);
+            w->planner_ops[i]->thread_free(w->planners[i]);
     return NULL;
 }
 

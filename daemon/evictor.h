@@ -4,14 +4,14 @@
 /*
  * The evictor: a pool of threads that compute eviction plans. The main thread describes one
  * eviction as a struct vase_plan_run holding copies of everything the plan reads besides the
- * arena itself; the evictor cuts it into layer-range jobs, threads compute them with
- * vase_plan_heads() and write the keep lists into the sequence's plan pages, and each finished
- * job is posted back to the main thread over an inproc ZeroMQ PUSH/PULL pair. Threads take jobs
- * from a queue that serves the clients in turn, one run each (fairq.h), so that a client with
- * many sequences cannot hold back the plans of the others. No lock guards the registry: threads
- * never see it. A run on a device arena (vase_arena_on_device()) is planned by that arena's
- * backend on the device instead, through a planner each thread makes for the arena on its
- * first job there.
+ * arena itself; the evictor cuts it into layer-range jobs, threads compute them with the
+ * planner of the run's arena (planner.h), which writes the keep lists into the sequence's plan
+ * pages, and each finished job is posted back to the main thread over an inproc ZeroMQ
+ * PUSH/PULL pair. Threads take jobs from a queue that serves the clients in turn, one run each
+ * (fairq.h), so that a client with many sequences cannot hold back the plans of the others. No
+ * lock guards the registry: threads never see it. Each thread makes its planner state on its
+ * first job over host memory (one for all host arenas) or over a device arena (one per arena),
+ * and frees it when it stops.
  */
 
 #include <stdbool.h>
@@ -105,15 +105,3 @@ uint32_t vase_evictor_count_queued(struct vase_evictor *ev, uint32_t tenant);
  * finished but its run is not complete, -EAGAIN when nothing is waiting.
  */
 int vase_evictor_receive(struct vase_evictor *ev, struct vase_plan_run **ret_run);
-
-/* The plan input of one layer of a run: views over arena_base through the run's page lists,
- * and its slices of acc, scores and draws (host pointers, as the run holds them). */
-void vase_plan_run_input(const struct vase_plan_run *run, uint32_t layer,
-                         struct vase_plan_input *ret);
-/* Byte offset in the arena of keep list i = layer * kv_heads + head. */
-uint64_t vase_plan_run_list_offset(const struct vase_plan_run *run, uint32_t i);
-
-/* Computes the layers [l0, l1) of a run on the calling thread with workspace ws (NULL: one is
- * made): what a job does, exposed for tests. 0 or the first failure (run->error_layer set). */
-int vase_plan_run_layers(struct vase_plan_run *run, uint32_t l0, uint32_t l1,
-                         struct vase_workspace *ws, uint32_t *ret_bad_layer);

@@ -3,7 +3,7 @@
 
 /*
  * One sequence laid out in an arena as the planner sees it, shared by the unit tests of
- * daemon/evictor.c and daemon/arena_cuda.c: the paged layout of an F32 geometry, a block
+ * daemon/evictor.c and daemon/planner_cuda.c: the paged layout of an F32 geometry, a block
  * table, query-ring and plan pages (which pages is the test's choice), K, V and queries filled
  * from rand(), the addresses of a token's K/V and a query row through the block table, and a
  * plan run describing it all. Failures are cmocka assertions; include <cmocka.h> (and what it

@@ -24,6 +24,7 @@
 #include "../daemon/arena.h"
 #include "../daemon/evictor.h"
 #include "../daemon/log.h"
+#include "../daemon/planner.h"
 #include "../daemon/registry.h"
 #include "plan_fixture.h"
 
@@ -203,7 +204,10 @@ static void test_free_with_queued_jobs(void **state) {
 /*
  * A device arena whose planner notes the runs in the order threads start them, and holds them
  * until the test opens it: with one thread, the first run keeps the thread busy while the test
- * queues the others, so the order the queue hands them out is fixed, whatever the timing.
+ * queues the others, so the order the queue hands them out is fixed, whatever the timing. The
+ * evictor asks vase_planner_for() which planner serves an arena; the test links with
+ * -Wl,--wrap=vase_planner_for, so that the gate arena gets the gate planner and every other
+ * arena its real one.
  */
 struct gate {
     pthread_mutex_t lock;
@@ -213,16 +217,16 @@ struct gate {
     unsigned n;
 };
 
-static int gate_planner_new(const struct vase_arena *a, struct vase_arena_planner **ret) {
+static int gate_planner_new(const struct vase_arena *a, struct vase_planner **ret) {
     *ret = a->backend;
     return 0;
 }
 
-static void gate_planner_free(struct vase_arena_planner *p) {
+static void gate_planner_free(struct vase_planner *p) {
     (void)p;
 }
 
-static int gate_plan_layers(struct vase_arena_planner *p, struct vase_plan_run *run, uint32_t l0,
+static int gate_plan_layers(struct vase_planner *p, struct vase_plan_run *run, uint32_t l0,
                             uint32_t l1, uint32_t *ret_bad_layer) {
     struct gate *g = (struct gate *)p;
     (void)l0, (void)l1, (void)ret_bad_layer;
@@ -239,10 +243,22 @@ static int gate_plan_layers(struct vase_arena_planner *p, struct vase_plan_run *
 
 static const struct vase_arena_ops gate_ops = {
     .share = "memfd",
-    .planner_new = gate_planner_new,
-    .planner_free = gate_planner_free,
+    .on_device = true,
+};
+
+static const struct vase_planner_ops gate_planner_ops = {
+    .name = "gate",
+    .thread_new = gate_planner_new,
+    .thread_free = gate_planner_free,
     .plan_layers = gate_plan_layers,
 };
+
+const struct vase_planner_ops *__real_vase_planner_for(const struct vase_arena *a);
+const struct vase_planner_ops *__wrap_vase_planner_for(const struct vase_arena *a);
+
+const struct vase_planner_ops *__wrap_vase_planner_for(const struct vase_arena *a) {
+    return a && a->ops == &gate_ops ? &gate_planner_ops : __real_vase_planner_for(a);
+}
 
 static struct vase_plan_run *gate_run(struct vase_evictor *ev, const struct vase_arena *a,
                                       uint32_t tenant, uint32_t seq_id) {

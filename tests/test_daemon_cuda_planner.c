@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * Unit tests of daemon/planner_cuda.c against the fake CUDA of tests/mock_cuda.c (no GPU, no
+ * libcudart), on a cuda-ipc arena whose "device" memory the CPU can read: plans on the
+ * "device" equal the CPU planner's, reach the plan pages, fail whole on NaN naming the layer,
+ * report CUDA failures with the runtime's message, and the evictor's threads make and free their
+ * planners.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include <cmocka.h>
+
+#include "../daemon/arena.h"
+#include "../daemon/evictor.h"
+#include "../daemon/log.h"
+#include "../daemon/planner.h"
+#include "log_capture.h"
+#include "mock_cuda.h"
+#include "plan_fixture.h"
+
+#define PAGE_BYTES (64u << 10)
+
+static int check_nothing_left(void **state) {
+    (void)state;
+    assert_int_equal(mock_cuda_live_allocations(), 0);
+    assert_int_equal(mock_cuda_live_mappings(), 0);
+    return 0;
+}
+
+enum { L = 3, HQ = 4, HKV = 2, D = 16, BUDGET = 128, W = 32, LEN = 512, N = LEN - W };
+
+/* A cuda-ipc arena (the fake's device memory is readable by the CPU, so the CPU planner can
+ * check the device planner on the same bytes) with one sequence's K, V and queries. */
+static int plan_setup(void **state) {
+    struct plan_fixture *f = calloc(1, sizeof(*f));
+    const struct vase_geometry_desc g = {L, HQ, HKV, D, VASE_DTYPE_F32, 1};
+
+    mock_cuda_reset();
+    assert_int_equal(
+        vase_arena_new(0, "cuda:0", VASE_CUDA_SHARE_IPC, 4u << 20, PAGE_BYTES, &f->arena), 0);
+    plan_fixture_shape(f, &g, LEN, W, BUDGET);
+    assert_true(f->n_pages + f->n_ring + f->n_plan < 60);
+    /* Pages backwards, so that the block table matters. */
+    for (uint32_t i = 0; i < f->n_pages; i++)
+        f->pages[i] = 60 - i;
+    for (uint32_t i = 0; i < f->n_ring; i++)
+        f->ring[i] = 2 + i;
+    for (uint32_t i = 0; i < f->n_plan; i++)
+        f->plan[i] = 10 + i;
+    plan_fixture_fill(f, 5);
+    *state = f;
+    return 0;
+}
+
+static int plan_teardown(void **state) {
+    struct plan_fixture *f = *state;
+    vase_arena_free(f->arena);
+    free(f);
+    return check_nothing_left(state);
+}
+
+static struct vase_plan_run *make_run(struct plan_fixture *f, enum vase_policy policy,
+                                      const struct vase_arena *arena) {
+    struct vase_plan_run *run = plan_fixture_run(f, policy);
+    run->seq_id = 3;
+    run->round = 1;
+    run->seed = 42;
+    run->arena = arena;
+    run->ring_first = 5;
+    run->keep_lists = calloc((size_t)L * HKV * run->keep, sizeof(uint32_t));
+    if (vase_policy_needs(policy) & VASE_NEEDS_ACC) {
+        run->acc = malloc((size_t)L * HKV * N * sizeof(float));
+        for (size_t i = 0; i < (size_t)L * HKV * N; i++)
+            run->acc[i] = (float)((i * 7919) % 1000) / 1000.0f;
+    }
+    return run;
+}
+
+/* The device planner's lists equal the CPU's, in run->keep_lists and in the plan pages. */
+static void check_against_cpu(struct plan_fixture *f, enum vase_policy policy) {
+    struct vase_plan_run *dev = make_run(f, policy, f->arena);
+    struct vase_plan_run *cpu = make_run(f, policy, NULL);
+    struct vase_planner *p = NULL;
+    uint32_t bad = 99;
+    size_t list = (size_t)dev->keep;
+
+    assert_int_equal(vase_planner_for(f->arena)->thread_new(f->arena, &p), 0);
+    unsigned syncs = mock_cuda.stream_syncs;
+    assert_int_equal(vase_planner_for(f->arena)->plan_layers(p, dev, 0, L, &bad), 0);
+    /* Complete before it returns: the stream was synchronised. */
+    assert_true(mock_cuda.stream_syncs > syncs);
+    assert_int_equal(mock_cuda.plans, L);
+    assert_int_equal(mock_cuda.copies_d2d, L * HKV);
+    assert_int_equal(mock_cuda.copies_d2h, 1);
+    for (uint32_t i = 0; i < L * HKV; i++)
+        assert_memory_equal((char *)f->arena->map + vase_plan_run_list_offset(dev, i),
+                            dev->keep_lists + i * list, list * sizeof(uint32_t));
+
+    assert_int_equal(vase_plan_run_layers(cpu, 0, L, NULL, &bad), 0);
+    assert_memory_equal(dev->keep_lists, cpu->keep_lists, (size_t)L * HKV * list * 4);
+    vase_planner_for(f->arena)->thread_free(p);
+    vase_plan_run_free(dev);
+    vase_plan_run_free(cpu);
+    assert_int_equal(mock_cuda.workspaces_live, 0);
+    assert_int_equal(mock_cuda.stream_destroys, mock_cuda.stream_creates);
+}
+
+static void test_planner_attnv(void **state) {
+    check_against_cpu(*state, VASE_POLICY_VASE_ATTNV);
+}
+
+static void test_planner_h2o(void **state) {
+    check_against_cpu(*state, VASE_POLICY_H2O);
+}
+
+static void test_planner_nan(void **state) {
+    struct plan_fixture *f = *state;
+    struct vase_plan_run *run = make_run(f, VASE_POLICY_VASE_ATTNV, f->arena);
+    struct vase_planner *p = NULL;
+    uint32_t bad = 99, i0 = 1 * HKV;
+    uint32_t sentinel[4] = {0xdeadbeef, 0xdeadbeef, 0xdeadbeef, 0xdeadbeef};
+
+    /* A NaN in layer 1: the plan fails whole, naming the layer; no plan page is written. */
+    plan_fixture_kv(f, 1, 1, 17, 0)[3] = NAN;
+    memcpy((char *)f->arena->map + vase_plan_run_list_offset(run, i0), sentinel, sizeof(sentinel));
+    assert_int_equal(vase_planner_for(f->arena)->thread_new(f->arena, &p), 0);
+    assert_int_equal(vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad), -EINVAL);
+    assert_int_equal(bad, 1);
+    assert_memory_equal((char *)f->arena->map + vase_plan_run_list_offset(run, i0), sentinel,
+                        sizeof(sentinel));
+    vase_planner_for(f->arena)->thread_free(p);
+    vase_plan_run_free(run);
+}
+
+static void test_planner_failures(void **state) {
+    struct plan_fixture *f = *state;
+    struct vase_plan_run *run = make_run(f, VASE_POLICY_SNAPKV, f->arena);
+    struct vase_planner *p = NULL;
+    uint32_t bad = 99;
+
+    mock_cuda.fail_malloc = true;
+    assert_int_equal(vase_planner_for(f->arena)->thread_new(f->arena, &p), 0);
+    log_capture_begin();
+    int r = vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad);
+    const char *log = log_capture_end();
+    assert_int_equal(r, -ENOMEM);
+    assert_non_null(strstr(log, "plan scratch"));
+    assert_int_equal(bad, 0);
+    mock_cuda.fail_malloc = false;
+    mock_cuda.fail_stream_sync = true;
+    log_capture_begin();
+    r = vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad);
+    log = log_capture_end();
+    assert_int_equal(r, -EIO);
+    assert_non_null(strstr(log, "cudaStreamSynchronize"));
+    mock_cuda.fail_stream_sync = false;
+    assert_int_equal(vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad), 0);
+    vase_planner_for(f->arena)->thread_free(p);
+    vase_plan_run_free(run);
+}
+
+/* The evictor sends device runs to the CUDA planner, one per thread, freed at its end. */
+static void test_evictor_on_device(void **state) {
+    struct plan_fixture *f = *state;
+    void *ctx = zmq_ctx_new();
+    struct vase_evictor *ev = NULL;
+    struct vase_plan_run *runs[4], *cpu = make_run(f, VASE_POLICY_VASE_ATTNV, NULL);
+    uint32_t bad;
+
+    assert_int_equal(vase_plan_run_layers(cpu, 0, L, NULL, &bad), 0);
+    assert_int_equal(vase_evictor_new(ctx, 2, &ev), 0);
+    for (int i = 0; i < 4; i++) {
+        runs[i] = make_run(f, VASE_POLICY_VASE_ATTNV, f->arena);
+        assert_int_equal(vase_evictor_submit(ev, runs[i]), 0);
+    }
+    zmq_pollitem_t item = {.socket = vase_evictor_socket(ev), .events = ZMQ_POLLIN};
+    for (int done = 0; done < 4;) {
+        struct vase_plan_run *run;
+        /* A bound that only a lost run reaches, never a slow one. */
+        assert_true(zmq_poll(&item, 1, 60000) > 0);
+        int r;
+        while ((r = vase_evictor_receive(ev, &run)) >= 0)
+            if (r == 1) {
+                assert_int_equal(run->error, 0);
+                assert_memory_equal(run->keep_lists, cpu->keep_lists,
+                                    (size_t)L * HKV * run->keep * sizeof(uint32_t));
+                done++;
+            }
+        assert_int_equal(r, -EAGAIN);
+    }
+    assert_int_equal(mock_cuda.plans, 4 * L);
+    assert_true(mock_cuda.workspaces >= 1 && mock_cuda.workspaces <= 2);
+    vase_evictor_free(ev);
+    assert_int_equal(mock_cuda.workspaces_live, 0);
+    assert_int_equal(mock_cuda.stream_destroys, mock_cuda.stream_creates);
+    for (int i = 0; i < 4; i++)
+        vase_plan_run_free(runs[i]);
+    vase_plan_run_free(cpu);
+    zmq_ctx_term(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_planner_attnv, plan_setup, plan_teardown),
+        cmocka_unit_test_setup_teardown(test_planner_h2o, plan_setup, plan_teardown),
+        cmocka_unit_test_setup_teardown(test_planner_nan, plan_setup, plan_teardown),
+        cmocka_unit_test_setup_teardown(test_planner_failures, plan_setup, plan_teardown),
+        cmocka_unit_test_setup_teardown(test_evictor_on_device, plan_setup, plan_teardown),
+    };
+    vase_log_set_max_level(LOG_ERR);
+    vase_log_set_prefix(false);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
