@@ -4,7 +4,7 @@
  * Allocation-failure sweeps of the daemon's code that runs in-process without sockets: the
  * configuration (defaults, INI text and file with [arena NAME] sections, the command line,
  * vase_config_load()), the registry (clients, models, sequences), the page allocator, plan runs
- * with their workspaces, and the fair queue.
+ * with their workspaces, the allow-list, a peer's groups, a host arena, and the fair queue.
  *
  * The hook is tests/alloc_fail.c, linked in with -Wl,--wrap for malloc, calloc, realloc,
  * strdup, aligned_alloc and free (see the Makefile), so that every call to them from the
@@ -37,6 +37,7 @@
 #include "../daemon/fairq.h"
 #include "../daemon/log.h"
 #include "../daemon/registry.h"
+#include "../daemon/session.h"
 #include "alloc_fail.h"
 #include "plan_fixture.h"
 
@@ -345,6 +346,60 @@ static void test_plan_run(void **state) {
     vase_arena_free(p.f.arena);
 }
 
+/* ---- the allow-list and the host arena ---- */
+
+/* Numeric ids and root, which every system resolves, in both spellings of the separators. */
+static int step_allow(void *ctx) {
+    (void)ctx;
+    struct vase_allow a = {0};
+    alloc_fail_arm();
+    int r = vase_allow_parse("0, 1000 1001,1002,root", "0 100,1000", &a);
+    alloc_fail_disarm();
+    if (r == 0) {
+        assert_int_equal(a.n_uids, 5);
+        assert_int_equal(a.n_gids, 3);
+        assert_int_equal(vase_allow_check(&a, 999, 1001, 5, NULL, 0), 0);
+    }
+    vase_allow_done(&a);
+    return r;
+}
+
+static int step_peer_groups(void *ctx) {
+    (void)ctx;
+    gid_t *groups = NULL;
+    size_t n = 0;
+    alloc_fail_arm();
+    int r = vase_session_peer_groups(0, 0, &groups, &n);
+    alloc_fail_disarm();
+    if (r < 0)
+        assert_null(groups);
+    free(groups);
+    return r;
+}
+
+static int step_host_arena(void *ctx) {
+    (void)ctx;
+    struct vase_arena *a = NULL;
+    alloc_fail_arm();
+    int r = vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a);
+    alloc_fail_disarm();
+    if (r == 0)
+        assert_int_equal(a->num_pages, 16);
+    else
+        assert_null(a);
+    vase_arena_free(a);
+    return r;
+}
+
+static void test_allow_arena(void **state) {
+    (void)state;
+    assert_true(alloc_fail_sweep("session: vase_allow_parse", step_allow, NULL, 0) >= 2);
+    /* Root's supplementary groups: at least the one allocation of the list. */
+    assert_true(alloc_fail_sweep("session: vase_session_peer_groups", step_peer_groups, NULL, 0) >=
+                1);
+    assert_true(alloc_fail_sweep("arena: vase_arena_new host", step_host_arena, NULL, 0) >= 1);
+}
+
 /* ---- fair queue ---- */
 
 struct fq_ctx {
@@ -391,6 +446,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_config, teardown),
         cmocka_unit_test_teardown(test_registry_alloc, teardown),
         cmocka_unit_test_teardown(test_plan_run, teardown),
+        cmocka_unit_test_teardown(test_allow_arena, teardown),
         cmocka_unit_test_teardown(test_fairq, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
