@@ -365,11 +365,21 @@ $(BUILD)/tests/test_daemon_evictor: private LDFLAGS += -Wl,--wrap=vase_planner_f
 $(DAEMON_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/plan_fixture.o $(DAEMON_LIB) \
                                    $(KERNEL_LIB)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(DAEMON_LIBS)
+	$(Q)$(CC) $(LDFLAGS) $(TEST_WRAP) -o $@ $^ -lcmocka $(DAEMON_LIBS)
+
+# The allocation-failure sweeps route the allocator calls of the daemon archive, the kernels and
+# the test itself through the test's wrappers, which fail the Nth allocation of a sweep step.
+ALLOC_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc \
+              -Wl,--wrap=free
+$(BUILD)/tests/test_daemon_alloc_fail: TEST_WRAP := $(ALLOC_WRAP)
+$(BUILD)/tests/test_daemon_alloc_fail: $(BUILD)/tests/alloc_fail.o
 
 $(CLIENT_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBVASE_A)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LIBVASE_LIBS)
+	$(Q)$(CC) $(LDFLAGS) $(TEST_WRAP) -o $@ $^ -lcmocka $(LIBVASE_LIBS)
+
+$(BUILD)/tests/test_client_alloc_fail: TEST_WRAP := $(ALLOC_WRAP)
+$(BUILD)/tests/test_client_alloc_fail: $(BUILD)/tests/alloc_fail.o
 
 # The integration harness (start and stop a real vased, run helper programs) is shared by the
 # integration tests.

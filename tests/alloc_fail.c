@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * The allocation-failure hook of tests/alloc_fail.h: wrappers of the allocator calls (linked in
+ * with -Wl,--wrap) that count the allocations of an armed sweep step and fail its Nth one, and
+ * a set of the blocks the step allocated, so that a block its clean-up forgets is caught here
+ * as well as by valgrind and LeakSanitizer. While nothing is armed the wrappers only pass the
+ * call on (the set still forgets blocks that are freed).
+ */
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "alloc_fail.h"
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+char *__real_strdup(const char *s);
+void *__real_aligned_alloc(size_t align, size_t n);
+void __real_free(void *p);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t n);
+char *__wrap_strdup(const char *s);
+void *__wrap_aligned_alloc(size_t align, size_t n);
+void __wrap_free(void *p);
+
+/* Blocks allocated while armed and not freed yet: an open-addressing set of pointers. */
+#define LIVE_SLOTS 8192
+#define TOMBSTONE ((void *)1)
+
+static struct {
+    bool armed;
+    unsigned fail_at; /* the allocation to fail, counting from 1 while armed */
+    unsigned calls;   /* allocations seen while armed */
+    bool injected;    /* the step reached its fail_at-th allocation */
+    void *live[LIVE_SLOTS];
+    unsigned n_live;
+} hook;
+
+static size_t slot_of(const void *p) {
+    return ((uintptr_t)p >> 4) * 2654435761u % LIVE_SLOTS;
+}
+
+static void live_add(void *p) {
+    size_t i = slot_of(p);
+    while (hook.live[i] && hook.live[i] != TOMBSTONE)
+        i = (i + 1) % LIVE_SLOTS;
+    hook.live[i] = p;
+    hook.n_live++;
+}
+
+/* Forgets p; whether it was tracked. */
+static bool live_remove(const void *p) {
+    if (!p || hook.n_live == 0)
+        return false;
+    size_t i = slot_of(p);
+    for (size_t probes = 0; hook.live[i] && probes < LIVE_SLOTS; probes++, i = (i + 1) % LIVE_SLOTS)
+        if (hook.live[i] == p) {
+            hook.live[i] = TOMBSTONE;
+            hook.n_live--;
+            return true;
+        }
+    return false;
+}
+
+/* Whether this allocation is the one to fail. */
+static bool fail_now(void) {
+    if (!hook.armed)
+        return false;
+    if (++hook.calls != hook.fail_at)
+        return false;
+    hook.injected = true;
+    return true;
+}
+
+/* Records a block allocated while armed. */
+static void *track(void *p) {
+    if (p && hook.armed) {
+        /* A step allocating more blocks than the set holds would make the check meaningless. */
+        if (hook.n_live >= LIVE_SLOTS / 2)
+            abort();
+        live_add(p);
+    }
+    return p;
+}
+
+void *__wrap_malloc(size_t n) {
+    return fail_now() ? NULL : track(__real_malloc(n));
+}
+
+void *__wrap_calloc(size_t n, size_t size) {
+    return fail_now() ? NULL : track(__real_calloc(n, size));
+}
+
+void *__wrap_realloc(void *p, size_t n) {
+    if (fail_now())
+        return NULL;
+    void *q = __real_realloc(p, n);
+    /* A tracked block stays tracked when it moves, even after the step is disarmed. */
+    if (q && live_remove(p) && !hook.armed)
+        live_add(q);
+    return q ? track(q) : NULL;
+}
+
+char *__wrap_strdup(const char *s) {
+    return fail_now() ? NULL : track(__real_strdup(s));
+}
+
+void *__wrap_aligned_alloc(size_t align, size_t n) {
+    return fail_now() ? NULL : track(__real_aligned_alloc(align, n));
+}
+
+void __wrap_free(void *p) {
+    live_remove(p);
+    __real_free(p);
+}
+
+void alloc_fail_arm(void) {
+    hook.calls = 0;
+    hook.injected = false;
+    hook.armed = true;
+}
+
+void alloc_fail_disarm(void) {
+    hook.armed = false;
+}
+
+void alloc_fail_resume(void) {
+    hook.armed = true;
+}
+
+unsigned alloc_fail_sweep(const char *what, alloc_fail_step step, void *ctx, int success) {
+    unsigned n;
+    for (n = 1;; n++) {
+        hook.fail_at = n;
+        hook.n_live = 0;
+        memset(hook.live, 0, sizeof(hook.live));
+        int r = step(ctx);
+        alloc_fail_disarm();
+        if (hook.n_live != 0)
+            fail_msg("%s: %u blocks leaked when allocation %u failed", what, hook.n_live, n);
+        if (!hook.injected) {
+            if (r != success)
+                fail_msg("%s: %d without an injected failure, expected %d", what, r, success);
+            break;
+        }
+        if (r != -ENOMEM)
+            fail_msg("%s: allocation %u failed and it returned %d, not -ENOMEM", what, n, r);
+        if (n > 100000)
+            fail_msg("%s: no end to its allocations", what);
+    }
+    if (n == 1)
+        printf("%s: no allocation at all\n", what);
+    else
+        printf("%s: %u allocation failure points, all -ENOMEM, nothing leaked\n", what, n - 1);
+    return n - 1;
+}
