@@ -180,6 +180,8 @@ static void on_pending(struct vased *d, size_t i) {
     vase_publish_client(d, c, true);
 }
 
+/* Ends client c, whose session closed: its sequences close (those with a plan in flight keep their
+ * pages until it finishes), its pages return, a client_leave event goes out. */
 static void drop_client(struct vased *d, struct vase_client *c) {
     uint32_t pages = c->pages, waiting = 0;
     vase_publish_client(d, c, false);

@@ -3,8 +3,8 @@
 
 /*
  * struct vased: every piece of the daemon's state, passed explicitly to the modules of daemon/.
- * Only data lives here: the loop (vased.h) calls down into the modules that take a struct vased,
- * and none of them calls back up into it.
+ * Only data and the daemon's clock live here, no loop functions: the loop (vased.h) calls down
+ * into the modules that take a struct vased, and none of them calls back up into it.
  */
 
 #include <stdbool.h>
