@@ -4,7 +4,8 @@
 /*
  * The control socket: a ZeroMQ ROUTER at ipc://RUNTIME/control.sock. Frames are checked
  * (size before unpacking, version, body, incarnation, session, client_seq) by pure functions
- * that the tests call without sockets, then dispatched to the handlers of PROTOCOL.md.
+ * that the tests call without sockets, then authorized and dispatched to the handlers of
+ * PROTOCOL.md (engine.h, cycle.h, admin.h).
  */
 
 #include <stdbool.h>
@@ -15,9 +16,6 @@
 #include "vase.pb-c.h"
 
 struct vased;
-struct vase_plan_run;
-struct vase_client;
-struct vase_seq;
 
 /* An error reply to be sent: a positive errno or vase code, and what was wrong. */
 struct vase_control_error {
@@ -75,12 +73,6 @@ enum vase_control_access vase_control_access_of(Vase__Envelope__BodyCase body);
 int vase_control_open(void *zmq_ctx, const char *endpoint, uint64_t max_message_bytes,
                       void **ret);
 
-/* Handles the messages waiting on the ROUTER (a bounded number per call). */
+/* Handles the messages waiting on the ROUTER (a bounded number per call): each is checked,
+ * authorized and passed to its handler, or refused with an Error. */
 void vase_control_process(struct vased *d);
-/* Handles a finished plan: EvictPlan or Error to the client, or frees an orphan. */
-void vase_control_plan_done(struct vased *d, struct vase_plan_run *run);
-
-/* Fill info messages from registry objects (strings point into the objects). */
-void vase_control_client_info(const struct vased *d, const struct vase_client *c,
-                              Vase__ClientInfo *ret);
-void vase_control_seq_info(const struct vase_seq *s, Vase__SeqInfo *ret);

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * Who may do what, decided from the credentials the kernel gave for a connection (SO_PEERCRED on
+ * the session socket, libzmq's peer address on the control and event sockets), never from
+ * anything a message says.
+ */
+
+#include <stdbool.h>
+#include <sys/socket.h>
+
+struct vased;
+struct vased_peer;
+struct vase_client;
+struct vase_seq;
+
+/* What the peer with cred may do: allowed by allow_users/allow_groups, admin, and the arenas it
+ * may use. 0 or -ENOMEM; *ret is untouched on failure. */
+int vase_access_lookup(const struct vased *d, const struct ucred *cred, struct vased_peer *ret);
+
+/* Whether a listing shows client c / sequence s to who: admins see everything; others their own
+ * uid's clients and sequences, and those in the arenas they may use (which they could read
+ * anyway). */
+bool vase_access_client_visible(const struct vased_peer *who, const struct vase_client *c);
+bool vase_access_seq_visible(const struct vased_peer *who, const struct vase_seq *s);

@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * The administrative requests: the daemon's status, listings of clients and sequences, one
+ * sequence, and the settings. Who may send each was decided by control.c from the kernel's
+ * credentials; here a listing shows only what that peer may see (access.c), and Status only the
+ * arenas it may use. A settings change is logged with the uid and the old and new value, and
+ * reloads (SIGHUP) go through the same vase_admin_apply_setting().
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "access.h"
+#include "admin.h"
+#include "alloc.h"
+#include "arena.h"
+#include "evictor.h"
+#include "log.h"
+#include "publish.h"
+#include "registry.h"
+#include "reply.h"
+#include "state.h"
+#include "wire.h"
+
+static int handle_ping(struct vased *d, const struct vase_reply_to *p, const Vase__Ping *req) {
+    Vase__Pong pong = VASE__PONG__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    pong.payload = req->payload;
+    e.body_case = VASE__ENVELOPE__BODY_PONG;
+    e.pong = &pong;
+    vase_reply_send(d, p, &e);
+    return 0;
+}
+
+static int handle_status(struct vased *d, const struct vase_reply_to *p,
+                         const struct vased_peer *who) {
+    Vase__ArenaStatus as[VASED_MAX_ARENAS], *asp[VASED_MAX_ARENAS];
+    Vase__StatusReply sr = VASE__STATUS_REPLY__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    size_t n = 0;
+
+    /* Anyone who can reach the socket may ask; the arenas shown are those the peer may use. */
+    for (uint32_t i = 0; i < d->n_arenas; i++) {
+        if (!who->admin && !(who->arenas & (1u << i)))
+            continue;
+        vase__arena_status__init(&as[n]);
+        as[n].id = d->arenas[i]->id;
+        as[n].name = (char *)d->arena_names[i];
+        as[n].kind = d->arenas[i]->kind;
+        as[n].page_bytes = d->arenas[i]->page_bytes;
+        as[n].pages_total = d->allocs[i]->num_pages;
+        as[n].pages_free = d->allocs[i]->n_free;
+        asp[n] = &as[n];
+        n++;
+    }
+    sr.incarnation = d->incarnation;
+    sr.version = (char *)VASED_VERSION;
+    sr.uptime_seconds = vased_now() - d->started_at;
+    sr.n_arenas = n;
+    sr.arenas = asp;
+    sr.clients = d->reg->n_clients;
+    sr.seqs = d->reg->n_seqs;
+    sr.evictions_total = d->evictions_total;
+    sr.stats_messages_total = d->stats_messages_total;
+    sr.requests_total = d->requests_total;
+    sr.errors_total = d->errors_total;
+    sr.evictions_in_flight = d->evictions_in_flight;
+    struct vase_evictor_counts q;
+    vase_evictor_get_counts(d->evictor, &q);
+    sr.plans_queued = q.plans_queued;
+    sr.plans_running = q.plans_running;
+    sr.clients_waiting = q.clients_waiting;
+    e.body_case = VASE__ENVELOPE__BODY_STATUS_REPLY;
+    e.status_reply = &sr;
+    vase_reply_send(d, p, &e);
+    return 0;
+}
+
+static int handle_list_clients(struct vased *d, const struct vase_reply_to *p,
+                               const struct vased_peer *who) {
+    uint32_t n = d->reg->n_clients;
+    ProtobufCMessage **entries = vase_reply_repeated_new(n, sizeof(Vase__ClientInfo));
+    if (!entries)
+        return vase_reply_error(d, p, ENOMEM, "out of memory");
+    size_t i = 0;
+    for (struct vase_client *c = d->reg->clients; c && i < n; c = c->next)
+        if (vase_access_client_visible(who, c))
+            vase_publish_client_info(d, c, (Vase__ClientInfo *)entries[i++]);
+    Vase__ClientsReply cr = VASE__CLIENTS_REPLY__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    cr.n_clients = i;
+    cr.clients = (Vase__ClientInfo **)entries;
+    e.body_case = VASE__ENVELOPE__BODY_CLIENTS_REPLY;
+    e.clients_reply = &cr;
+    vase_reply_send(d, p, &e);
+    free(entries);
+    return 0;
+}
+
+static int handle_list_seqs(struct vased *d, const struct vase_reply_to *p,
+                            const Vase__ListSeqs *req, const struct vased_peer *who) {
+    struct vase_client *only = NULL;
+    if (req->client_id) {
+        only = vase_registry_find_client(d->reg, req->client_id);
+        if (!only || !vase_access_client_visible(who, only))
+            return vase_reply_error(d, p, ENOENT, "no client %u", req->client_id);
+    }
+    size_t n = 0;
+    for (struct vase_client *c = d->reg->clients; c; c = c->next)
+        if (!only || c == only)
+            n += c->n_seqs;
+    ProtobufCMessage **entries = vase_reply_repeated_new(n, sizeof(Vase__SeqInfo));
+    if (!entries)
+        return vase_reply_error(d, p, ENOMEM, "out of memory");
+    size_t i = 0;
+    for (struct vase_client *c = d->reg->clients; c; c = c->next)
+        if (!only || c == only)
+            for (struct vase_seq *s = c->seqs; s && i < n; s = s->next)
+                if (vase_access_seq_visible(who, s))
+                    vase_publish_seq_info(s, (Vase__SeqInfo *)entries[i++]);
+    Vase__SeqsReply sr = VASE__SEQS_REPLY__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    sr.n_seqs = i;
+    sr.seqs = (Vase__SeqInfo **)entries;
+    e.body_case = VASE__ENVELOPE__BODY_SEQS_REPLY;
+    e.seqs_reply = &sr;
+    vase_reply_send(d, p, &e);
+    free(entries);
+    return 0;
+}
+
+static int handle_get_seq(struct vased *d, const struct vase_reply_to *p, const Vase__GetSeq *req,
+                          const struct vased_peer *who) {
+    struct vase_seq *s = vase_registry_find_seq(d->reg, req->seq_id);
+    if (!s || !vase_access_seq_visible(who, s))
+        return vase_reply_error(d, p, ENOENT, "no sequence %u", req->seq_id);
+    Vase__SeqInfo info;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    vase_publish_seq_info(s, &info);
+    e.body_case = VASE__ENVELOPE__BODY_SEQ_INFO;
+    e.seq_info = &info;
+    vase_reply_send(d, p, &e);
+    return 0;
+}
+
+/* One ConfigEntry; value is the caller's buffer. */
+static void config_entry(const struct vased *d, const struct vase_setting *s, char *value,
+                         size_t len, Vase__ConfigEntry *ret) {
+    vase__config_entry__init(ret);
+    vase_config_format(&d->cfg, s, value, len);
+    ret->key = (char *)s->name;
+    ret->value = value;
+    ret->type = (char *)vase_setting_type_name(s->type);
+    ret->default_value = (char *)s->def;
+    ret->runtime = s->runtime;
+    ret->description = (char *)s->description;
+}
+
+#define CONFIG_VALUE_MAX 4097
+
+static int reply_config(struct vased *d, const struct vase_reply_to *p,
+                        const struct vase_setting *only) {
+    size_t n = only ? 1 : vase_settings_count;
+    ProtobufCMessage **entries = vase_reply_repeated_new(n, sizeof(Vase__ConfigEntry));
+    char *values = calloc(n, CONFIG_VALUE_MAX);
+    if (!entries || !values) {
+        free(entries);
+        free(values);
+        return vase_reply_error(d, p, ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        config_entry(d, only ? only : &vase_settings[i], values + i * CONFIG_VALUE_MAX,
+                     CONFIG_VALUE_MAX, (Vase__ConfigEntry *)entries[i]);
+    Vase__ConfigReply cr = VASE__CONFIG_REPLY__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    cr.n_entries = n;
+    cr.entries = (Vase__ConfigEntry **)entries;
+    e.body_case = VASE__ENVELOPE__BODY_CONFIG_REPLY;
+    e.config_reply = &cr;
+    vase_reply_send(d, p, &e);
+    free(entries);
+    free(values);
+    return 0;
+}
+
+static int handle_config_get(struct vased *d, const struct vase_reply_to *p,
+                             const Vase__ConfigGet *req) {
+    const struct vase_setting *s = NULL;
+    if (req->key[0]) {
+        s = vase_setting_find(req->key);
+        if (!s)
+            return vase_reply_error(d, p, ENOENT, "no setting \"%s\"", req->key);
+    }
+    reply_config(d, p, s);
+    return 0;
+}
+
+static int handle_config_set(struct vased *d, const struct vase_reply_to *p,
+                             const Vase__ConfigSet *req) {
+    const struct vase_setting *s = vase_setting_find(req->key);
+    if (!s)
+        return vase_reply_error(d, p, ENOENT, "no setting \"%s\"", req->key);
+    char old[CONFIG_VALUE_MAX];
+    vase_config_format(&d->cfg, s, old, sizeof(old));
+    int r = vase_config_set(&d->cfg, req->key, req->value, VASE_CONFIG_RUNTIME);
+    if (r == -EPERM)
+        return vase_reply_error(d, p, EPERM,
+                                "%s cannot change while vased runs; edit the "
+                                "configuration file and restart",
+                                s->name);
+    if (r == -ERANGE)
+        return vase_reply_error(d, p, ERANGE, "%s: \"%s\" is out of range", s->name, req->value);
+    if (r == -EINVAL)
+        return vase_reply_error(d, p, EINVAL, "%s: \"%s\" is not a valid %s", s->name, req->value,
+                                vase_setting_type_name(s->type));
+    if (r < 0)
+        return vase_reply_error(d, p, -r, "%s: %s", s->name, strerror(-r));
+    vase_admin_apply_setting(d, s->name);
+    char now[CONFIG_VALUE_MAX];
+    vase_config_format(&d->cfg, s, now, sizeof(now));
+    log_notice("Setting %s changed from \"%s\" to \"%s\" by uid %u (pid %d).", s->name, old, now,
+               (unsigned)p->cred.uid, (int)p->cred.pid);
+    reply_config(d, p, s);
+    return 0;
+}
+
+int vase_admin_apply_setting(struct vased *d, const char *key) {
+    const struct vase_setting *s = vase_setting_find(key);
+    if (!s)
+        return -ENOENT;
+    if (strcmp(s->name, "log_level") == 0) {
+        vase_log_set_max_level(d->cfg.log_level);
+    } else if (strcmp(s->name, "allow_users") == 0 || strcmp(s->name, "allow_groups") == 0) {
+        /* Sessions already open stay open; the new lists decide from the next connection. */
+        struct vase_allow a;
+        int r = vase_allow_parse(d->cfg.allow_users, d->cfg.allow_groups, &a);
+        if (r < 0)
+            return log_error_errno(r, "Cannot apply the new allow-list, keeping the old: %m");
+        vase_allow_done(&d->allow);
+        d->allow = a;
+    }
+    /* Everything else is read where it is used. */
+    return 0;
+}
+
+int vase_admin_handle(struct vased *d, const struct vase_reply_to *p, const Vase__Envelope *e,
+                      const struct vased_peer *who) {
+    switch (e->body_case) {
+    case VASE__ENVELOPE__BODY_PING:
+        return handle_ping(d, p, e->ping);
+    case VASE__ENVELOPE__BODY_STATUS:
+        return handle_status(d, p, who);
+    case VASE__ENVELOPE__BODY_LIST_CLIENTS:
+        return handle_list_clients(d, p, who);
+    case VASE__ENVELOPE__BODY_LIST_SEQS:
+        return handle_list_seqs(d, p, e->list_seqs, who);
+    case VASE__ENVELOPE__BODY_GET_SEQ:
+        return handle_get_seq(d, p, e->get_seq, who);
+    case VASE__ENVELOPE__BODY_CONFIG_GET:
+        return handle_config_get(d, p, e->config_get);
+    case VASE__ENVELOPE__BODY_CONFIG_SET:
+        return handle_config_set(d, p, e->config_set);
+    default:
+        return vase_reply_error(d, p, EINVAL, "%s is not a request", vase_wire_body_name(e));
+    }
+}

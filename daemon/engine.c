@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * An engine's models and sequences. RegisterModel checks the geometry against the arena and the
+ * client's rights and answers with the layout both ends compute the same way; OpenSeq applies
+ * PROTOCOL.md's defaults to the parameters, checks every bound before the registry reserves
+ * anything (admission is all or nothing), and answers with the sequence's pages; CloseSeq
+ * returns them, or leaves them to the plan in flight (registry.c). Opening and closing publish
+ * their events and may change the memory pressure.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "arena.h"
+#include "engine.h"
+#include "log.h"
+#include "publish.h"
+#include "registry.h"
+#include "reply.h"
+#include "state.h"
+#include "wire.h"
+
+static int handle_register_model(struct vased *d, struct vase_client *c,
+                                 const struct vase_reply_to *p, const Vase__RegisterModel *req) {
+    const Vase__ModelGeometry *g = req->geometry;
+    if (!g)
+        return vase_reply_error(d, p, EINVAL, "register_model has no geometry");
+    if (c->n_models >= d->cfg.max_models_per_client)
+        return vase_reply_error(d, p, EDQUOT, "client has %u models (max_models_per_client)",
+                                c->n_models);
+    if (g->arena_id >= d->n_arenas)
+        return vase_reply_error(d, p, EINVAL, "no arena %u (this daemon has %u)", g->arena_id,
+                                d->n_arenas);
+    if (!(c->arenas & (1u << g->arena_id)))
+        return vase_reply_error(d, p, EPERM, "arena %u (\"%s\") is not open to uid %u", g->arena_id,
+                                d->arena_names[g->arena_id], (unsigned)c->uid);
+    if (strlen(g->name) > VASE_MAX_NAME)
+        return vase_reply_error(d, p, EINVAL, "model name longer than %u bytes", VASE_MAX_NAME);
+    if ((unsigned)g->dtype >= _VASE_DTYPE_MAX)
+        return vase_reply_error(d, p, EINVAL, "unknown dtype %d", (int)g->dtype);
+
+    struct vase_geometry_desc geo = {
+        .layers = g->layers,
+        .q_heads = g->q_heads,
+        .kv_heads = g->kv_heads,
+        .head_dim = g->head_dim,
+        .dtype = (enum vase_dtype)g->dtype,
+        .align = g->align,
+    };
+    struct vase_layout layout;
+    const char *msg = NULL;
+    int r = vase_layout_compute(&geo, d->arenas[g->arena_id]->page_bytes, &layout, &msg);
+    if (r < 0)
+        return vase_reply_error(d, p, -r, "bad geometry: %s", msg ? msg : "invalid");
+
+    struct vase_model *m;
+    r = vase_registry_add_model(d->reg, c, g->name, g->arena_id, &geo, &layout, &m);
+    if (r < 0)
+        return vase_reply_error(d, p, -r, "cannot register the model: %s", strerror(-r));
+    log_info("Client %u registered model %u \"%s\": %u layers, %u/%u heads, dim %u, %s, "
+             "%u tokens per page.", c->id, m->id, m->name, geo.layers, geo.q_heads, geo.kv_heads,
+             geo.head_dim, vase_dtype_to_string(geo.dtype), layout.tokens_per_page);
+
+    Vase__ModelLayout ml = VASE__MODEL_LAYOUT__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    ml.model_id = m->id;
+    ml.tokens_per_page = layout.tokens_per_page;
+    ml.page_bytes = layout.page_bytes;
+    ml.layer_stride = layout.layer_stride;
+    ml.kv_stride = layout.kv_stride;
+    ml.token_stride = layout.token_stride;
+    ml.head_stride = layout.head_stride;
+    ml.ring_rows_per_page = layout.ring_rows_per_page;
+    ml.ring_layer_stride = layout.ring_layer_stride;
+    ml.ring_row_stride = layout.ring_row_stride;
+    e.body_case = VASE__ENVELOPE__BODY_MODEL_LAYOUT;
+    e.model_layout = &ml;
+    vase_reply_send(d, p, &e);
+    return 0;
+}
+
+/* The first rule of vase_params_check() that p breaks, for the error message. */
+static const char *explain_params(const struct vase_params *p) {
+    if (p->window == 0)
+        return "window must be positive";
+    if (p->budget <= p->window)
+        return "budget must be larger than window";
+    if (p->budget % p->window != 0)
+        return "budget must be a multiple of window";
+    if (p->budget > VASE_MAX_BUDGET)
+        return "budget too large";
+    if (p->n_sink > p->budget)
+        return "n_sink must not exceed budget";
+    if (p->n_large > p->budget)
+        return "n_large must not exceed budget";
+    if (!(p->temperature > 0.0f) || !isfinite(p->temperature))
+        return "temperature must be positive and finite";
+    if (!(p->lambda >= 0.0f && p->lambda <= 1.0f))
+        return "lambda must be in [0, 1]";
+    if (p->smooth == 0 || p->smooth % 2 == 0 || p->smooth > VASE_MAX_SMOOTH)
+        return "smooth must be odd and at most 63";
+    if (p->rank == 0 || p->rank > VASE_MAX_RANK)
+        return "rank must be 1 .. 256";
+    return "invalid parameters";
+}
+
+/* The policy sp names, PROTOCOL.md's default when none. Reference mode names
+ * ("range_sink_sample_attn", ...) imply a value metric too: *ret_metric, and *ret_implied is
+ * set. 0 or -EINVAL with *msg. */
+static int policy_from(const Vase__SeqParams *sp, enum vase_policy *ret,
+                       enum vase_metric *ret_metric, bool *ret_implied, const char **msg) {
+    *ret_implied = false;
+    if (sp->policy[0] == '\0') {
+        *ret = VASE_POLICY_VASE_ATTNV;
+        return 0;
+    }
+    if (vase_policy_from_string(sp->policy, ret) >= 0)
+        return 0;
+    if (vase_policy_from_mode(sp->policy, ret, ret_metric) < 0) {
+        *msg = "unknown policy";
+        return -EINVAL;
+    }
+    *ret_implied = true;
+    return 0;
+}
+
+/* The parameters of sp over the defaults for its budget (metric: the one sp names, else the
+ * one the policy's mode name implied, if any), checked for policy. 0 or -EINVAL with *msg. */
+static int params_from(const Vase__SeqParams *sp, enum vase_policy policy, bool implied,
+                       enum vase_metric implied_metric, struct vase_params *ret,
+                       const char **msg) {
+    if (sp->budget == 0) {
+        *msg = "budget must be set";
+        return -EINVAL;
+    }
+    struct vase_params p = vase_params_default(sp->budget);
+    if (sp->window)
+        p.window = sp->window;
+    if (sp->n_sink < -1 || sp->n_large < -1) {
+        *msg = "n_sink and n_large must be >= 0, or -1 for the default";
+        return -EINVAL;
+    }
+    if (sp->n_sink >= 0)
+        p.n_sink = (uint32_t)sp->n_sink;
+    if (sp->n_large >= 0)
+        p.n_large = (uint32_t)sp->n_large;
+    if (sp->temperature != 0.0f)
+        p.temperature = sp->temperature;
+    if (sp->rank)
+        p.rank = sp->rank;
+    if (sp->lambda >= 0.0f || isnan(sp->lambda))
+        p.lambda = sp->lambda;
+    if (sp->smooth)
+        p.smooth = sp->smooth;
+    if (sp->metric[0]) {
+        if (vase_metric_from_string(sp->metric, &p.metric) < 0) {
+            *msg = "unknown metric (range, l2, var, absmax)";
+            return -EINVAL;
+        }
+    } else if (implied) {
+        p.metric = implied_metric;
+    }
+    if (vase_params_check(&p, policy) < 0) {
+        *msg = explain_params(&p);
+        return -EINVAL;
+    }
+    *ret = p;
+    return 0;
+}
+
+/* SeqParams with PROTOCOL.md's defaults applied, checked. 0 or -EINVAL with *msg. */
+static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
+                            struct vase_seq_request *ret, const char **msg) {
+    const Vase__SeqParams *sp = o->params;
+    enum vase_metric implied = VASE_METRIC_RANGE;
+    bool has_implied;
+    struct vase_params p;
+
+    if (!sp) {
+        *msg = "open_seq has no params (budget is required)";
+        return -EINVAL;
+    }
+    *ret = (struct vase_seq_request){0};
+    if (policy_from(sp, &ret->policy, &implied, &has_implied, msg) < 0 ||
+        params_from(sp, ret->policy, has_implied, implied, &p, msg) < 0)
+        return -EINVAL;
+    if (o->mode != VASE__MODE__MODE_ASYNC && o->mode != VASE__MODE__MODE_SYNC) {
+        *msg = "unknown mode";
+        return -EINVAL;
+    }
+    if (o->prompt_len > VASE_MAX_TOKENS) {
+        *msg = "prompt_len too large";
+        return -EINVAL;
+    }
+    int64_t slack = o->slack;
+    if (slack < -1) {
+        *msg = "slack must be >= 0, or -1 for the default";
+        return -EINVAL;
+    }
+    if (slack == -1)
+        slack = d->cfg.default_slack >= 0 ? d->cfg.default_slack : (int64_t)p.window;
+    if (slack > (int64_t)VASE_MAX_BUDGET) {
+        *msg = "slack too large";
+        return -EINVAL;
+    }
+    uint64_t most = (uint64_t)(o->prompt_len > p.budget ? o->prompt_len : p.budget) + p.window +
+                    (uint64_t)slack;
+    if (most > VASE_MAX_TOKENS) {
+        *msg = "max(prompt_len, budget) + window + slack exceeds the kernels' token limit";
+        return -EINVAL;
+    }
+    ret->params = p;
+    ret->prompt_len = o->prompt_len;
+    ret->seed = o->seed;
+    ret->mode = (uint32_t)o->mode;
+    ret->slack = (uint32_t)slack;
+    return 0;
+}
+
+static int handle_open_seq(struct vased *d, struct vase_client *c, const struct vase_reply_to *p,
+                           const Vase__OpenSeq *o) {
+    struct vase_model *m;
+    int r = vase_registry_get_model(d->reg, c, o->model_id, &m);
+    if (r == -ENOENT)
+        return vase_reply_error(d, p, ENOENT, "no model %u", o->model_id);
+    if (r < 0)
+        return vase_reply_error(d, p, EPERM, "model %u belongs to another client", o->model_id);
+
+    struct vase_seq_request req;
+    const char *msg = NULL;
+    r = seq_request_from(d, o, &req, &msg);
+    if (r < 0)
+        return vase_reply_error(d, p, EINVAL, "bad open_seq: %s", msg);
+
+    struct vase_seq *s;
+    r = vase_registry_open_seq(d->reg, d->allocs[m->arena_id], c, m, &req,
+                               d->cfg.max_seqs_per_client, d->cfg.max_pages_per_client, &s, &msg);
+    if (r < 0)
+        return vase_reply_error(d, p, -r, "cannot open the sequence: %s", msg ? msg : strerror(-r));
+    log_debug("Client %u opened sequence %u: %s, budget %u, window %u, %u pages.", c->id, s->id,
+              vase_policy_to_string(s->policy), s->params.budget, s->params.window,
+              s->n_pages + s->n_ring_pages + s->n_plan_pages);
+
+    Vase__SeqLayout sl = VASE__SEQ_LAYOUT__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    sl.seq_id = s->id;
+    sl.capacity = s->capacity;
+    sl.n_pages = s->n_pages;
+    sl.pages = s->pages;
+    sl.n_ring_pages = s->n_ring_pages;
+    sl.ring_pages = s->ring_pages;
+    sl.n_plan_pages = s->n_plan_pages;
+    sl.plan_pages = s->plan_pages;
+    sl.keep = s->keep;
+    sl.plans_per_page = s->plans_per_page;
+    sl.window = s->params.window;
+    sl.budget = s->params.budget;
+    sl.slack = s->slack;
+    e.body_case = VASE__ENVELOPE__BODY_SEQ_LAYOUT;
+    e.seq_layout = &sl;
+    vase_reply_send(d, p, &e);
+    vase_publish_seq(d, s, true);
+    vase_publish_pressure(d, false);
+    return 0;
+}
+
+static int handle_close_seq(struct vased *d, struct vase_client *c, const struct vase_reply_to *p,
+                            const Vase__CloseSeq *req) {
+    struct vase_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
+    if (!s)
+        return 0;
+    vase_publish_seq(d, s, false);
+    vase_registry_close_seq(d->reg, d->allocs[s->arena_id], s);
+    vase_reply_ok(d, p);
+    vase_publish_pressure(d, false);
+    return 0;
+}
+
+int vase_engine_handle(struct vased *d, struct vase_client *c, const struct vase_reply_to *p,
+                       const Vase__Envelope *e) {
+    switch (e->body_case) {
+    case VASE__ENVELOPE__BODY_REGISTER_MODEL:
+        return handle_register_model(d, c, p, e->register_model);
+    case VASE__ENVELOPE__BODY_OPEN_SEQ:
+        return handle_open_seq(d, c, p, e->open_seq);
+    case VASE__ENVELOPE__BODY_CLOSE_SEQ:
+        return handle_close_seq(d, c, p, e->close_seq);
+    default:
+        return vase_reply_error(d, p, EINVAL, "%s is not a request", vase_wire_body_name(e));
+    }
+}

@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * The daemon's events, built from the registry and handed to events.c, which numbers and sends
+ * them. Only the main thread publishes. A pressure event goes out when an arena's free pages
+ * cross 10% of it, either way, and for every arena at each stats_interval, so a subscriber that
+ * joined late or lost one learns the state without asking.
+ */
+
+#include "alloc.h"
+#include "arena.h"
+#include "events.h"
+#include "evictor.h"
+#include "log.h"
+#include "publish.h"
+#include "registry.h"
+#include "state.h"
+
+void vase_publish_client_info(const struct vased *d, const struct vase_client *c,
+                              Vase__ClientInfo *ret) {
+    vase__client_info__init(ret);
+    ret->client_id = c->id;
+    ret->name = c->name ? c->name : (char *)"";
+    ret->pid = c->pid;
+    ret->uid = c->uid;
+    ret->gid = c->gid;
+    ret->pages = c->pages;
+    ret->seqs = c->n_seqs;
+    ret->models = c->n_models;
+    ret->connected_seconds = vased_now() - c->connected_at;
+    ret->plans_queued = d->evictor ? vase_evictor_count_queued(d->evictor, c->id) : 0;
+}
+
+void vase_publish_seq_info(const struct vase_seq *s, Vase__SeqInfo *ret) {
+    vase__seq_info__init(ret);
+    ret->seq_id = s->id;
+    ret->client_id = s->client ? s->client->id : 0;
+    ret->model_id = s->model ? s->model->id : 0;
+    ret->policy = (char *)vase_policy_to_string(s->policy);
+    ret->mode = s->mode == VASE__MODE__MODE_SYNC ? VASE__MODE__MODE_SYNC : VASE__MODE__MODE_ASYNC;
+    ret->budget = s->params.budget;
+    ret->window = s->params.window;
+    ret->len = s->len;
+    ret->capacity = s->capacity;
+    ret->pages = s->n_pages + s->n_ring_pages + s->n_plan_pages;
+    ret->rounds = s->rounds;
+    ret->position = s->position;
+    ret->state = (char *)vase_seq_state_to_string(s->state);
+    ret->last_plan_seconds = s->last_plan_seconds;
+    ret->arena_id = s->arena_id;
+}
+
+void vase_publish_seq(struct vased *d, const struct vase_seq *s, bool open) {
+    Vase__SeqInfo info;
+    Vase__Event e = VASE__EVENT__INIT;
+    vase_publish_seq_info(s, &info);
+    e.body_case = open ? VASE__EVENT__BODY_SEQ_OPEN : VASE__EVENT__BODY_SEQ_CLOSE;
+    if (open)
+        e.seq_open = &info;
+    else
+        e.seq_close = &info;
+    vase_events_publish(d->events, "seq", &e);
+}
+
+void vase_publish_client(struct vased *d, const struct vase_client *c, bool join) {
+    Vase__ClientInfo info;
+    Vase__Event e = VASE__EVENT__INIT;
+    vase_publish_client_info(d, c, &info);
+    e.body_case = join ? VASE__EVENT__BODY_CLIENT_JOIN : VASE__EVENT__BODY_CLIENT_LEAVE;
+    if (join)
+        e.client_join = &info;
+    else
+        e.client_leave = &info;
+    vase_events_publish(d->events, "client", &e);
+}
+
+void vase_publish_pressure(struct vased *d, bool force) {
+    for (uint32_t i = 0; i < d->n_arenas; i++) {
+        const struct vase_alloc *a = d->allocs[i];
+        bool low = (uint64_t)a->n_free * 10 < a->num_pages;
+        if (!force && low == d->pressure_low[i])
+            continue;
+        if (low != d->pressure_low[i])
+            log_full_errno(low ? LOG_WARNING : LOG_INFO, 0,
+                           "Arena %u: %u of %u pages free (%s 10%%).", i, a->n_free,
+                           a->num_pages, low ? "below" : "back above");
+        d->pressure_low[i] = low;
+
+        Vase__ArenaStatus as = VASE__ARENA_STATUS__INIT;
+        Vase__Event e = VASE__EVENT__INIT;
+        as.id = d->arenas[i]->id;
+        as.name = (char *)d->arena_names[i];
+        as.kind = d->arenas[i]->kind;
+        as.page_bytes = d->arenas[i]->page_bytes;
+        as.pages_total = a->num_pages;
+        as.pages_free = a->n_free;
+        e.body_case = VASE__EVENT__BODY_PRESSURE;
+        e.pressure = &as;
+        vase_events_publish(d->events, "pressure", &e);
+    }
+}
+
+void vase_publish_eviction(struct vased *d, Vase__EvictPlan *plan) {
+    Vase__Event ev = VASE__EVENT__INIT;
+    ev.body_case = VASE__EVENT__BODY_EVICTION;
+    ev.eviction = plan;
+    vase_events_publish(d->events, "evict", &ev);
+}

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/*
+ * struct vased: every piece of the daemon's state, passed explicitly to the modules of daemon/.
+ * Only data and the daemon's clock live here, no loop functions: the loop (vased.h) calls down
+ * into the modules that take a struct vased, and none of them calls back up into it.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "config.h"
+#include "registry.h"
+#include "session.h"
+
+#define VASED_VERSION "0.1.0"
+/* Sessions that connected but have not said hello yet (in all, and per uid), and how long
+ * they may take. Only peers the allow-list admits get a slot. */
+#define VASED_MAX_PENDING 64
+#define VASED_MAX_PENDING_PER_UID 8
+#define VASED_HELLO_TIMEOUT 5.0
+/* Refused sessions logged: a burst, then a summary per interval. */
+#define VASED_REFUSE_LOG_INTERVAL 10.0
+#define VASED_REFUSE_LOG_BURST 10u
+
+struct vase_arena;
+struct vase_alloc;
+struct vase_events;
+struct vase_evictor;
+struct vase_plan_run;
+
+/* What a peer may do, from the credentials the kernel gave for its connection. */
+struct vased_peer {
+    uid_t uid;
+    bool allowed;    /* by allow_users/allow_groups (root and the daemon's user always) */
+    bool admin;      /* may change settings: root, the daemon's user, admin_group */
+    uint32_t arenas; /* bit i: may use arena i (only when allowed) */
+};
+
+struct vased_pending {
+    int fd;
+    struct ucred cred;
+    struct vased_peer peer;
+    double deadline;
+};
+
+struct vased {
+    struct vase_config cfg;
+    const struct vase_cmdline *cmdline; /* for SIGHUP: defaults, file, then these flags */
+
+    char *runtime_dir; /* absolute */
+    int runtime_dir_fd; /* the directory that was checked, -1 before */
+    char *session_path, *control_path, *events_path;
+    char *control_endpoint, *events_endpoint;
+    uint64_t incarnation;
+    double started_at; /* CLOCK_MONOTONIC */
+    uid_t self_uid;
+    struct vase_allow allow;  /* who may open a session */
+    struct vase_allow admins; /* admin_group */
+
+    struct vase_arena *arenas[VASED_MAX_ARENAS];
+    struct vase_alloc *allocs[VASED_MAX_ARENAS];
+    const char *arena_names[VASED_MAX_ARENAS]; /* "default", or the section's NAME (in cfg) */
+    struct vase_allow arena_allow[VASED_MAX_ARENAS];
+    bool arena_open[VASED_MAX_ARENAS]; /* no users/groups named: everyone allowed may use it */
+    bool pressure_low[VASED_MAX_ARENAS]; /* free pages below 10% when last looked */
+    uint32_t n_arenas;
+
+    struct vase_registry *reg;
+
+    void *zmq_ctx;
+    void *router;
+    void *zap; /* answers libzmq's ZAP requests (who may subscribe to events) */
+    struct vase_events *events;
+    struct vase_evictor *evictor;
+
+    int session_fd; /* listener; -1 once shutdown began */
+    int signal_fd;
+    int timer_fd;
+    struct vased_pending pending[VASED_MAX_PENDING];
+    size_t n_pending;
+    struct vase_ratelimit refuse_log;
+
+    bool stopping;        /* SIGTERM seen: draining in-flight plans */
+    double stop_deadline; /* CLOCK_MONOTONIC */
+    bool quit;            /* leave the main loop */
+
+    uint64_t watchdog_usec; /* 0: no systemd watchdog */
+    double last_watchdog, last_stats;
+    char last_status[256];
+
+    uint64_t evictions_total, stats_messages_total, requests_total, errors_total;
+    uint32_t evictions_in_flight;
+};
+
+/* CLOCK_MONOTONIC in seconds: the daemon's clock for deadlines, uptimes and rate limits. */
+static inline double vased_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
