@@ -18,7 +18,7 @@
 int vase_access_lookup(const struct vased *d, const struct ucred *cred, struct vased_peer *ret) {
     gid_t *groups = NULL;
     size_t n = 0;
-    int r = vase_session_peer_groups(cred->uid, cred->gid, &groups, &n);
+    int r = vase_allow_peer_groups(cred->uid, cred->gid, &groups, &n);
     if (r < 0)
         return r;
     struct vased_peer p = {.uid = cred->uid};
@@ -33,16 +33,16 @@ int vase_access_lookup(const struct vased *d, const struct ucred *cred, struct v
     return 0;
 }
 
-bool vase_access_client_visible(const struct vased_peer *who, const struct vase_client *c) {
+bool vase_access_client_visible(const struct vased_peer *who, const struct vased_client *c) {
     if (who->admin || c->uid == who->uid)
         return true;
-    for (const struct vase_model *m = c->models; m; m = m->next)
+    for (const struct vased_model *m = c->models; m; m = m->next)
         if (who->arenas & (1u << m->arena_id))
             return true;
     return false;
 }
 
-bool vase_access_seq_visible(const struct vased_peer *who, const struct vase_seq *s) {
+bool vase_access_seq_visible(const struct vased_peer *who, const struct vased_seq *s) {
     return who->admin || (s->client && s->client->uid == who->uid) ||
            (who->arenas & (1u << s->arena_id));
 }

@@ -12,8 +12,8 @@
 
 struct vased;
 struct vased_peer;
-struct vase_client;
-struct vase_seq;
+struct vased_client;
+struct vased_seq;
 
 /* What the peer with cred may do: allowed by allow_users/allow_groups, admin, and the arenas it
  * may use. 0 or -ENOMEM; *ret is untouched on failure. */
@@ -22,5 +22,5 @@ int vase_access_lookup(const struct vased *d, const struct ucred *cred, struct v
 /* Whether a listing shows client c / sequence s to who: admins see everything; others their own
  * uid's clients and sequences, and those in the arenas they may use (which they could read
  * anyway). */
-bool vase_access_client_visible(const struct vased_peer *who, const struct vase_client *c);
-bool vase_access_seq_visible(const struct vased_peer *who, const struct vase_seq *s);
+bool vase_access_client_visible(const struct vased_peer *who, const struct vased_client *c);
+bool vase_access_seq_visible(const struct vased_peer *who, const struct vased_seq *s);

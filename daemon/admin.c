@@ -85,7 +85,7 @@ static int handle_list_clients(struct vased *d, const struct vase_reply_to *p,
     if (!entries)
         return vase_reply_error(d, p, ENOMEM, "out of memory");
     size_t i = 0;
-    for (struct vase_client *c = d->reg->clients; c && i < n; c = c->next)
+    for (struct vased_client *c = d->reg->clients; c && i < n; c = c->next)
         if (vase_access_client_visible(who, c))
             vase_publish_client_info(d, c, (Vase__ClientInfo *)entries[i++]);
     Vase__ClientsReply cr = VASE__CLIENTS_REPLY__INIT;
@@ -101,23 +101,23 @@ static int handle_list_clients(struct vased *d, const struct vase_reply_to *p,
 
 static int handle_list_seqs(struct vased *d, const struct vase_reply_to *p,
                             const Vase__ListSeqs *req, const struct vased_peer *who) {
-    struct vase_client *only = NULL;
+    struct vased_client *only = NULL;
     if (req->client_id) {
         only = vase_registry_find_client(d->reg, req->client_id);
         if (!only || !vase_access_client_visible(who, only))
             return vase_reply_error(d, p, ENOENT, "no client %u", req->client_id);
     }
     size_t n = 0;
-    for (struct vase_client *c = d->reg->clients; c; c = c->next)
+    for (struct vased_client *c = d->reg->clients; c; c = c->next)
         if (!only || c == only)
             n += c->n_seqs;
     ProtobufCMessage **entries = vase_reply_repeated_new(n, sizeof(Vase__SeqInfo));
     if (!entries)
         return vase_reply_error(d, p, ENOMEM, "out of memory");
     size_t i = 0;
-    for (struct vase_client *c = d->reg->clients; c; c = c->next)
+    for (struct vased_client *c = d->reg->clients; c; c = c->next)
         if (!only || c == only)
-            for (struct vase_seq *s = c->seqs; s && i < n; s = s->next)
+            for (struct vased_seq *s = c->seqs; s && i < n; s = s->next)
                 if (vase_access_seq_visible(who, s))
                     vase_publish_seq_info(s, (Vase__SeqInfo *)entries[i++]);
     Vase__SeqsReply sr = VASE__SEQS_REPLY__INIT;
@@ -133,7 +133,7 @@ static int handle_list_seqs(struct vased *d, const struct vase_reply_to *p,
 
 static int handle_get_seq(struct vased *d, const struct vase_reply_to *p, const Vase__GetSeq *req,
                           const struct vased_peer *who) {
-    struct vase_seq *s = vase_registry_find_seq(d->reg, req->seq_id);
+    struct vased_seq *s = vase_registry_find_seq(d->reg, req->seq_id);
     if (!s || !vase_access_seq_visible(who, s))
         return vase_reply_error(d, p, ENOENT, "no sequence %u", req->seq_id);
     Vase__SeqInfo info;

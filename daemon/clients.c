@@ -54,7 +54,7 @@ static void refuse(struct vased *d, int fd, int code, const char *fmt, ...) {
     vase_session_send_error(fd, d->incarnation, code, msg);
 }
 
-bool vase_clients_log_ok(struct vase_client *c) {
+bool vase_clients_log_ok(struct vased_client *c) {
     unsigned suppressed;
     bool pass = vase_ratelimit_pass(&c->log_limit, vased_now(), &suppressed);
     if (suppressed)
@@ -63,7 +63,7 @@ bool vase_clients_log_ok(struct vase_client *c) {
     return pass;
 }
 
-static int send_welcome(struct vased *d, struct vase_client *c) {
+static int send_welcome(struct vased *d, struct vased_client *c) {
     Vase__ArenaInfo info[VASED_MAX_ARENAS], *ptrs[VASED_MAX_ARENAS];
     int fds[VASED_MAX_ARENAS];
     size_t n_fds = 0;
@@ -150,7 +150,7 @@ static void on_pending(struct vased *d, size_t i) {
         return;
     }
 
-    struct vase_client *c;
+    struct vased_client *c;
     r = vase_registry_add_client(d->reg, pend.fd, &c);
     if (r < 0) {
         refuse(d, pend.fd, -r, "cannot register the client: %s", strerror(-r));
@@ -182,11 +182,11 @@ static void on_pending(struct vased *d, size_t i) {
 
 /* Ends client c, whose session closed: its sequences close (those with a plan in flight keep their
  * pages until it finishes), its pages return, a client_leave event goes out. */
-static void drop_client(struct vased *d, struct vase_client *c) {
+static void drop_client(struct vased *d, struct vased_client *c) {
     uint32_t pages = c->pages, waiting = 0;
     vase_publish_client(d, c, false);
     while (c->seqs) {
-        struct vase_seq *s = c->seqs;
+        struct vased_seq *s = c->seqs;
         vase_publish_seq(d, s, false);
         if (vase_registry_close_seq(d->reg, d->allocs[s->arena_id], s) > 0)
             waiting++;
@@ -201,7 +201,7 @@ static void drop_client(struct vased *d, struct vase_client *c) {
     vase_publish_pressure(d, false);
 }
 
-static void on_client_fd(struct vased *d, struct vase_client *c, short revents) {
+static void on_client_fd(struct vased *d, struct vased_client *c, short revents) {
     char buf[256];
     ssize_t n = 0;
 
@@ -292,9 +292,9 @@ void vase_clients_close_pending(struct vased *d) {
         drop_pending(d, d->n_pending - 1);
 }
 
-void vase_clients_on_session(struct vased *d, struct vase_client *c, int fd, short revents) {
+void vase_clients_on_session(struct vased *d, struct vased_client *c, int fd, short revents) {
     /* Still registered? (A client is only removed by its own session event.) */
-    for (struct vase_client *o = d->reg->clients; o; o = o->next)
+    for (struct vased_client *o = d->reg->clients; o; o = o->next)
         if (o == c && o->fd == fd) {
             on_client_fd(d, c, revents);
             return;

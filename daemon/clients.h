@@ -10,7 +10,7 @@
 #include <stdbool.h>
 
 struct vased;
-struct vase_client;
+struct vased_client;
 
 /* Accepts the connections waiting on the session listener (a bounded number per call): each is
  * refused at once or becomes a pending session, whose hello is read right away if it came. */
@@ -27,8 +27,8 @@ void vase_clients_close_pending(struct vased *d);
  * is ignored, an end of file or error ends the client (its sequences close or wait for their
  * plan, its pages return, a client_leave event goes out). Nothing happens if c is no longer
  * registered on fd. */
-void vase_clients_on_session(struct vased *d, struct vase_client *c, int fd, short revents);
+void vase_clients_on_session(struct vased *d, struct vased_client *c, int fd, short revents);
 
 /* Whether a message about client c may be logged now (its rate limit); when an interval of
  * suppressed messages ended, logs how many were held back first. */
-bool vase_clients_log_ok(struct vase_client *c);
+bool vase_clients_log_ok(struct vased_client *c);

@@ -225,7 +225,7 @@ static int reply_control_error(struct vased *d, const struct vase_reply_to *p,
  * nothing the message says; replies the refusal itself. *who is filled for the requests whose
  * answer depends on the peer.
  */
-static bool authorize(struct vased *d, struct vase_client *c, const struct vase_reply_to *p,
+static bool authorize(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
                       const Vase__Envelope *e, struct vased_peer *who) {
     enum vase_control_access need = vase_control_access_of(e->body_case);
     *who = (struct vased_peer){0};
@@ -263,7 +263,7 @@ static bool authorize(struct vased *d, struct vase_client *c, const struct vase_
     return true;
 }
 
-static int dispatch(struct vased *d, struct vase_client *c, const struct vase_reply_to *p,
+static int dispatch(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
                     const Vase__Envelope *e) {
     struct vased_peer who;
     if (!authorize(d, c, p, e, &who))
@@ -299,7 +299,7 @@ static int handle_frame(struct vased *d, const void *id, size_t id_len, const vo
     if (vase_control_unpack(buf, len, d->cfg.max_message_bytes, &e, &err) < 0)
         return reply_control_error(d, &p, &err);
 
-    struct vase_client *c = vase_registry_find_token(d->reg, id, id_len);
+    struct vased_client *c = vase_registry_find_token(d->reg, id, id_len);
     uint64_t lost;
     p.request_id = e->request_id;
     if (vase_control_check_peer(e, d->incarnation, c != NULL, c ? &c->last_client_seq : NULL,

@@ -45,9 +45,9 @@ static float *copy_floats(const float *x, size_t n) {
 
 /* The run's copies of the sequence: its geometry, parameters and page lists, and room for the
  * keep lists the threads write. 0 or -ENOMEM. */
-static int copy_seq(struct vased *d, struct vase_seq *s, const Vase__EvictRequest *req,
+static int copy_seq(struct vased *d, struct vased_seq *s, const Vase__EvictRequest *req,
                     struct vase_plan_run *run) {
-    const struct vase_model *m = s->model;
+    const struct vased_model *m = s->model;
     const struct vase_arena *a = d->arenas[s->arena_id];
     uint32_t L = m->geo.layers, H = m->geo.kv_heads;
 
@@ -91,7 +91,7 @@ static int copy_seq(struct vased *d, struct vase_seq *s, const Vase__EvictReques
 
 /* The random draws the engine sent (the reference's, for exact reproduction), checked and
  * copied. 0, -EINVAL with msg filled, or -ENOMEM. */
-static int copy_draws(const struct vase_seq *s, const Vase__EvictRequest *req,
+static int copy_draws(const struct vased_seq *s, const Vase__EvictRequest *req,
                       struct vase_plan_run *run, char *msg, size_t msg_len) {
     size_t draws = (size_t)run->layers * run->kv_heads * run->n;
 
@@ -127,7 +127,7 @@ static int copy_draws(const struct vase_seq *s, const Vase__EvictRequest *req,
 
 /* A snapshot of the accumulated attention: AttnStats may keep adding to the live accumulators
  * while the plan is computed. 0 or -ENOMEM. */
-static int snapshot_acc(const struct vase_seq *s, struct vase_plan_run *run) {
+static int snapshot_acc(const struct vased_seq *s, struct vase_plan_run *run) {
     uint32_t L = run->layers, H = run->kv_heads, n = run->n;
     size_t per_layer = (size_t)H * n;
 
@@ -145,7 +145,7 @@ static int snapshot_acc(const struct vase_seq *s, struct vase_plan_run *run) {
 /* The window scores pushed for each layer, cut to the plan's n slots; a layer without them is
  * scored from the query ring, so ring_first must then point into it. 0, -EINVAL with msg
  * filled, or -ENOMEM. */
-static int snapshot_scores(const struct vase_seq *s, const Vase__EvictRequest *req,
+static int snapshot_scores(const struct vased_seq *s, const Vase__EvictRequest *req,
                            struct vase_plan_run *run, char *msg, size_t msg_len) {
     uint32_t L = run->layers, H = run->kv_heads, n = run->n, W = s->params.window;
     bool all_layers_scored = true;
@@ -180,7 +180,7 @@ static int snapshot_scores(const struct vase_seq *s, const Vase__EvictRequest *r
 
 /* Builds the run of an eviction request: copies of everything the threads will read. 0, or
  * -EINVAL or -ENOMEM with msg filled. */
-static int build_run(struct vased *d, struct vase_seq *s, const Vase__EvictRequest *req,
+static int build_run(struct vased *d, struct vased_seq *s, const Vase__EvictRequest *req,
                      struct vase_plan_run *run, char *msg, size_t msg_len) {
     unsigned needs = vase_policy_needs(s->policy);
     int r = copy_seq(d, s, req, run);
@@ -195,18 +195,18 @@ static int build_run(struct vased *d, struct vase_seq *s, const Vase__EvictReque
     return r;
 }
 
-static int handle_evict_request(struct vased *d, struct vase_client *c,
+static int handle_evict_request(struct vased *d, struct vased_client *c,
                                 const struct vase_reply_to *p, const Vase__EvictRequest *req) {
-    struct vase_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
+    struct vased_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
     if (!s)
         return 0;
     uint32_t W = s->params.window;
     if (d->stopping)
         return vase_reply_error(d, p, ESHUTDOWN, "the daemon is shutting down");
-    if (s->state != VASE_SEQ_IDLE)
+    if (s->state != VASED_SEQ_IDLE)
         return vase_reply_error(d, p, EBUSY,
                                 "sequence %u has an uncommitted eviction (round %u, %s)", s->id,
-                                s->rounds, vase_seq_state_to_string(s->state));
+                                s->rounds, vase_registry_state_name(s->state));
     if (req->len <= s->params.budget || req->len % W != 0)
         return vase_reply_error(d, p, EINVAL,
                                 "len %u must be above budget %u and a multiple of "
@@ -225,7 +225,7 @@ static int handle_evict_request(struct vased *d, struct vase_client *c,
         return vase_reply_error(d, p, ENOMEM, "out of memory");
     int r = build_run(d, s, req, run, msg, sizeof(msg));
     /* Pushed window scores serve one plan attempt, whatever its outcome. */
-    vase_seq_drop_scores(s);
+    vase_registry_drop_scores(s);
     if (r < 0) {
         vase_plan_run_free(run);
         return vase_reply_error(d, p, -r, "bad evict_request for sequence %u: %s", s->id, msg);
@@ -245,7 +245,7 @@ static int handle_evict_request(struct vased *d, struct vase_client *c,
         return vase_reply_error(d, p, -r, "cannot queue the plan: %s", strerror(-r));
     }
     s->run = run;
-    s->state = VASE_SEQ_PLANNING;
+    s->state = VASED_SEQ_PLANNING;
     s->len = req->len;
     s->position = req->position;
     d->evictions_in_flight++;
@@ -253,7 +253,7 @@ static int handle_evict_request(struct vased *d, struct vase_client *c,
 }
 
 /* The plan of a finished run, as the engine gets it and as the eviction event publishes it. */
-static void evict_plan_of(const struct vase_seq *s, const struct vase_plan_run *run,
+static void evict_plan_of(const struct vased_seq *s, const struct vase_plan_run *run,
                           Vase__EvictPlan *ret) {
     vase__evict_plan__init(ret);
     ret->seq_id = s->id;
@@ -265,7 +265,7 @@ static void evict_plan_of(const struct vase_seq *s, const struct vase_plan_run *
 }
 
 void vase_cycle_plan_done(struct vased *d, struct vase_plan_run *run) {
-    struct vase_seq *s = run->owner;
+    struct vased_seq *s = run->owner;
 
     d->evictions_in_flight--;
     if (!s->client) {
@@ -286,7 +286,7 @@ void vase_cycle_plan_done(struct vased *d, struct vase_plan_run *run) {
         int r = run->error;
         uint32_t layer = run->error_layer;
         s->run = vase_plan_run_free(run);
-        s->state = VASE_SEQ_IDLE;
+        s->state = VASED_SEQ_IDLE;
         /* Everything else was checked before the plan started, and pushed statistics are
          * checked when they arrive, so -EINVAL here means the rows the plan read from the
          * arena. The sequence stays usable: the engine may fix its data and ask again. */
@@ -300,7 +300,7 @@ void vase_cycle_plan_done(struct vased *d, struct vase_plan_run *run) {
                              strerror(-r));
         return;
     }
-    s->state = VASE_SEQ_PLAN_READY;
+    s->state = VASED_SEQ_PLAN_READY;
     s->last_plan_seconds = run->seconds;
     d->evictions_total++;
 
@@ -314,7 +314,7 @@ void vase_cycle_plan_done(struct vased *d, struct vase_plan_run *run) {
 
 /* Compacts the accumulated attention of s as the engine compacted its cache: the run's keep lists
  * applied to len_now slots. */
-static void compact_stats(struct vase_seq *s, const struct vase_plan_run *run, uint32_t len_now) {
+static void compact_stats(struct vased_seq *s, const struct vase_plan_run *run, uint32_t len_now) {
     uint32_t K = s->keep, N = run->n;
     if (!s->acc)
         return;
@@ -326,7 +326,7 @@ static void compact_stats(struct vase_seq *s, const struct vase_plan_run *run, u
             /* Half-compacted statistics would mislead every later plan; none is better. */
             log_warning_errno(r, "Cannot compact the accumulated attention of sequence %u; "
                               "dropping it: %m", s->id);
-            vase_seq_drop_acc(s);
+            vase_registry_drop_acc(s);
             return;
         }
     }
@@ -334,26 +334,26 @@ static void compact_stats(struct vase_seq *s, const struct vase_plan_run *run, u
 
 /* Pages a long prompt needed beyond the steady state go back now; keep what the current
  * length still needs, the rest returns at a later commit. > 0 if pages were released. */
-static int release_surplus(struct vased *d, struct vase_seq *s, uint32_t new_len) {
+static int release_surplus(struct vased *d, struct vased_seq *s, uint32_t new_len) {
     uint32_t tpp = s->tokens_per_page;
     uint32_t steady =
         (uint32_t)(((uint64_t)s->params.budget + s->params.window + s->slack + tpp - 1) / tpp);
     uint32_t need = (uint32_t)(((uint64_t)new_len + tpp - 1) / tpp);
     uint32_t target = steady > need ? steady : need;
-    int r = vase_seq_shrink(s, d->allocs[s->arena_id], target);
+    int r = vase_registry_shrink_seq(s, d->allocs[s->arena_id], target);
     if (r < 0)
         log_error_errno(r, "Cannot release surplus pages of sequence %u: %m", s->id);
     return r;
 }
 
-static int handle_evict_commit(struct vased *d, struct vase_client *c,
+static int handle_evict_commit(struct vased *d, struct vased_client *c,
                                const struct vase_reply_to *p, const Vase__EvictCommit *req) {
-    struct vase_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
+    struct vased_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
     if (!s)
         return 0;
-    if (s->state != VASE_SEQ_PLAN_READY)
+    if (s->state != VASED_SEQ_PLAN_READY)
         return vase_reply_error(d, p, EINVAL, "sequence %u has no plan to commit (it is %s)", s->id,
-                                vase_seq_state_to_string(s->state));
+                                vase_registry_state_name(s->state));
     struct vase_plan_run *run = s->run;
     if (req->round != run->round)
         return vase_reply_error(d, p, EINVAL,
@@ -379,7 +379,7 @@ static int handle_evict_commit(struct vased *d, struct vase_client *c,
 
     s->rounds++;
     s->len = req->new_len;
-    s->state = VASE_SEQ_IDLE;
+    s->state = VASED_SEQ_IDLE;
     s->run = vase_plan_run_free(run);
 
     Vase__CommitReply cr = VASE__COMMIT_REPLY__INIT;
@@ -396,9 +396,9 @@ static int handle_evict_commit(struct vased *d, struct vase_client *c,
     return 0;
 }
 
-static int handle_attn_stats(struct vased *d, struct vase_client *c, const struct vase_reply_to *p,
+static int handle_attn_stats(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
                              const Vase__AttnStats *req) {
-    struct vase_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
+    struct vased_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
     if (!s)
         return 0;
     uint32_t H = s->kv_heads;
@@ -421,12 +421,12 @@ static int handle_attn_stats(struct vased *d, struct vase_client *c, const struc
      * shared by every client. */
     uint64_t quota = d->cfg.max_stats_bytes_per_client;
     uint64_t add = req->kind == VASE__STATS_KIND__STATS_ACC_ADD
-                       ? (s->acc ? 0 : vase_seq_acc_bytes(s))
+                       ? (s->acc ? 0 : vase_registry_acc_bytes(s))
                        : req->n_values * sizeof(float);
     uint64_t freed = req->kind == VASE__STATS_KIND__STATS_WINDOW_SCORES && s->scores[req->layer]
                          ? (uint64_t)s->scores_len[req->layer] * H * sizeof(float)
                          : 0;
-    if (add > freed && !vase_seq_stats_fit(s, add - freed, quota))
+    if (add > freed && !vase_registry_stats_fit(s, add - freed, quota))
         return vase_reply_error(
             d, p, EDQUOT,
             "attn_stats: keeping %llu more bytes would take the "
@@ -440,7 +440,7 @@ static int handle_attn_stats(struct vased *d, struct vase_client *c, const struc
             s->acc = calloc((size_t)s->layers * H * s->acc_stride, sizeof(float));
             if (!s->acc)
                 return vase_reply_error(d, p, ENOMEM, "attn_stats: out of memory");
-            vase_seq_stats_charge(s, (int64_t)add);
+            vase_registry_charge_stats(s, (int64_t)add);
         }
         for (uint32_t h = 0; h < H; h++) {
             float *acc = s->acc + ((size_t)req->layer * H + h) * s->acc_stride;
@@ -452,8 +452,8 @@ static int handle_attn_stats(struct vased *d, struct vase_client *c, const struc
         float *copy = copy_floats(req->values, req->n_values);
         if (!copy)
             return vase_reply_error(d, p, ENOMEM, "attn_stats: out of memory");
-        vase_seq_stats_charge(s, -(int64_t)freed);
-        vase_seq_stats_charge(s, (int64_t)add);
+        vase_registry_charge_stats(s, -(int64_t)freed);
+        vase_registry_charge_stats(s, (int64_t)add);
         free(s->scores[req->layer]);
         s->scores[req->layer] = copy;
         s->scores_len[req->layer] = req->len;
@@ -462,7 +462,7 @@ static int handle_attn_stats(struct vased *d, struct vase_client *c, const struc
     return 0;
 }
 
-int vase_cycle_handle(struct vased *d, struct vase_client *c, const struct vase_reply_to *p,
+int vase_cycle_handle(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
                       const Vase__Envelope *e) {
     switch (e->body_case) {
     case VASE__ENVELOPE__BODY_EVICT_REQUEST:

@@ -11,13 +11,13 @@
 #include "vase.pb-c.h"
 
 struct vased;
-struct vase_client;
+struct vased_client;
 struct vase_plan_run;
 struct vase_reply_to;
 
 /* Answers EvictRequest, EvictCommit or AttnStats e of client c, whose session control.c has
  * checked. Replies itself (AttnStats only when refused); 0 or the -code of the Error sent. */
-int vase_cycle_handle(struct vased *d, struct vase_client *c, const struct vase_reply_to *to,
+int vase_cycle_handle(struct vased *d, struct vased_client *c, const struct vase_reply_to *to,
                       const Vase__Envelope *e);
 
 /* Handles a run the evictor finished: EvictPlan or Error to the client that asked, or, for a

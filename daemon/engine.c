@@ -23,7 +23,7 @@
 #include "state.h"
 #include "wire.h"
 
-static int handle_register_model(struct vased *d, struct vase_client *c,
+static int handle_register_model(struct vased *d, struct vased_client *c,
                                  const struct vase_reply_to *p, const Vase__RegisterModel *req) {
     const Vase__ModelGeometry *g = req->geometry;
     if (!g)
@@ -56,7 +56,7 @@ static int handle_register_model(struct vased *d, struct vase_client *c,
     if (r < 0)
         return vase_reply_error(d, p, -r, "bad geometry: %s", msg ? msg : "invalid");
 
-    struct vase_model *m;
+    struct vased_model *m;
     r = vase_registry_add_model(d->reg, c, g->name, g->arena_id, &geo, &layout, &m);
     if (r < 0)
         return vase_reply_error(d, p, -r, "cannot register the model: %s", strerror(-r));
@@ -173,7 +173,7 @@ static int params_from(const Vase__SeqParams *sp, enum vase_policy policy, bool 
 
 /* SeqParams with PROTOCOL.md's defaults applied, checked. 0 or -EINVAL with *msg. */
 static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
-                            struct vase_seq_request *ret, const char **msg) {
+                            struct vased_seq_request *ret, const char **msg) {
     const Vase__SeqParams *sp = o->params;
     enum vase_metric implied = VASE_METRIC_RANGE;
     bool has_implied;
@@ -183,7 +183,7 @@ static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
         *msg = "open_seq has no params (budget is required)";
         return -EINVAL;
     }
-    *ret = (struct vase_seq_request){0};
+    *ret = (struct vased_seq_request){0};
     if (policy_from(sp, &ret->policy, &implied, &has_implied, msg) < 0 ||
         params_from(sp, ret->policy, has_implied, implied, &p, msg) < 0)
         return -EINVAL;
@@ -220,22 +220,22 @@ static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
     return 0;
 }
 
-static int handle_open_seq(struct vased *d, struct vase_client *c, const struct vase_reply_to *p,
+static int handle_open_seq(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
                            const Vase__OpenSeq *o) {
-    struct vase_model *m;
+    struct vased_model *m;
     int r = vase_registry_get_model(d->reg, c, o->model_id, &m);
     if (r == -ENOENT)
         return vase_reply_error(d, p, ENOENT, "no model %u", o->model_id);
     if (r < 0)
         return vase_reply_error(d, p, EPERM, "model %u belongs to another client", o->model_id);
 
-    struct vase_seq_request req;
+    struct vased_seq_request req;
     const char *msg = NULL;
     r = seq_request_from(d, o, &req, &msg);
     if (r < 0)
         return vase_reply_error(d, p, EINVAL, "bad open_seq: %s", msg);
 
-    struct vase_seq *s;
+    struct vased_seq *s;
     r = vase_registry_open_seq(d->reg, d->allocs[m->arena_id], c, m, &req,
                                d->cfg.max_seqs_per_client, d->cfg.max_pages_per_client, &s, &msg);
     if (r < 0)
@@ -267,9 +267,9 @@ static int handle_open_seq(struct vased *d, struct vase_client *c, const struct 
     return 0;
 }
 
-static int handle_close_seq(struct vased *d, struct vase_client *c, const struct vase_reply_to *p,
+static int handle_close_seq(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
                             const Vase__CloseSeq *req) {
-    struct vase_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
+    struct vased_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
     if (!s)
         return 0;
     vase_publish_seq(d, s, false);
@@ -279,7 +279,7 @@ static int handle_close_seq(struct vased *d, struct vase_client *c, const struct
     return 0;
 }
 
-int vase_engine_handle(struct vased *d, struct vase_client *c, const struct vase_reply_to *p,
+int vase_engine_handle(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
                        const Vase__Envelope *e) {
     switch (e->body_case) {
     case VASE__ENVELOPE__BODY_REGISTER_MODEL:

@@ -9,10 +9,10 @@
 #include "vase.pb-c.h"
 
 struct vased;
-struct vase_client;
+struct vased_client;
 struct vase_reply_to;
 
 /* Answers RegisterModel, OpenSeq or CloseSeq e of client c, whose session control.c has
  * checked. Replies itself; 0 or the -code of the Error sent. */
-int vase_engine_handle(struct vased *d, struct vase_client *c, const struct vase_reply_to *to,
+int vase_engine_handle(struct vased *d, struct vased_client *c, const struct vase_reply_to *to,
                        const Vase__Envelope *e);

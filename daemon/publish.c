@@ -16,7 +16,7 @@
 #include "registry.h"
 #include "state.h"
 
-void vase_publish_client_info(const struct vased *d, const struct vase_client *c,
+void vase_publish_client_info(const struct vased *d, const struct vased_client *c,
                               Vase__ClientInfo *ret) {
     vase__client_info__init(ret);
     ret->client_id = c->id;
@@ -31,7 +31,7 @@ void vase_publish_client_info(const struct vased *d, const struct vase_client *c
     ret->plans_queued = d->evictor ? vase_evictor_count_queued(d->evictor, c->id) : 0;
 }
 
-void vase_publish_seq_info(const struct vase_seq *s, Vase__SeqInfo *ret) {
+void vase_publish_seq_info(const struct vased_seq *s, Vase__SeqInfo *ret) {
     vase__seq_info__init(ret);
     ret->seq_id = s->id;
     ret->client_id = s->client ? s->client->id : 0;
@@ -45,12 +45,12 @@ void vase_publish_seq_info(const struct vase_seq *s, Vase__SeqInfo *ret) {
     ret->pages = s->n_pages + s->n_ring_pages + s->n_plan_pages;
     ret->rounds = s->rounds;
     ret->position = s->position;
-    ret->state = (char *)vase_seq_state_to_string(s->state);
+    ret->state = (char *)vase_registry_state_name(s->state);
     ret->last_plan_seconds = s->last_plan_seconds;
     ret->arena_id = s->arena_id;
 }
 
-void vase_publish_seq(struct vased *d, const struct vase_seq *s, bool open) {
+void vase_publish_seq(struct vased *d, const struct vased_seq *s, bool open) {
     Vase__SeqInfo info;
     Vase__Event e = VASE__EVENT__INIT;
     vase_publish_seq_info(s, &info);
@@ -62,7 +62,7 @@ void vase_publish_seq(struct vased *d, const struct vase_seq *s, bool open) {
     vase_events_publish(d->events, "seq", &e);
 }
 
-void vase_publish_client(struct vased *d, const struct vase_client *c, bool join) {
+void vase_publish_client(struct vased *d, const struct vased_client *c, bool join) {
     Vase__ClientInfo info;
     Vase__Event e = VASE__EVENT__INIT;
     vase_publish_client_info(d, c, &info);

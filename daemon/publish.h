@@ -12,18 +12,18 @@
 #include "vase.pb-c.h"
 
 struct vased;
-struct vase_client;
-struct vase_seq;
+struct vased_client;
+struct vased_seq;
 
 /* Fill info messages from registry objects (strings point into the objects). */
-void vase_publish_client_info(const struct vased *d, const struct vase_client *c,
+void vase_publish_client_info(const struct vased *d, const struct vased_client *c,
                               Vase__ClientInfo *ret);
-void vase_publish_seq_info(const struct vase_seq *s, Vase__SeqInfo *ret);
+void vase_publish_seq_info(const struct vased_seq *s, Vase__SeqInfo *ret);
 
 /* Publishes client_join / client_leave for c. */
-void vase_publish_client(struct vased *d, const struct vase_client *c, bool join);
+void vase_publish_client(struct vased *d, const struct vased_client *c, bool join);
 /* Publishes seq_open / seq_close for s. */
-void vase_publish_seq(struct vased *d, const struct vase_seq *s, bool open);
+void vase_publish_seq(struct vased *d, const struct vased_seq *s, bool open);
 /* Publishes the eviction event of a committed plan. */
 void vase_publish_eviction(struct vased *d, Vase__EvictPlan *plan);
 /* Publishes a pressure event for every arena whose free pages crossed 10% (or all when

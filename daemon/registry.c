@@ -34,11 +34,11 @@ int vase_registry_new(struct vase_registry **ret) {
     return 0;
 }
 
-static void seq_free(struct vase_seq *s) {
+static void seq_free(struct vased_seq *s) {
     if (!s)
         return;
-    vase_seq_drop_scores(s);
-    vase_seq_drop_acc(s);
+    vase_registry_drop_scores(s);
+    vase_registry_drop_acc(s);
     free(s->scores);
     free(s->scores_len);
     free(s->pages);
@@ -48,23 +48,23 @@ static void seq_free(struct vase_seq *s) {
     free(s);
 }
 
-static void model_free(struct vase_model *m) {
+static void model_free(struct vased_model *m) {
     if (!m)
         return;
     free(m->name);
     free(m);
 }
 
-static void client_free(struct vase_client *c) {
+static void client_free(struct vased_client *c) {
     if (!c)
         return;
     while (c->seqs) {
-        struct vase_seq *s = c->seqs;
+        struct vased_seq *s = c->seqs;
         c->seqs = s->next;
         seq_free(s);
     }
     while (c->models) {
-        struct vase_model *m = c->models;
+        struct vased_model *m = c->models;
         c->models = m->next;
         model_free(m);
     }
@@ -78,12 +78,12 @@ struct vase_registry *vase_registry_free(struct vase_registry *reg) {
     if (!reg)
         return NULL;
     while (reg->clients) {
-        struct vase_client *c = reg->clients;
+        struct vased_client *c = reg->clients;
         reg->clients = c->next;
         client_free(c);
     }
     while (reg->orphans) {
-        struct vase_seq *s = reg->orphans;
+        struct vased_seq *s = reg->orphans;
         reg->orphans = s->next;
         seq_free(s);
     }
@@ -94,8 +94,8 @@ struct vase_registry *vase_registry_free(struct vase_registry *reg) {
 
 /* ---- clients ---- */
 
-int vase_registry_add_client(struct vase_registry *reg, int fd, struct vase_client **ret) {
-    struct vase_client *c = calloc(1, sizeof(*c));
+int vase_registry_add_client(struct vase_registry *reg, int fd, struct vased_client **ret) {
+    struct vased_client *c = calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
     c->fd = -1;
@@ -119,25 +119,25 @@ int vase_registry_add_client(struct vase_registry *reg, int fd, struct vase_clie
     return 0;
 }
 
-struct vase_client *vase_registry_find_client(const struct vase_registry *reg, uint32_t id) {
-    for (struct vase_client *c = reg->clients; c; c = c->next)
+struct vased_client *vase_registry_find_client(const struct vase_registry *reg, uint32_t id) {
+    for (struct vased_client *c = reg->clients; c; c = c->next)
         if (c->id == id)
             return c;
     return NULL;
 }
 
-struct vase_client *vase_registry_find_token(const struct vase_registry *reg, const void *token,
+struct vased_client *vase_registry_find_token(const struct vase_registry *reg, const void *token,
                                              size_t len) {
     if (len != VASE_TOKEN_BYTES)
         return NULL;
-    for (struct vase_client *c = reg->clients; c; c = c->next)
+    for (struct vased_client *c = reg->clients; c; c = c->next)
         if (memcmp(c->token, token, VASE_TOKEN_BYTES) == 0)
             return c;
     return NULL;
 }
 
-void vase_registry_remove_client(struct vase_registry *reg, struct vase_client *c) {
-    for (struct vase_client **p = &reg->clients; *p; p = &(*p)->next)
+void vase_registry_remove_client(struct vase_registry *reg, struct vased_client *c) {
+    for (struct vased_client **p = &reg->clients; *p; p = &(*p)->next)
         if (*p == c) {
             *p = c->next;
             reg->n_clients--;
@@ -205,10 +205,10 @@ int vase_layout_compute(const struct vase_geometry_desc *g, uint64_t page_bytes,
 
 /* ---- models ---- */
 
-int vase_registry_add_model(struct vase_registry *reg, struct vase_client *c, const char *name,
+int vase_registry_add_model(struct vase_registry *reg, struct vased_client *c, const char *name,
                             uint32_t arena_id, const struct vase_geometry_desc *g,
-                            const struct vase_layout *layout, struct vase_model **ret) {
-    struct vase_model *m = calloc(1, sizeof(*m));
+                            const struct vase_layout *layout, struct vased_model **ret) {
+    struct vased_model *m = calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;
     m->name = strdup(name ? name : "");
@@ -228,10 +228,10 @@ int vase_registry_add_model(struct vase_registry *reg, struct vase_client *c, co
     return 0;
 }
 
-int vase_registry_get_model(const struct vase_registry *reg, const struct vase_client *c,
-                            uint32_t id, struct vase_model **ret) {
-    for (const struct vase_client *o = reg->clients; o; o = o->next)
-        for (struct vase_model *m = o->models; m; m = m->next)
+int vase_registry_get_model(const struct vase_registry *reg, const struct vased_client *c,
+                            uint32_t id, struct vased_model **ret) {
+    for (const struct vased_client *o = reg->clients; o; o = o->next)
+        for (struct vased_model *m = o->models; m; m = m->next)
             if (m->id == id) {
                 if (o != c)
                     return -EPERM;
@@ -247,8 +247,8 @@ static uint32_t seq_slot(const struct vase_registry *reg, uint32_t id) {
     return (id * 2654435761u) & (reg->seq_table_size - 1);
 }
 
-static void seq_table_remove(struct vase_registry *reg, struct vase_seq *s) {
-    for (struct vase_seq **p = &reg->seq_table[seq_slot(reg, s->id)]; *p; p = &(*p)->hash_next)
+static void seq_table_remove(struct vase_registry *reg, struct vased_seq *s) {
+    for (struct vased_seq **p = &reg->seq_table[seq_slot(reg, s->id)]; *p; p = &(*p)->hash_next)
         if (*p == s) {
             *p = s->hash_next;
             s->hash_next = NULL;
@@ -256,16 +256,16 @@ static void seq_table_remove(struct vase_registry *reg, struct vase_seq *s) {
         }
 }
 
-struct vase_seq *vase_registry_find_seq(const struct vase_registry *reg, uint32_t id) {
-    for (struct vase_seq *s = reg->seq_table[seq_slot(reg, id)]; s; s = s->hash_next)
+struct vased_seq *vase_registry_find_seq(const struct vase_registry *reg, uint32_t id) {
+    for (struct vased_seq *s = reg->seq_table[seq_slot(reg, id)]; s; s = s->hash_next)
         if (s->id == id)
             return s;
     return NULL;
 }
 
-int vase_registry_get_seq(const struct vase_registry *reg, const struct vase_client *c,
-                          uint32_t id, struct vase_seq **ret) {
-    struct vase_seq *s = vase_registry_find_seq(reg, id);
+int vase_registry_get_seq(const struct vase_registry *reg, const struct vased_client *c,
+                          uint32_t id, struct vased_seq **ret) {
+    struct vased_seq *s = vase_registry_find_seq(reg, id);
     if (!s)
         return -ENOENT;
     if (s->client != c)
@@ -279,7 +279,7 @@ static uint32_t div_up(uint64_t a, uint64_t b) {
     return q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
 }
 
-int vase_seq_page_counts(const struct vase_model *m, const struct vase_seq_request *req,
+int vase_registry_page_counts(const struct vased_model *m, const struct vased_seq_request *req,
                          uint32_t *ret_kv, uint32_t *ret_ring, uint32_t *ret_plan,
                          uint32_t *ret_plans_per_page, const char **ret_msg) {
     const struct vase_layout *L = &m->layout;
@@ -314,9 +314,9 @@ int vase_seq_page_counts(const struct vase_model *m, const struct vase_seq_reque
 }
 
 int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
-                           struct vase_client *c, struct vase_model *m,
-                           const struct vase_seq_request *req, uint32_t max_seqs,
-                           uint32_t page_quota, struct vase_seq **ret, const char **ret_msg) {
+                           struct vased_client *c, struct vased_model *m,
+                           const struct vased_seq_request *req, uint32_t max_seqs,
+                           uint32_t page_quota, struct vased_seq **ret, const char **ret_msg) {
     uint32_t n_kv, n_ring, n_plan, ppp;
     uint32_t *all = NULL;
     int r;
@@ -326,7 +326,7 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
         *ret_msg = "the client has max_seqs_per_client sequences open";
         return -EDQUOT;
     }
-    r = vase_seq_page_counts(m, req, &n_kv, &n_ring, &n_plan, &ppp, ret_msg);
+    r = vase_registry_page_counts(m, req, &n_kv, &n_ring, &n_plan, &ppp, ret_msg);
     if (r < 0)
         return r;
     uint64_t total = (uint64_t)n_kv + n_ring + n_plan;
@@ -339,7 +339,7 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
         return -EINVAL;
     }
 
-    struct vase_seq *s = calloc(1, sizeof(*s));
+    struct vased_seq *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     s->pages = malloc((size_t)n_kv * sizeof(uint32_t));
@@ -387,7 +387,7 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     s->plans_per_page = ppp;
     s->capacity = n_kv * m->layout.tokens_per_page;
     s->acc_stride = s->capacity;
-    s->state = VASE_SEQ_IDLE;
+    s->state = VASED_SEQ_IDLE;
 
     s->next = c->seqs;
     c->seqs = s;
@@ -405,7 +405,7 @@ free_seq:
     return r;
 }
 
-static void seq_release_pages(struct vase_seq *s, struct vase_alloc *alloc,
+static void seq_release_pages(struct vased_seq *s, struct vase_alloc *alloc,
                               uint32_t *client_pages) {
     /* Cannot fail: these pages were reserved for this sequence and nothing else frees them. */
     vase_alloc_release(alloc, s->pages, s->n_pages, client_pages);
@@ -415,10 +415,10 @@ static void seq_release_pages(struct vase_seq *s, struct vase_alloc *alloc,
 }
 
 int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
-                            struct vase_seq *s) {
-    struct vase_client *c = s->client;
+                            struct vased_seq *s) {
+    struct vased_client *c = s->client;
 
-    for (struct vase_seq **p = &c->seqs; *p; p = &(*p)->next)
+    for (struct vased_seq **p = &c->seqs; *p; p = &(*p)->next)
         if (*p == s) {
             *p = s->next;
             break;
@@ -430,7 +430,7 @@ int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     seq_table_remove(reg, s);
     reg->n_seqs--;
 
-    if (s->state == VASE_SEQ_PLANNING) {
+    if (s->state == VASED_SEQ_PLANNING) {
         /* Evictor threads may still write this sequence's plan pages: keep every page out of
          * the free pool until they are done, but stop charging the client for them. */
         uint32_t held = s->n_pages + s->n_ring_pages + s->n_plan_pages;
@@ -446,8 +446,8 @@ int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     return 0;
 }
 
-void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, struct vase_seq *s) {
-    for (struct vase_seq **p = &reg->orphans; *p; p = &(*p)->next)
+void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, struct vased_seq *s) {
+    for (struct vased_seq **p = &reg->orphans; *p; p = &(*p)->next)
         if (*p == s) {
             *p = s->next;
             break;
@@ -456,7 +456,7 @@ void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, str
     seq_free(s);
 }
 
-int vase_seq_shrink(struct vase_seq *s, struct vase_alloc *alloc, uint32_t keep_pages) {
+int vase_registry_shrink_seq(struct vased_seq *s, struct vase_alloc *alloc, uint32_t keep_pages) {
     if (keep_pages >= s->n_pages)
         return 0;
     int r = vase_alloc_release(alloc, s->pages + keep_pages, s->n_pages - keep_pages,
@@ -468,19 +468,19 @@ int vase_seq_shrink(struct vase_seq *s, struct vase_alloc *alloc, uint32_t keep_
     return 1;
 }
 
-const char *vase_seq_state_to_string(enum vase_seq_state st) {
+const char *vase_registry_state_name(enum vased_seq_state st) {
     switch (st) {
-    case VASE_SEQ_IDLE:
+    case VASED_SEQ_IDLE:
         return "idle";
-    case VASE_SEQ_PLANNING:
+    case VASED_SEQ_PLANNING:
         return "planning";
-    case VASE_SEQ_PLAN_READY:
+    case VASED_SEQ_PLAN_READY:
         return "plan-ready";
     }
     return "?";
 }
 
-void vase_seq_stats_charge(struct vase_seq *s, int64_t delta) {
+void vase_registry_charge_stats(struct vased_seq *s, int64_t delta) {
     uint64_t d = delta < 0 ? (uint64_t)-delta : (uint64_t)delta;
     if (delta >= 0) {
         s->stats_bytes += d;
@@ -493,29 +493,29 @@ void vase_seq_stats_charge(struct vase_seq *s, int64_t delta) {
         s->client->stats_bytes -= d < s->client->stats_bytes ? d : s->client->stats_bytes;
 }
 
-bool vase_seq_stats_fit(const struct vase_seq *s, uint64_t delta, uint64_t quota) {
+bool vase_registry_stats_fit(const struct vased_seq *s, uint64_t delta, uint64_t quota) {
     uint64_t held = s->client ? s->client->stats_bytes : s->stats_bytes;
     return delta <= quota && held <= quota - delta;
 }
 
-uint64_t vase_seq_acc_bytes(const struct vase_seq *s) {
+uint64_t vase_registry_acc_bytes(const struct vased_seq *s) {
     return (uint64_t)s->layers * s->kv_heads * s->acc_stride * sizeof(float);
 }
 
-void vase_seq_drop_acc(struct vase_seq *s) {
+void vase_registry_drop_acc(struct vased_seq *s) {
     if (!s->acc)
         return;
     free(s->acc);
     s->acc = NULL;
-    vase_seq_stats_charge(s, -(int64_t)vase_seq_acc_bytes(s));
+    vase_registry_charge_stats(s, -(int64_t)vase_registry_acc_bytes(s));
 }
 
-void vase_seq_drop_scores(struct vase_seq *s) {
+void vase_registry_drop_scores(struct vased_seq *s) {
     if (!s->scores)
         return;
     for (uint32_t l = 0; l < s->layers; l++) {
         if (s->scores[l])
-            vase_seq_stats_charge(s, -(int64_t)((uint64_t)s->scores_len[l] * s->kv_heads *
+            vase_registry_charge_stats(s, -(int64_t)((uint64_t)s->scores_len[l] * s->kv_heads *
                                                 sizeof(float)));
         free(s->scores[l]);
         s->scores[l] = NULL;

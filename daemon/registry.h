@@ -27,7 +27,7 @@ struct vase_plan_run;
 #define VASE_CLIENT_LOG_INTERVAL 10.0
 #define VASE_CLIENT_LOG_BURST 5u
 
-struct vase_client {
+struct vased_client {
     uint32_t id;
     uint8_t token[VASE_TOKEN_BYTES]; /* the control DEALER's routing id */
     char *name;
@@ -42,9 +42,9 @@ struct vase_client {
     uint32_t n_seqs, n_models;
     uint64_t last_client_seq;
     struct vase_ratelimit log_limit; /* what this client makes the daemon log */
-    struct vase_model *models;
-    struct vase_seq *seqs;
-    struct vase_client *next;
+    struct vased_model *models;
+    struct vased_seq *seqs;
+    struct vased_client *next;
 };
 
 /* What RegisterModel describes, and the layout the daemon derives from it. */
@@ -62,26 +62,26 @@ struct vase_layout {
     uint64_t ring_layer_stride, ring_row_stride;
 };
 
-struct vase_model {
+struct vased_model {
     uint32_t id;
     uint32_t arena_id;
     char *name;
-    struct vase_client *client;
+    struct vased_client *client;
     struct vase_geometry_desc geo;
     struct vase_layout layout;
-    struct vase_model *next;
+    struct vased_model *next;
 };
 
-enum vase_seq_state {
-    VASE_SEQ_IDLE,
-    VASE_SEQ_PLANNING,   /* evictor jobs in flight */
-    VASE_SEQ_PLAN_READY, /* plan written, waiting for EvictCommit */
+enum vased_seq_state {
+    VASED_SEQ_IDLE,
+    VASED_SEQ_PLANNING,   /* evictor jobs in flight */
+    VASED_SEQ_PLAN_READY, /* plan written, waiting for EvictCommit */
 };
 
-struct vase_seq {
+struct vased_seq {
     uint32_t id;
-    struct vase_client *client; /* NULL once orphaned (closed or client gone, plan in flight) */
-    struct vase_model *model;   /* NULL once orphaned */
+    struct vased_client *client; /* NULL once orphaned (closed or client gone, plan in flight) */
+    struct vased_model *model;   /* NULL once orphaned */
     uint32_t arena_id;
     uint32_t layers, kv_heads; /* copied from the model, which an orphan no longer has */
     enum vase_policy policy;
@@ -100,7 +100,7 @@ struct vase_seq {
     uint32_t len;      /* the last length the client reported (request or commit) */
     uint64_t position;
     uint32_t rounds;   /* committed evictions */
-    enum vase_seq_state state;
+    enum vased_seq_state state;
     struct vase_plan_run *run; /* the in-flight or ready plan */
     double last_plan_seconds;
     /* h2o accumulators [layers][kv_heads][acc_stride], allocated at the first ACC_ADD;
@@ -111,18 +111,18 @@ struct vase_seq {
     float **scores;
     uint32_t *scores_len;
     uint64_t stats_bytes; /* bytes of acc and scores, also charged to the client */
-    struct vase_seq *next;       /* in the client's list, or the orphan list */
-    struct vase_seq *hash_next;  /* in the registry's id table */
+    struct vased_seq *next;       /* in the client's list, or the orphan list */
+    struct vased_seq *hash_next;  /* in the registry's id table */
 };
 
 struct vase_registry {
-    struct vase_client *clients;
+    struct vased_client *clients;
     uint32_t n_clients;
     uint32_t n_seqs; /* live (not orphaned) sequences */
     uint32_t next_client_id, next_model_id, next_seq_id;
-    struct vase_seq **seq_table; /* id hash, chained through hash_next */
+    struct vased_seq **seq_table; /* id hash, chained through hash_next */
     uint32_t seq_table_size;     /* power of two */
-    struct vase_seq *orphans;    /* sequences whose pages wait for their plan to finish */
+    struct vased_seq *orphans;    /* sequences whose pages wait for their plan to finish */
 };
 
 int vase_registry_new(struct vase_registry **ret);
@@ -131,12 +131,12 @@ int vase_registry_new(struct vase_registry **ret);
 struct vase_registry *vase_registry_free(struct vase_registry *reg);
 
 /* A new client with a fresh id and a random token; the registry owns it (fd included). */
-int vase_registry_add_client(struct vase_registry *reg, int fd, struct vase_client **ret);
-struct vase_client *vase_registry_find_client(const struct vase_registry *reg, uint32_t id);
-struct vase_client *vase_registry_find_token(const struct vase_registry *reg, const void *token,
+int vase_registry_add_client(struct vase_registry *reg, int fd, struct vased_client **ret);
+struct vased_client *vase_registry_find_client(const struct vase_registry *reg, uint32_t id);
+struct vased_client *vase_registry_find_token(const struct vase_registry *reg, const void *token,
                                              size_t len);
 /* Unlinks and frees a client with its models; its sequences must be gone already. */
-void vase_registry_remove_client(struct vase_registry *reg, struct vase_client *c);
+void vase_registry_remove_client(struct vase_registry *reg, struct vased_client *c);
 
 /*
  * Computes the layout of PROTOCOL.md for g in pages of page_bytes. -EINVAL with the reason in
@@ -145,15 +145,15 @@ void vase_registry_remove_client(struct vase_registry *reg, struct vase_client *
 int vase_layout_compute(const struct vase_geometry_desc *g, uint64_t page_bytes,
                         struct vase_layout *ret, const char **ret_msg);
 
-int vase_registry_add_model(struct vase_registry *reg, struct vase_client *c, const char *name,
+int vase_registry_add_model(struct vase_registry *reg, struct vased_client *c, const char *name,
                             uint32_t arena_id, const struct vase_geometry_desc *g,
-                            const struct vase_layout *layout, struct vase_model **ret);
+                            const struct vase_layout *layout, struct vased_model **ret);
 /* The client's model id: -ENOENT if there is none, -EPERM if another client's. */
-int vase_registry_get_model(const struct vase_registry *reg, const struct vase_client *c,
-                            uint32_t id, struct vase_model **ret);
+int vase_registry_get_model(const struct vase_registry *reg, const struct vased_client *c,
+                            uint32_t id, struct vased_model **ret);
 
 /* What OpenSeq asks for, already defaulted and checked. */
-struct vase_seq_request {
+struct vased_seq_request {
     enum vase_policy policy;
     struct vase_params params;
     uint32_t prompt_len;
@@ -163,7 +163,7 @@ struct vase_seq_request {
 };
 
 /* Page counts of a sequence for a model, per PROTOCOL.md. -EINVAL with *ret_msg. */
-int vase_seq_page_counts(const struct vase_model *m, const struct vase_seq_request *req,
+int vase_registry_page_counts(const struct vased_model *m, const struct vased_seq_request *req,
                          uint32_t *ret_kv, uint32_t *ret_ring, uint32_t *ret_plan,
                          uint32_t *ret_plans_per_page, const char **ret_msg);
 
@@ -173,13 +173,13 @@ int vase_seq_page_counts(const struct vase_model *m, const struct vase_seq_reque
  * -EINVAL (layout, *ret_msg), -ENOMEM. Nothing is held on failure.
  */
 int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
-                           struct vase_client *c, struct vase_model *m,
-                           const struct vase_seq_request *req, uint32_t max_seqs,
-                           uint32_t page_quota, struct vase_seq **ret, const char **ret_msg);
+                           struct vased_client *c, struct vased_model *m,
+                           const struct vased_seq_request *req, uint32_t max_seqs,
+                           uint32_t page_quota, struct vased_seq **ret, const char **ret_msg);
 /* The client's sequence: -ENOENT if there is none, -EPERM if another client's. */
-int vase_registry_get_seq(const struct vase_registry *reg, const struct vase_client *c,
-                          uint32_t id, struct vase_seq **ret);
-struct vase_seq *vase_registry_find_seq(const struct vase_registry *reg, uint32_t id);
+int vase_registry_get_seq(const struct vase_registry *reg, const struct vased_client *c,
+                          uint32_t id, struct vased_seq **ret);
+struct vased_seq *vase_registry_find_seq(const struct vase_registry *reg, uint32_t id);
 
 /*
  * Ends a sequence. Its pages go back to alloc at once, unless a plan is being computed: then it
@@ -187,25 +187,25 @@ struct vase_seq *vase_registry_find_seq(const struct vase_registry *reg, uint32_
  * vase_registry_reap() is called for it. Returns 1 if orphaned, 0 if freed.
  */
 int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
-                            struct vase_seq *s);
+                            struct vased_seq *s);
 /* Frees an orphan whose plan has finished, returning its pages. */
-void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, struct vase_seq *s);
+void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, struct vased_seq *s);
 
 /* Releases the KV pages of s beyond keep_pages (charged to its client). 0 or -EINVAL. */
-int vase_seq_shrink(struct vase_seq *s, struct vase_alloc *alloc, uint32_t keep_pages);
+int vase_registry_shrink_seq(struct vased_seq *s, struct vase_alloc *alloc, uint32_t keep_pages);
 
 /* "idle", "planning", "plan-ready". */
-const char *vase_seq_state_to_string(enum vase_seq_state st);
+const char *vase_registry_state_name(enum vased_seq_state st);
 /* Frees a sequence's pushed window scores (uncharging them). */
-void vase_seq_drop_scores(struct vase_seq *s);
+void vase_registry_drop_scores(struct vased_seq *s);
 /* Frees the h2o accumulators of s (uncharging them). */
-void vase_seq_drop_acc(struct vase_seq *s);
+void vase_registry_drop_acc(struct vased_seq *s);
 /* Bytes of the accumulators of s, allocated or not: layers * kv_heads * acc_stride floats. */
-uint64_t vase_seq_acc_bytes(const struct vase_seq *s);
+uint64_t vase_registry_acc_bytes(const struct vased_seq *s);
 /*
  * Charges (delta > 0) or uncharges (delta < 0) statistics memory of s to it and its client
- * (none once orphaned). Charge before allocating: vase_seq_stats_fit() says whether it may.
+ * (none once orphaned). Charge before allocating: vase_registry_stats_fit() says whether it may.
  */
-void vase_seq_stats_charge(struct vase_seq *s, int64_t delta);
+void vase_registry_charge_stats(struct vased_seq *s, int64_t delta);
 /* Whether the client of s may hold delta more bytes of statistics under quota (0: none). */
-bool vase_seq_stats_fit(const struct vase_seq *s, uint64_t delta, uint64_t quota);
+bool vase_registry_stats_fit(const struct vased_seq *s, uint64_t delta, uint64_t quota);

@@ -84,9 +84,9 @@ int vase_reply_ok(struct vased *d, const struct vase_reply_to *p) {
     return vase_reply_send(d, p, &e);
 }
 
-struct vase_seq *vase_reply_own_seq(struct vased *d, struct vase_client *c,
+struct vased_seq *vase_reply_own_seq(struct vased *d, struct vased_client *c,
                                     const struct vase_reply_to *p, uint32_t id) {
-    struct vase_seq *s;
+    struct vased_seq *s;
     int r = vase_registry_get_seq(d->reg, c, id, &s);
     if (r == -ENOENT)
         vase_reply_error(d, p, ENOENT, "no sequence %u", id);

@@ -14,8 +14,8 @@
 #include "vase.pb-c.h"
 
 struct vased;
-struct vase_client;
-struct vase_seq;
+struct vased_client;
+struct vased_seq;
 
 /* Where a reply goes: the ROUTER routing id and request id of the frame being answered, and the
  * kernel's credentials of the connection it came over. */
@@ -49,5 +49,5 @@ ProtobufCMessage **vase_reply_repeated_new(size_t n, size_t size);
 
 /* Client c's sequence id, or NULL after replying ENOENT (no such sequence) or EPERM (another
  * client's) itself. */
-struct vase_seq *vase_reply_own_seq(struct vased *d, struct vase_client *c,
+struct vased_seq *vase_reply_own_seq(struct vased *d, struct vased_client *c,
                                     const struct vase_reply_to *to, uint32_t id);

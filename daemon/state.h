@@ -14,6 +14,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "allow.h"
 #include "config.h"
 #include "registry.h"
 #include "session.h"

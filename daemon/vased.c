@@ -201,7 +201,7 @@ static void on_zap(struct vased *d) {
  * again by fd and clients by pointer and fd, never by index. */
 struct poll_set {
     zmq_pollitem_t *items;
-    struct vase_client **owners; /* of items[clients0..n) */
+    struct vased_client **owners; /* of items[clients0..n) */
     size_t cap, n;
     size_t listener; /* SIZE_MAX: no listener */
     size_t pending0, n_pending, clients0;
@@ -217,7 +217,7 @@ static int poll_set_reserve(struct poll_set *ps, size_t need) {
     if (!ni)
         return log_oom();
     ps->items = ni;
-    struct vase_client **no = realloc(ps->owners, ncap * sizeof(*no));
+    struct vased_client **no = realloc(ps->owners, ncap * sizeof(*no));
     if (!no)
         return log_oom();
     ps->owners = no;
@@ -247,7 +247,7 @@ static int poll_set_fill(struct vased *d, struct poll_set *ps) {
     for (size_t i = 0; i < d->n_pending; i++)
         items[n++] = (zmq_pollitem_t){.fd = d->pending[i].fd, .events = ZMQ_POLLIN};
     ps->clients0 = n;
-    for (struct vase_client *c = d->reg->clients; c; c = c->next) {
+    for (struct vased_client *c = d->reg->clients; c; c = c->next) {
         ps->owners[n - ps->clients0] = c;
         items[n++] = (zmq_pollitem_t){.fd = c->fd, .events = ZMQ_POLLIN};
     }

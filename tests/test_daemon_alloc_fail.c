@@ -38,6 +38,7 @@
 #include "../daemon/log.h"
 #include "../daemon/planner.h"
 #include "../daemon/registry.h"
+#include "../daemon/allow.h"
 #include "../daemon/session.h"
 #include "alloc_fail.h"
 #include "plan_fixture.h"
@@ -211,11 +212,11 @@ static int step_registry(void *ctx) {
     (void)ctx;
     struct vase_registry *reg = NULL;
     struct vase_alloc *alloc;
-    struct vase_client *a = NULL, *b = NULL;
-    struct vase_model *m = NULL;
-    struct vase_seq *s = NULL, *t = NULL;
+    struct vased_client *a = NULL, *b = NULL;
+    struct vased_model *m = NULL;
+    struct vased_seq *s = NULL, *t = NULL;
     struct vase_layout L;
-    struct vase_seq_request req = {.policy = VASE_POLICY_VASE_ATTNV, .prompt_len = 1000,
+    struct vased_seq_request req = {.policy = VASE_POLICY_VASE_ATTNV, .prompt_len = 1000,
                                    .slack = 32, .params = vase_params_default(256)};
     const char *msg;
     req.params.window = 32;
@@ -245,7 +246,7 @@ static int step_registry(void *ctx) {
         assert_int_equal(reg->n_seqs, (s != NULL) + (t != NULL));
         /* A failed OpenSeq holds no pages: only those of the open sequences are taken. */
         uint32_t held = 0;
-        struct vase_seq *open[] = {s, t};
+        struct vased_seq *open[] = {s, t};
         for (size_t i = 0; i < 2; i++)
             if (open[i])
                 held += open[i]->n_pages + open[i]->n_ring_pages + open[i]->n_plan_pages;
@@ -370,7 +371,7 @@ static int step_peer_groups(void *ctx) {
     gid_t *groups = NULL;
     size_t n = 0;
     alloc_fail_arm();
-    int r = vase_session_peer_groups(0, 0, &groups, &n);
+    int r = vase_allow_peer_groups(0, 0, &groups, &n);
     alloc_fail_disarm();
     if (r < 0)
         assert_null(groups);
@@ -396,7 +397,7 @@ static void test_allow_arena(void **state) {
     (void)state;
     assert_true(alloc_fail_sweep("session: vase_allow_parse", step_allow, NULL, 0) >= 2);
     /* Root's supplementary groups: at least the one allocation of the list. */
-    assert_true(alloc_fail_sweep("session: vase_session_peer_groups", step_peer_groups, NULL, 0) >=
+    assert_true(alloc_fail_sweep("session: vase_allow_peer_groups", step_peer_groups, NULL, 0) >=
                 1);
     assert_true(alloc_fail_sweep("arena: vase_arena_new host", step_host_arena, NULL, 0) >= 1);
 }

@@ -73,8 +73,8 @@ static void test_layout(void **state) {
 struct fixture {
     struct vase_registry *reg;
     struct vase_alloc *alloc;
-    struct vase_client *a, *b;
-    struct vase_model *ma;
+    struct vased_client *a, *b;
+    struct vased_model *ma;
 };
 
 static int setup(void **state) {
@@ -98,8 +98,8 @@ static int teardown(void **state) {
     return 0;
 }
 
-static struct vase_seq_request request(uint32_t prompt) {
-    struct vase_seq_request r = {.policy = VASE_POLICY_VASE_ATTNV, .prompt_len = prompt,
+static struct vased_seq_request request(uint32_t prompt) {
+    struct vased_seq_request r = {.policy = VASE_POLICY_VASE_ATTNV, .prompt_len = prompt,
                                  .slack = 32};
     r.params = vase_params_default(256);
     r.params.window = 32;
@@ -108,7 +108,7 @@ static struct vase_seq_request request(uint32_t prompt) {
 
 static void test_clients_models(void **state) {
     struct fixture *f = *state;
-    struct vase_model *m;
+    struct vased_model *m;
     assert_int_not_equal(f->a->id, f->b->id);
     assert_int_not_equal(f->a->token[0], 0);
     assert_ptr_equal(vase_registry_find_token(f->reg, f->a->token, 16), f->a);
@@ -126,8 +126,8 @@ static void test_clients_models(void **state) {
 
 static void test_open_close(void **state) {
     struct fixture *f = *state;
-    struct vase_seq_request req = request(1000);
-    struct vase_seq *s, *t;
+    struct vased_seq_request req = request(1000);
+    struct vased_seq *s, *t;
     const char *msg;
 
     assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &s, &msg), 0);
@@ -152,7 +152,7 @@ static void test_open_close(void **state) {
                      -EDQUOT);
     assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 30, &t, &msg),
                      -EDQUOT);
-    struct vase_seq_request huge = request(5000);
+    struct vased_seq_request huge = request(5000);
     assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &huge, 8, 0, &t, &msg),
                      -ENOSPC);
     assert_int_equal(f->a->pages, 19);
@@ -161,18 +161,18 @@ static void test_open_close(void **state) {
 
     /* Two more fit (19 each), a fourth does not. */
     assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &t, &msg), 0);
-    struct vase_seq *u;
+    struct vased_seq *u;
     assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &u, &msg), 0);
     assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &u, &msg),
                      -ENOSPC);
     assert_int_equal(f->alloc->n_free, 64 - 57);
 
     /* After the first commit a long prompt's surplus goes back. */
-    assert_int_equal(vase_seq_shrink(s, f->alloc, 5), 1);
+    assert_int_equal(vase_registry_shrink_seq(s, f->alloc, 5), 1);
     assert_int_equal(s->n_pages, 5);
     assert_int_equal(s->capacity, 320);
     assert_int_equal(f->a->pages, 57 - 12);
-    assert_int_equal(vase_seq_shrink(s, f->alloc, 5), 0);
+    assert_int_equal(vase_registry_shrink_seq(s, f->alloc, 5), 0);
 
     assert_int_equal(vase_registry_close_seq(f->reg, f->alloc, s), 0);
     assert_int_equal(vase_registry_close_seq(f->reg, f->alloc, t), 0);
@@ -184,8 +184,8 @@ static void test_open_close(void **state) {
 
 static void test_orphan(void **state) {
     struct fixture *f = *state;
-    struct vase_seq_request req = request(100);
-    struct vase_seq *s;
+    struct vased_seq_request req = request(100);
+    struct vased_seq *s;
     const char *msg;
     assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &s, &msg), 0);
     uint32_t held = s->n_pages + s->n_ring_pages + s->n_plan_pages;
@@ -193,7 +193,7 @@ static void test_orphan(void **state) {
     /* A plan is being computed when the sequence closes. */
     assert_int_equal(vase_plan_run_new(&s->run), 0);
     s->run->owner = s;
-    s->state = VASE_SEQ_PLANNING;
+    s->state = VASED_SEQ_PLANNING;
     assert_int_equal(vase_registry_close_seq(f->reg, f->alloc, s), 1);
     assert_null(vase_registry_find_seq(f->reg, id));
     assert_null(s->client);
