@@ -14,6 +14,7 @@
 #include "layout.h"
 #include "session.h"
 #include "vase.h"
+#include "vase_kernels.h"
 
 /* Stats pushes remembered so that a refusal (an Error with the push's request id) reaches its
  * sequence; a refusal older than this many pushes is dropped. */

@@ -176,7 +176,7 @@ static int recv_welcome(int fd, int timeout_ms, void *buf, Vase__Envelope **ret_
         r = -EPROTO;
     else {
         r = vase_wire_unpack(buf, (size_t)n, WELCOME_MAX, ret_e);
-        if (r == -VASE_WIRE_EPROTOVERSION) {
+        if (r == -VASE_EPROTOVERSION) {
             vase__envelope__free_unpacked(*ret_e, NULL);
             r = -VASE_EPROTOVERSION;
         } else if (r < 0 && r != -EBADMSG && r != -EMSGSIZE) {
