@@ -291,7 +291,8 @@ INIH_LIBS := -linih
 # libvase needs only the kernels that carry no BLAS: views, compaction and policy names (with
 # CUDA also LIBVASE_CUDA_OBJS, above).
 LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o)
-LIBVASE_SRCS := $(filter-out client/vasectl.c $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
+VASECTL_SRCS := $(wildcard client/vasectl*.c)
+LIBVASE_SRCS := $(filter-out $(VASECTL_SRCS) $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)
 LIBVASE_A := $(BUILD)/libvase.a
 LIBVASE_SO := $(BUILD)/libvase.so
@@ -306,16 +307,15 @@ $(LIBVASE_SO): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS) $
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libvase.so.0 -o $@ $^ $(LIBVASE_LIBS)
 
-$(VASECTL): $(BUILD)/client/vasectl.o $(LIBVASE_A)
-	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
-
 # The public headers of libvase, and nothing else, staged in one directory: what an engine
-# compiles against (-I$(PUBLIC_INCLUDE)), and what an installation would copy. The examples and
-# tests/test_public_api.c see only this directory, so a public header that reaches for anything
-# outside it breaks the build. libvase.so.0, the soname, is what programs linked to the shared
+# compiles against (-I$(PUBLIC_INCLUDE)), and what an installation would copy. vase.h needs
+# vase_types.h and vase_errors.h; the administrative API, vase_admin.h, also the generated
+# vase.pb-c.h, whose messages are its replies. The examples, vasectl and tests/test_public_api.c
+# see only this directory, so a public header that reaches for anything outside it breaks the
+# build. libvase.so.0, the soname, is what programs linked to the shared
 # library look for.
-PUBLIC_HEADERS := client/vase.h kernels/vase_types.h proto/vase_errors.h
+PUBLIC_HEADERS := client/vase.h kernels/vase_types.h proto/vase_errors.h client/vase_admin.h \
+                  $(PROTO_H)
 PUBLIC_INCLUDE := $(BUILD)/include
 PUBLIC_STAMP := $(PUBLIC_INCLUDE)/.stamp
 
@@ -326,6 +326,15 @@ $(PUBLIC_STAMP): $(PUBLIC_HEADERS) Makefile | $(DEPS_STAMP)
 
 $(LIBVASE_SO).0: $(LIBVASE_SO)
 	$(Q)ln -sf $(notdir $<) $@
+
+# vasectl is a client of libvase's public API like any other tool: it sees only the staged
+# public headers (vase.h, vase_admin.h and the generated vase.pb-c.h its replies are typed by).
+$(VASECTL_SRCS:%.c=$(BUILD)/%.o): CPPFLAGS := -D_GNU_SOURCE -MMD -MP -I$(PUBLIC_INCLUDE)
+$(VASECTL_SRCS:%.c=$(BUILD)/%.o): | $(PUBLIC_STAMP)
+
+$(VASECTL): $(VASECTL_SRCS:%.c=$(BUILD)/%.o) $(LIBVASE_A)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
 
 # ---- daemon/: vased -------------------------------------------------------------------
 
@@ -353,7 +362,7 @@ EXAMPLES := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 # The examples are engines written against the public API alone: they see only the public
 # headers (PUBLIC_INCLUDE, below) and link only libvase.
 $(BUILD)/examples/%.o: CPPFLAGS := -D_GNU_SOURCE -MMD -MP -I$(PUBLIC_INCLUDE)
-$(BUILD)/examples/%.o: | $(PUBLIC_STAMP)
+$(EXAMPLES:%=%.o): | $(PUBLIC_STAMP)
 
 $(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(LIBVASE_A)
 	$(call say,LD,$@)
@@ -497,7 +506,7 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP) $(GENERATED_HEADERS)
 
 ALL := $(KERNEL_LIB) $(TEST_PROGS) $(RUN_VECTORS) $(BENCH_KERNELS) \
        $(if $(DAEMON_SRCS),$(VASED)) $(if $(LIBVASE_SRCS),$(LIBVASE_A) $(LIBVASE_SO)) \
-       $(if $(wildcard client/vasectl.c),$(VASECTL)) $(EXAMPLES) $(REPLAY_ENGINE)
+       $(if $(VASECTL_SRCS),$(VASECTL)) $(EXAMPLES) $(REPLAY_ENGINE)
 
 all: $(ALL)
 
