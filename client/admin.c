@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -157,16 +158,25 @@ static int call(struct vase_admin *a, Vase__Envelope *e, Vase__Envelope__BodyCas
     return 0;
 }
 
-/* Takes the body *field out of its envelope, which is then freed, and returns the body. */
-static void *detach(Vase__Envelope *reply, void *field) {
-    void **slot = field;
-    void *body = *slot;
+/* Sends e and takes the reply body of case expect, at offset body in the envelope, out of its
+ * envelope (which is freed) into *ret. */
+static int request(struct vase_admin *a, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
+                   size_t body, void **ret) {
+    Vase__Envelope *reply;
+    int r = call(a, e, expect, &reply);
 
+    if (r < 0)
+        return r;
+    void **slot = (void **)((char *)reply + body);
+    *ret = *slot;
     *slot = NULL;
     reply->body_case = VASE__ENVELOPE__BODY__NOT_SET;
     vase__envelope__free_unpacked(reply, NULL);
-    return body;
+    return 0;
 }
+
+#define REQUEST(a, e, expect, field, ret)                                                        \
+    request(a, e, expect, offsetof(Vase__Envelope, field), (void **)(ret))
 
 int vase_admin_ping(struct vase_admin *a, uint64_t *ret_incarnation) {
     Vase__Ping ping = VASE__PING__INIT;
@@ -189,91 +199,65 @@ int vase_admin_ping(struct vase_admin *a, uint64_t *ret_incarnation) {
 int vase_admin_status(struct vase_admin *a, Vase__StatusReply **ret) {
     Vase__Status st = VASE__STATUS__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
-    Vase__Envelope *reply;
 
     if (!a || !ret)
         return -EINVAL;
     e.body_case = VASE__ENVELOPE__BODY_STATUS;
     e.status = &st;
-    int r = call(a, &e, VASE__ENVELOPE__BODY_STATUS_REPLY, &reply);
-    if (r < 0)
-        return r;
-    *ret = detach(reply, &reply->status_reply);
-    return 0;
+    return REQUEST(a, &e, VASE__ENVELOPE__BODY_STATUS_REPLY, status_reply, ret);
 }
 
 int vase_admin_clients(struct vase_admin *a, Vase__ClientsReply **ret) {
     Vase__ListClients lc = VASE__LIST_CLIENTS__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
-    Vase__Envelope *reply;
 
     if (!a || !ret)
         return -EINVAL;
     e.body_case = VASE__ENVELOPE__BODY_LIST_CLIENTS;
     e.list_clients = &lc;
-    int r = call(a, &e, VASE__ENVELOPE__BODY_CLIENTS_REPLY, &reply);
-    if (r < 0)
-        return r;
-    *ret = detach(reply, &reply->clients_reply);
-    return 0;
+    return REQUEST(a, &e, VASE__ENVELOPE__BODY_CLIENTS_REPLY, clients_reply, ret);
 }
 
 int vase_admin_seqs(struct vase_admin *a, uint32_t client_id, Vase__SeqsReply **ret) {
     Vase__ListSeqs ls = VASE__LIST_SEQS__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
-    Vase__Envelope *reply;
 
     if (!a || !ret)
         return -EINVAL;
     ls.client_id = client_id;
     e.body_case = VASE__ENVELOPE__BODY_LIST_SEQS;
     e.list_seqs = &ls;
-    int r = call(a, &e, VASE__ENVELOPE__BODY_SEQS_REPLY, &reply);
-    if (r < 0)
-        return r;
-    *ret = detach(reply, &reply->seqs_reply);
-    return 0;
+    return REQUEST(a, &e, VASE__ENVELOPE__BODY_SEQS_REPLY, seqs_reply, ret);
 }
 
 int vase_admin_seq(struct vase_admin *a, uint32_t seq_id, Vase__SeqInfo **ret) {
     Vase__GetSeq gs = VASE__GET_SEQ__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
-    Vase__Envelope *reply;
 
     if (!a || !ret)
         return -EINVAL;
     gs.seq_id = seq_id;
     e.body_case = VASE__ENVELOPE__BODY_GET_SEQ;
     e.get_seq = &gs;
-    int r = call(a, &e, VASE__ENVELOPE__BODY_SEQ_INFO, &reply);
-    if (r < 0)
-        return r;
-    *ret = detach(reply, &reply->seq_info);
-    return 0;
+    return REQUEST(a, &e, VASE__ENVELOPE__BODY_SEQ_INFO, seq_info, ret);
 }
 
 int vase_admin_config_get(struct vase_admin *a, const char *key, Vase__ConfigReply **ret) {
     Vase__ConfigGet cg = VASE__CONFIG_GET__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
-    Vase__Envelope *reply;
 
     if (!a || !ret)
         return -EINVAL;
     cg.key = (char *)(key ? key : "");
     e.body_case = VASE__ENVELOPE__BODY_CONFIG_GET;
     e.config_get = &cg;
-    int r = call(a, &e, VASE__ENVELOPE__BODY_CONFIG_REPLY, &reply);
-    if (r < 0)
-        return r;
-    *ret = detach(reply, &reply->config_reply);
-    return 0;
+    return REQUEST(a, &e, VASE__ENVELOPE__BODY_CONFIG_REPLY, config_reply, ret);
 }
 
 int vase_admin_config_set(struct vase_admin *a, const char *key, const char *value,
                           Vase__ConfigReply **ret) {
     Vase__ConfigSet cs = VASE__CONFIG_SET__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
-    Vase__Envelope *reply;
 
     if (!a || !key || !value || !ret)
         return -EINVAL;
@@ -281,11 +265,7 @@ int vase_admin_config_set(struct vase_admin *a, const char *key, const char *val
     cs.value = (char *)value;
     e.body_case = VASE__ENVELOPE__BODY_CONFIG_SET;
     e.config_set = &cs;
-    int r = call(a, &e, VASE__ENVELOPE__BODY_CONFIG_REPLY, &reply);
-    if (r < 0)
-        return r;
-    *ret = detach(reply, &reply->config_reply);
-    return 0;
+    return REQUEST(a, &e, VASE__ENVELOPE__BODY_CONFIG_REPLY, config_reply, ret);
 }
 
 int vase_admin_events_subscribe(struct vase_admin *a, struct vase_admin_events **ret) {
