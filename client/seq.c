@@ -123,9 +123,10 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
         .n_ring_pages = sl->n_ring_pages,
         .n_plan_pages = sl->n_plan_pages,
     };
-    if ((r = vase__seq_copy_pages(sl->pages, sl->n_pages, m->arena, &s->pages)) < 0 ||
-        (r = vase__seq_copy_pages(sl->ring_pages, sl->n_ring_pages, m->arena, &s->ring_pages)) < 0 ||
-        (r = vase__seq_copy_pages(sl->plan_pages, sl->n_plan_pages, m->arena, &s->plan_pages)) < 0) {
+    const struct vase__arena *a = m->arena;
+    if ((r = vase__seq_copy_pages(sl->pages, sl->n_pages, a, &s->pages)) < 0 ||
+        (r = vase__seq_copy_pages(sl->ring_pages, sl->n_ring_pages, a, &s->ring_pages)) < 0 ||
+        (r = vase__seq_copy_pages(sl->plan_pages, sl->n_plan_pages, a, &s->plan_pages)) < 0) {
         vase__seq_free(s);
         return r;
     }
