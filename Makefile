@@ -295,7 +295,8 @@ INIH_LIBS := -linih
 # libvase needs only the kernels that carry no BLAS: views, compaction and policy names (with
 # CUDA also LIBVASE_CUDA_OBJS, above).
 LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o)
-LIBVASE_SRCS := $(filter-out client/vasectl.c $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
+VASECTL_SRCS := $(wildcard client/vasectl*.c)
+LIBVASE_SRCS := $(filter-out $(VASECTL_SRCS) $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)
 LIBVASE_A := $(BUILD)/libvase.a
 LIBVASE_SO := $(BUILD)/libvase.so
@@ -310,7 +311,32 @@ $(LIBVASE_SO): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS) $
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libvase.so.0 -o $@ $^ $(LIBVASE_LIBS)
 
-$(VASECTL): $(BUILD)/client/vasectl.o $(LIBVASE_A)
+# The public headers of libvase, and nothing else, staged in one directory: what an engine
+# compiles against (-I$(PUBLIC_INCLUDE)), and what an installation would copy. vase.h needs
+# vase_types.h and vase_errors.h; the administrative API, vase_admin.h, also the generated
+# vase.pb-c.h, whose messages are its replies. The examples, vasectl and tests/test_public_api.c
+# see only this directory, so a public header that reaches for anything outside it breaks the
+# build. libvase.so.0, the soname, is what programs linked to the shared
+# library look for.
+PUBLIC_HEADERS := client/vase.h kernels/vase_types.h proto/vase_errors.h client/vase_admin.h \
+                  $(PROTO_H)
+PUBLIC_INCLUDE := $(BUILD)/include
+PUBLIC_STAMP := $(PUBLIC_INCLUDE)/.stamp
+
+$(PUBLIC_STAMP): $(PUBLIC_HEADERS) Makefile | $(DEPS_STAMP)
+	$(call say,STAGE,$(PUBLIC_INCLUDE))
+	$(Q)rm -rf $(PUBLIC_INCLUDE) && mkdir -p $(PUBLIC_INCLUDE)
+	$(Q)cp $(PUBLIC_HEADERS) $(PUBLIC_INCLUDE)/ && touch $@
+
+$(LIBVASE_SO).0: $(LIBVASE_SO)
+	$(Q)ln -sf $(notdir $<) $@
+
+# vasectl is a client of libvase's public API like any other tool: it sees only the staged
+# public headers (vase.h, vase_admin.h and the generated vase.pb-c.h its replies are typed by).
+$(VASECTL_SRCS:%.c=$(BUILD)/%.o): CPPFLAGS := -D_GNU_SOURCE -MMD -MP -I$(PUBLIC_INCLUDE)
+$(VASECTL_SRCS:%.c=$(BUILD)/%.o): | $(PUBLIC_STAMP)
+
+$(VASECTL): $(VASECTL_SRCS:%.c=$(BUILD)/%.o) $(LIBVASE_A)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
 
@@ -337,8 +363,12 @@ $(VASED): $(BUILD)/daemon/main.o $(DAEMON_LIB) $(KERNEL_LIB)
 EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLES := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 
-$(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/tests/npy.o \
-             $(BUILD)/tests/vcase.o $(BUILD)/tests/argnum.o $(LIBVASE_A)
+# The examples are engines written against the public API alone: they see only the public
+# headers (PUBLIC_INCLUDE, below) and link only libvase.
+$(BUILD)/examples/%.o: CPPFLAGS := -D_GNU_SOURCE -MMD -MP -I$(PUBLIC_INCLUDE)
+$(EXAMPLES:%=%.o): | $(PUBLIC_STAMP)
+
+$(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(LIBVASE_A)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
 
@@ -347,6 +377,7 @@ $(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/tests/npy.o \
 KERNEL_MODULES := view philox select score plan compact
 KERNEL_TESTS := $(KERNEL_MODULES:%=$(BUILD)/tests/test_%)
 TEST_SUPPORT_OBJS := $(BUILD)/tests/npy.o $(BUILD)/tests/vcase.o
+REPLAY_ENGINE := $(BUILD)/tests/replay_engine
 RUN_VECTORS := $(BUILD)/tests/run_vectors
 BENCH_KERNELS := $(BUILD)/tests/bench_kernels
 # Daemon module tests link the daemon archive; client tests libvase; integration tests start a
@@ -356,8 +387,10 @@ DAEMON_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%, \
 CLIENT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%, \
                   $(filter-out $(CUDA_ARENA_TEST_SRCS),$(wildcard tests/test_client_*.c)))
 INTEGRATION_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_integration_*.c))
+# The public API test, built twice: against libvase.a with its libraries, and against libvase.so.
+PUBLIC_API_TESTS := $(BUILD)/tests/test_public_api_static $(BUILD)/tests/test_public_api_shared
 TEST_PROGS := $(KERNEL_TESTS) $(DAEMON_TESTS) $(CLIENT_TESTS) $(INTEGRATION_TESTS) \
-              $(CUDA_ARENA_TESTS)
+              $(CUDA_ARENA_TESTS) $(PUBLIC_API_TESTS)
 
 # The planner's test fixture (tests/plan_fixture.c) is linked into every daemon test.
 # test_daemon_evictor gives one fake arena a planner of its own by wrapping vase_planner_for.
@@ -390,7 +423,26 @@ $(INTEGRATION_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(INTEGRATION_SUPPORT
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LIBVASE_LIBS)
 
 # Integration tests need the programs they start.
-$(INTEGRATION_TESTS): | $(VASED) $(VASECTL) $(EXAMPLES)
+$(INTEGRATION_TESTS): | $(VASED) $(VASECTL) $(EXAMPLES) $(REPLAY_ENGINE)
+
+# An engine's view of libvase: the test sees only the staged public headers (no -Ikernels,
+# -Iclient or -Iproto), as an engine built elsewhere would.
+$(BUILD)/tests/test_public_api.o: CPPFLAGS := -D_GNU_SOURCE -MMD -MP -I$(PUBLIC_INCLUDE)
+$(BUILD)/tests/test_public_api.o: | $(PUBLIC_STAMP)
+
+$(BUILD)/tests/test_public_api_static: $(BUILD)/tests/test_public_api.o $(LIBVASE_A)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LIBVASE_LIBS)
+
+$(BUILD)/tests/test_public_api_shared: $(BUILD)/tests/test_public_api.o $(LIBVASE_SO).0
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< -L$(BUILD) -Wl,-rpath,$(abspath $(BUILD)) -lvase -lcmocka
+
+# The replay engine (tests/replay_engine.c) replays the reference traces through a running vased;
+# an end-to-end test, not an example, so it may use the test support code.
+$(REPLAY_ENGINE): $(BUILD)/tests/replay_engine.o $(TEST_SUPPORT_OBJS) $(LIBVASE_A)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
 
 $(KERNEL_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(KERNEL_LIB)
 	$(call say,LD,$@)
@@ -411,14 +463,9 @@ $(BENCH_KERNELS): $(BUILD)/tests/bench_kernels.o $(BUILD)/tests/argnum.o $(KERNE
 RUN_DIR ?= $(CURDIR)/run
 RUN_FLAGS ?=
 SYNTHETIC_ENGINE := $(BUILD)/examples/synthetic_engine
-REPLAY_ENGINE := $(BUILD)/examples/replay_engine
 BENCH_SERVICE := $(BUILD)/tests/bench_service
 WITH_VASED := examples/with_vased.sh
 REPLAY_VECTORS := $(BUILD)/vectors-replay
-
-# The examples link tests/npy.o, tests/vcase.o and tests/argnum.o (see examples/ above), and
-# include their headers.
-$(BUILD)/examples/%.o: CPPFLAGS += -Itests
 
 $(BENCH_SERVICE): $(BUILD)/tests/bench_service.o $(BUILD)/tests/argnum.o $(LIBVASE_A)
 	$(call say,LD,$@)
@@ -475,7 +522,7 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP) $(GENERATED_HEADERS)
 
 ALL := $(KERNEL_LIB) $(TEST_PROGS) $(RUN_VECTORS) $(BENCH_KERNELS) \
        $(if $(DAEMON_SRCS),$(VASED)) $(if $(LIBVASE_SRCS),$(LIBVASE_A) $(LIBVASE_SO)) \
-       $(if $(wildcard client/vasectl.c),$(VASECTL)) $(EXAMPLES)
+       $(if $(VASECTL_SRCS),$(VASECTL)) $(EXAMPLES) $(REPLAY_ENGINE)
 
 all: $(ALL)
 

@@ -225,7 +225,7 @@ static int recv_one(struct vase__chan *ch, Vase__Envelope **ret) {
     if (r < 0) {
         if (e)
             vase__envelope__free_unpacked(e, NULL);
-        return r == -VASE_WIRE_EPROTOVERSION ? -VASE_EPROTOVERSION : r;
+        return r;
     }
     /* Only ids this channel handed out count: a reply that echoes another can prove nothing. */
     if (e->request_id > ch->answered && e->request_id <= ch->last_request_id)
@@ -318,10 +318,7 @@ void vase__chan_drop(struct vase__chan *ch, uint64_t request_id) {
 int vase__error_code(const Vase__Error *err) {
     if (!err)
         return -EPROTO;
-    if (err->code == VASE_WIRE_EPROTOVERSION)
-        return -VASE_EPROTOVERSION;
-    if (err->code == VASE_WIRE_ESTALE)
-        return -VASE_ESTALE;
+    /* errno values and the codes of vase_errors.h, which both ends share, come back negated. */
     if (err->code > 0 && err->code < 4096)
         return -err->code;
     return -EPROTO;

@@ -14,6 +14,7 @@
 #include "layout.h"
 #include "session.h"
 #include "vase.h"
+#include "vase_kernels.h"
 
 /* Stats pushes remembered so that a refusal (an Error with the push's request id) reaches its
  * sequence; a refusal older than this many pushes is dropped. */
@@ -134,5 +135,11 @@ bool vase__client_unclaimed(void *userdata, const Vase__Envelope *e);
 
 /* Frees a sequence's local state (no message); accepts NULL. */
 struct vase_seq *vase__seq_free(struct vase_seq *s);
+/* Drops the draws the engine set for the next plan (vase_seq_set_draws()). */
+void vase__seq_clear_draws(struct vase_seq *s);
+/* Copies a page list (a block table) into a new malloc'd array *ret after checking that every
+ * page lies inside the arena. 0, -EPROTO for a page outside it, -ENOMEM. */
+int vase__seq_copy_pages(const uint32_t *src, size_t n, const struct vase__arena *a,
+                         uint32_t **ret);
 /* Frees a model's local state; accepts NULL. */
 struct vase_model *vase__model_free(struct vase_model *m);

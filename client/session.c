@@ -117,6 +117,55 @@ static int send_hello(int fd, const char *name) {
     return r;
 }
 
+/* Waits up to timeout_ms for fd to become readable. 0, -ETIMEDOUT or -errno. */
+static int wait_readable(int fd, int timeout_ms) {
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+    for (;;) {
+        int r = poll(&pfd, 1, timeout_ms);
+        if (r > 0)
+            return 0;
+        if (r == 0)
+            return -ETIMEDOUT;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+/* Moves the fds of msg's SCM_RIGHTS messages into fds (at most VASE__MAX_ARENAS; those beyond
+ * are closed at once) and returns how many it kept. */
+static size_t take_fds(struct msghdr *msg, int *fds) {
+    size_t nfds = 0;
+
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int x;
+            memcpy(&x, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (nfds < VASE__MAX_ARENAS)
+                fds[nfds++] = x;
+            else
+                close(x);
+        }
+    }
+    return nfds;
+}
+
+/* Unpacks the welcome packet. 0 and *ret_e; -VASE_EPROTOVERSION for another version; -EPROTO
+ * for anything else that is not a welcome envelope. Nothing is left to free on failure. */
+static int unpack_welcome(const void *buf, size_t len, Vase__Envelope **ret_e) {
+    int r = vase_wire_unpack(buf, len, WELCOME_MAX, ret_e);
+
+    if (r >= 0)
+        return 0;
+    /* Only a size or parse failure leaves no envelope behind. */
+    if (r != -EBADMSG && r != -EMSGSIZE)
+        vase__envelope__free_unpacked(*ret_e, NULL);
+    return r == -VASE_EPROTOVERSION ? r : -EPROTO;
+}
+
 /* Receives the welcome packet and the fds riding on it. On success *ret_e and the fds are the
  * caller's; on failure every received fd is closed. */
 static int recv_welcome(int fd, int timeout_ms, void *buf, Vase__Envelope **ret_e, int *fds,
@@ -132,20 +181,13 @@ static int recv_welcome(int fd, int timeout_ms, void *buf, Vase__Envelope **ret_
         .msg_control = control.buf,
         .msg_controllen = sizeof(control.buf),
     };
-    struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    size_t nfds = 0;
+    size_t nfds;
     ssize_t n;
     int r;
 
-    for (;;) {
-        r = poll(&pfd, 1, timeout_ms);
-        if (r > 0)
-            break;
-        if (r == 0)
-            return -ETIMEDOUT;
-        if (errno != EINTR)
-            return -errno;
-    }
+    r = wait_readable(fd, timeout_ms);
+    if (r < 0)
+        return r;
     do
         n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
@@ -157,34 +199,13 @@ static int recv_welcome(int fd, int timeout_ms, void *buf, Vase__Envelope **ret_
     if (n < 0)
         return errno == EPIPE || errno == EAGAIN ? -ECONNRESET : -errno;
 
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k; i++) {
-            int x;
-            memcpy(&x, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-            if (nfds < VASE__MAX_ARENAS)
-                fds[nfds++] = x;
-            else
-                close(x);
-        }
-    }
+    nfds = take_fds(&msg, fds);
     if (n == 0)
         r = -ECONNRESET;
     else if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
         r = -EPROTO;
-    else {
-        r = vase_wire_unpack(buf, (size_t)n, WELCOME_MAX, ret_e);
-        if (r == -VASE_WIRE_EPROTOVERSION) {
-            vase__envelope__free_unpacked(*ret_e, NULL);
-            r = -VASE_EPROTOVERSION;
-        } else if (r < 0 && r != -EBADMSG && r != -EMSGSIZE) {
-            vase__envelope__free_unpacked(*ret_e, NULL);
-            r = -EPROTO;
-        } else if (r < 0)
-            r = -EPROTO;
-    }
+    else
+        r = unpack_welcome(buf, (size_t)n, ret_e);
     if (r < 0) {
         for (size_t i = 0; i < nfds; i++)
             close(fds[i]);

@@ -53,7 +53,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vase_kernels.h"
+#include "vase_errors.h"
+#include "vase_types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,9 +62,8 @@ extern "C" {
 
 #define VASE_PROTOCOL_VERSION 1
 
-/* vase-specific error codes, returned negated like errno values. */
-#define VASE_EPROTOVERSION 1000 /* the peer speaks another protocol version */
-#define VASE_ESTALE 1001        /* the daemon restarted: its incarnation changed */
+/* The vase-specific error codes (VASE_EPROTOVERSION, VASE_ESTALE) come from vase_errors.h;
+ * the element types, policies, parameters and views from vase_types.h. */
 
 /* The message for a negative return value (or a positive code). Never NULL. */
 const char *vase_strerror(int err);

@@ -119,8 +119,8 @@ static void on_pending(struct vased *d, size_t i) {
 
     if (r == -EAGAIN)
         return;
-    if (r == -VASE_WIRE_EPROTOVERSION)
-        refuse(d, pend.fd, VASE_WIRE_EPROTOVERSION,
+    if (r == -VASE_EPROTOVERSION)
+        refuse(d, pend.fd, VASE_EPROTOVERSION,
                "protocol version %u is not supported (this daemon speaks %d)", e->version,
                VASE_WIRE_VERSION);
     else if (r == -EINVAL || (r == 0 && e->body_case != VASE__ENVELOPE__BODY_HELLO))

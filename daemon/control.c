@@ -88,12 +88,12 @@ int vase_control_unpack(const void *buf, size_t len, size_t max, Vase__Envelope 
                          len, max);
     case -EBADMSG:
         return set_error(err, EBADMSG, "message of %zu bytes is not a vase.Envelope", len);
-    case -VASE_WIRE_EPROTOVERSION:
+    case -VASE_EPROTOVERSION:
         err->request_id = e->request_id;
-        set_error(err, VASE_WIRE_EPROTOVERSION, "protocol version %u is not supported (this "
+        set_error(err, VASE_EPROTOVERSION, "protocol version %u is not supported (this "
                   "daemon speaks version %d)", e->version, VASE_WIRE_VERSION);
         vase__envelope__free_unpacked(e, NULL);
-        return -VASE_WIRE_EPROTOVERSION;
+        return -VASE_EPROTOVERSION;
     case -EINVAL:
         err->request_id = e ? e->request_id : 0;
         vase__envelope__free_unpacked(e, NULL);
@@ -120,7 +120,7 @@ int vase_control_check_peer(const Vase__Envelope *e, uint64_t incarnation, bool 
         *ret_lost = 0;
     *err = (struct vase_control_error){.request_id = e->request_id};
     if (e->incarnation != incarnation && !(admin && e->incarnation == 0))
-        return set_error(err, VASE_WIRE_ESTALE,
+        return set_error(err, VASE_ESTALE,
                          "stale incarnation %016llx (the daemon is %016llx: it restarted; "
                          "reconnect)",
                          (unsigned long long)e->incarnation, (unsigned long long)incarnation);

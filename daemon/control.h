@@ -26,7 +26,7 @@ struct vase_control_error {
 
 /*
  * Checks and unpacks one frame: -EMSGSIZE if len > max (before anything is parsed), -EBADMSG
- * if it does not unpack, -VASE_WIRE_EPROTOVERSION for another version, -EINVAL for no body or a
+ * if it does not unpack, -VASE_EPROTOVERSION for another version, -EINVAL for no body or a
  * body that is not a request. On failure *err says what to reply (request_id echoed where the
  * frame could be read) and nothing is returned in *ret; on success *ret must be freed with
  * vase__envelope__free_unpacked().
@@ -41,7 +41,7 @@ bool vase_control_is_request(Vase__Envelope__BodyCase body);
 
 /*
  * The peer checks of PROTOCOL.md "Control" for an unpacked envelope: incarnation (0 or the
- * daemon's for admin requests, the daemon's for the others: VASE_WIRE_ESTALE), a live session
+ * daemon's for admin requests, the daemon's for the others: VASE_ESTALE), a live session
  * for engine requests (ENOTCONN; has_session false), and for a peer with a session a client_seq
  * larger than *last_client_seq (EPROTO), which is then advanced; *ret_lost (may be NULL) is how
  * many client_seq values were skipped (0 without a gap). 0, or -code with *err filled. Nothing

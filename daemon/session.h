@@ -33,7 +33,7 @@ int vase_session_listen(const char *path, int *ret_fd);
 int vase_session_accept(int listen_fd, int *ret_fd, struct ucred *ret_cred);
 
 /* Receives one envelope. -EAGAIN (nothing yet), -ECONNRESET (peer closed), -EMSGSIZE,
- * -EBADMSG, -VASE_WIRE_EPROTOVERSION (*ret set), -EINVAL (no body; *ret set). */
+ * -EBADMSG, -VASE_EPROTOVERSION (*ret set), -EINVAL (no body; *ret set). */
 int vase_session_recv(int fd, Vase__Envelope **ret);
 /* Sends one envelope with fds attached (SCM_RIGHTS), without blocking. 0 or -errno. */
 int vase_session_send(int fd, const Vase__Envelope *e, const int *fds, size_t n_fds);

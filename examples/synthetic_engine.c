@@ -33,7 +33,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "argnum.h"
 #include "vase.h"
 
 /* Normal draws in the row pool: far more than any head dim, so rows cut at random offsets are
@@ -114,6 +113,40 @@ static void store(void *dst, enum vase_dtype dtype, size_t i, float x) {
         ((uint16_t *)dst)[i] = vase_f32_to_bf16(x);
         break;
     }
+}
+
+/* A decimal number within [min, max] and nothing else: no blanks, no sign (strtoull() would
+ * take both, and wrap a minus). 0, -EINVAL when s is not a number, -ERANGE when it is one out
+ * of range; *ret untouched on failure. Digits are accumulated here with an overflow check. */
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
+    uint64_t v = 0;
+    bool overflow = false;
+
+    if (*s == '\0')
+        return -EINVAL;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -EINVAL;
+        unsigned digit = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - digit) / 10)
+            overflow = true;
+        else
+            v = v * 10 + digit;
+    }
+    if (overflow || v < min || v > max)
+        return -ERANGE;
+    *ret = v;
+    return 0;
+}
+
+static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret) {
+    uint64_t v;
+    int r = parse_u64(s, min, max, &v);
+
+    if (r < 0)
+        return r;
+    *ret = (uint32_t)v;
+    return 0;
 }
 
 static int parse_seconds(const char *s, double max, double *ret) {
@@ -726,19 +759,19 @@ static int parse_argv(int argc, char **argv) {
             help();
             return 0;
         case OPT_LAYERS:
-            if ((r = argnum_u32(optarg, 1, 65535, &arg_layers)) < 0)
+            if ((r = parse_u32(optarg, 1, 65535, &arg_layers)) < 0)
                 return bad_value(name, optarg, r, "1..65535");
             break;
         case OPT_Q_HEADS:
-            if ((r = argnum_u32(optarg, 1, VASE_MAX_HEADS, &arg_q_heads)) < 0)
+            if ((r = parse_u32(optarg, 1, VASE_MAX_HEADS, &arg_q_heads)) < 0)
                 return bad_value(name, optarg, r, "1..1024");
             break;
         case OPT_KV_HEADS:
-            if ((r = argnum_u32(optarg, 1, VASE_MAX_HEADS, &arg_kv_heads)) < 0)
+            if ((r = parse_u32(optarg, 1, VASE_MAX_HEADS, &arg_kv_heads)) < 0)
                 return bad_value(name, optarg, r, "1..1024");
             break;
         case OPT_HEAD_DIM:
-            if ((r = argnum_u32(optarg, 1, VASE_MAX_DIM, &arg_head_dim)) < 0)
+            if ((r = parse_u32(optarg, 1, VASE_MAX_DIM, &arg_head_dim)) < 0)
                 return bad_value(name, optarg, r, "1..1024");
             break;
         case OPT_DTYPE:
@@ -749,19 +782,19 @@ static int parse_argv(int argc, char **argv) {
             }
             break;
         case OPT_SEQS:
-            if ((r = argnum_u32(optarg, 1, MAX_SEQS, &arg_seqs)) < 0)
+            if ((r = parse_u32(optarg, 1, MAX_SEQS, &arg_seqs)) < 0)
                 return bad_value(name, optarg, r, "1..1024");
             break;
         case OPT_BUDGET:
-            if ((r = argnum_u32(optarg, 2, VASE_MAX_BUDGET, &arg_budget)) < 0)
+            if ((r = parse_u32(optarg, 2, VASE_MAX_BUDGET, &arg_budget)) < 0)
                 return bad_value(name, optarg, r, "2..4194304");
             break;
         case OPT_WINDOW:
-            if ((r = argnum_u32(optarg, 1, VASE_MAX_BUDGET, &arg_window)) < 0)
+            if ((r = parse_u32(optarg, 1, VASE_MAX_BUDGET, &arg_window)) < 0)
                 return bad_value(name, optarg, r, "1..4194304");
             break;
         case OPT_SLACK:
-            if ((r = argnum_u32(optarg, 0, VASE_MAX_BUDGET, &slack)) < 0)
+            if ((r = parse_u32(optarg, 0, VASE_MAX_BUDGET, &slack)) < 0)
                 return bad_value(name, optarg, r, "0..4194304");
             arg_slack = (int32_t)slack;
             break;
@@ -784,14 +817,14 @@ static int parse_argv(int argc, char **argv) {
             }
             break;
         case OPT_PROMPT:
-            if ((r = argnum_u32(optarg, 0, VASE_MAX_TOKENS, &arg_prompt)) < 0)
+            if ((r = parse_u32(optarg, 0, VASE_MAX_TOKENS, &arg_prompt)) < 0)
                 return bad_value(name, optarg, r, "0..4194304");
             break;
         case OPT_PUSH_STATS:
             arg_push_stats = true;
             break;
         case OPT_STEPS:
-            if ((r = argnum_u64(optarg, 0, UINT64_MAX, &arg_steps)) < 0)
+            if ((r = parse_u64(optarg, 0, UINT64_MAX, &arg_steps)) < 0)
                 return bad_value(name, optarg, r, NULL);
             arg_steps_set = true;
             break;
@@ -815,11 +848,11 @@ static int parse_argv(int argc, char **argv) {
             }
             break;
         case OPT_SEED:
-            if ((r = argnum_u64(optarg, 0, UINT64_MAX, &arg_seed)) < 0)
+            if ((r = parse_u64(optarg, 0, UINT64_MAX, &arg_seed)) < 0)
                 return bad_value(name, optarg, r, NULL);
             break;
         case OPT_ARENA:
-            if ((r = argnum_u32(optarg, 0, 255, &arg_arena)) < 0)
+            if ((r = parse_u32(optarg, 0, 255, &arg_arena)) < 0)
                 return bad_value(name, optarg, r, "0..255");
             break;
         case OPT_RUNTIME_DIR:

@@ -22,7 +22,7 @@ int vase_wire_unpack(const void *buf, size_t len, size_t max, Vase__Envelope **r
         return -EBADMSG;
     *ret = e;
     if (e->version != VASE_WIRE_VERSION)
-        return -VASE_WIRE_EPROTOVERSION;
+        return -VASE_EPROTOVERSION;
     if (e->body_case == VASE__ENVELOPE__BODY__NOT_SET)
         return -EINVAL;
     return 0;

@@ -8,20 +8,19 @@
 #include <stdint.h>
 
 #include "vase.pb-c.h"
+#include "vase_errors.h"
 
 #define VASE_WIRE_VERSION 1
 /* Default and hard ceiling of one control message. */
 #define VASE_WIRE_DEFAULT_MAX (16u << 20)
 #define VASE_WIRE_HARD_MAX (256u << 20)
 
-/* vase codes carried in Error.code next to errno values. */
-#define VASE_WIRE_EPROTOVERSION 1000
-#define VASE_WIRE_ESTALE 1001
+/* The vase codes carried in Error.code next to errno values are those of vase_errors.h. */
 
 /*
  * Unpacks one envelope from buf. Returns 0 and *ret (free with vase__envelope__free_unpacked(,
  * NULL)); -EMSGSIZE if len exceeds max (nothing is parsed), -EBADMSG if it does not unpack,
- * -VASE_WIRE_EPROTOVERSION if version is not VASE_WIRE_VERSION (*ret is still set then, so the
+ * -VASE_EPROTOVERSION if version is not VASE_WIRE_VERSION (*ret is still set then, so the
  * caller can echo the request id), -EINVAL if the envelope has no body.
  */
 int vase_wire_unpack(const void *buf, size_t len, size_t max, Vase__Envelope **ret);

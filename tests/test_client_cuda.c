@@ -29,6 +29,7 @@
 #include "../client/layout.h"
 #include "../client/session.h"
 #include "mock_cuda.h"
+#include "vase_kernels.h"
 
 #define PAGE_BYTES (64u << 10)
 #define NUM_PAGES 32u

@@ -81,12 +81,12 @@ static void test_malformed(void **state) {
     assert_null(e);
 
     /* An empty frame unpacks to version 0. */
-    assert_int_equal(vase_control_unpack("", 0, 1024, &e, &err), -VASE_WIRE_EPROTOVERSION);
-    assert_int_equal(err.code, VASE_WIRE_EPROTOVERSION);
+    assert_int_equal(vase_control_unpack("", 0, 1024, &e, &err), -VASE_EPROTOVERSION);
+    assert_int_equal(err.code, VASE_EPROTOVERSION);
     assert_null(e);
 
     void *buf = ping_frame(2, INC, 1, 42, &len);
-    assert_int_equal(vase_control_unpack(buf, len, 1024, &e, &err), -VASE_WIRE_EPROTOVERSION);
+    assert_int_equal(vase_control_unpack(buf, len, 1024, &e, &err), -VASE_EPROTOVERSION);
     assert_int_equal(err.code, 1000);
     assert_int_equal(err.request_id, 42); /* echoed */
     assert_null(e);
@@ -196,12 +196,12 @@ static void test_peer_checks(void **state) {
 
     /* Engine requests: the daemon's incarnation, a session. */
     e = unpacked(VASE__ENVELOPE__BODY_CLOSE_SEQ, INC + 1, 1);
-    assert_int_equal(vase_control_check_peer(e, INC, true, &last, NULL, &err), -VASE_WIRE_ESTALE);
+    assert_int_equal(vase_control_check_peer(e, INC, true, &last, NULL, &err), -VASE_ESTALE);
     assert_int_equal(err.code, 1001);
     assert_int_equal(err.request_id, 9);
     vase__envelope__free_unpacked(e, NULL);
     e = unpacked(VASE__ENVELOPE__BODY_CLOSE_SEQ, 0, 1);
-    assert_int_equal(vase_control_check_peer(e, INC, true, &last, NULL, &err), -VASE_WIRE_ESTALE);
+    assert_int_equal(vase_control_check_peer(e, INC, true, &last, NULL, &err), -VASE_ESTALE);
     vase__envelope__free_unpacked(e, NULL);
     e = unpacked(VASE__ENVELOPE__BODY_CLOSE_SEQ, INC, 1);
     assert_int_equal(vase_control_check_peer(e, INC, false, NULL, NULL, &err), -ENOTCONN);
@@ -236,7 +236,7 @@ static void test_peer_checks(void **state) {
     assert_int_equal(vase_control_check_peer(e, INC, false, NULL, NULL, &err), 0);
     vase__envelope__free_unpacked(e, NULL);
     e = unpacked(VASE__ENVELOPE__BODY_STATUS, INC - 1, 0);
-    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, NULL, &err), -VASE_WIRE_ESTALE);
+    assert_int_equal(vase_control_check_peer(e, INC, false, NULL, NULL, &err), -VASE_ESTALE);
     vase__envelope__free_unpacked(e, NULL);
     /* From a session, admin requests take part in the client_seq order. */
     last = 5;

@@ -113,7 +113,7 @@ static void test_handshake(void **state) {
     assert_int_equal(send(cfd, buf, len, 0), (ssize_t)len);
     free(buf);
     e = NULL;
-    assert_int_equal(vase_session_recv(sfd, &e), -VASE_WIRE_EPROTOVERSION);
+    assert_int_equal(vase_session_recv(sfd, &e), -VASE_EPROTOVERSION);
     assert_non_null(e);
     vase__envelope__free_unpacked(e, NULL);
     size_t big = VASE_SESSION_MAX_PACKET + 100;

@@ -3,7 +3,7 @@
 /*
  * Integration tests of the programs around vased, run as the user would run them against a
  * real daemon: vasectl (status, clients, seqs, config get/set, a setting that cannot change
- * while running, events while something happens, usage errors) and examples/replay_engine on
+ * while running, events while something happens, usage errors) and tests/replay_engine on
  * every trace_* case of the vectors make check runs ($VASE_VECTORS, which the Makefile sets, else
  * tests/vectors/reference, relative to the repository root where make check runs).
  */
@@ -314,7 +314,7 @@ static void test_replay_engine(void **state) {
     qsort(cases, n, sizeof(cases[0]), compare_names);
 
     char path[PATH_MAX], dir_arg[128];
-    assert_int_equal(harness_program("examples/replay_engine", path, sizeof(path)), 0);
+    assert_int_equal(harness_program("tests/replay_engine", path, sizeof(path)), 0);
     snprintf(dir_arg, sizeof(dir_arg), "--runtime-dir=%s", f->h.d.dir);
     const char *argv[68] = {path, dir_arg};
     for (size_t i = 0; i < n; i++)

@@ -141,9 +141,9 @@ static void test_wrong_version(void **state) {
     e.request_id = 77;
     e.body_case = VASE__ENVELOPE__BODY_PING;
     e.ping = &ping;
-    send_envelope(&f->h.d, &e, VASE_WIRE_EPROTOVERSION, "version 2");
+    send_envelope(&f->h.d, &e, VASE_EPROTOVERSION, "version 2");
     /* An empty frame is an envelope with every field at its default: version 0. */
-    send_raw(&f->h.d, "", 0, VASE_WIRE_EPROTOVERSION, "empty frame");
+    send_raw(&f->h.d, "", 0, VASE_EPROTOVERSION, "empty frame");
 }
 
 static void test_no_body(void **state) {
@@ -169,7 +169,7 @@ static void test_stale_incarnation(void **state) {
     e.request_id = 80;
     e.body_case = VASE__ENVELOPE__BODY_STATUS;
     e.status = &st;
-    send_envelope(&f->h.d, &e, VASE_WIRE_ESTALE, "Status with another incarnation");
+    send_envelope(&f->h.d, &e, VASE_ESTALE, "Status with another incarnation");
     /* The daemon's own incarnation and 0 both work for admin requests. */
     Vase__Envelope *reply = NULL;
     e.incarnation = f->h.d.incarnation;
@@ -212,7 +212,7 @@ static void test_engine_request_without_session(void **state) {
         send_envelope(&f->h.d, &e, ENOTCONN, what);
         /* Without the incarnation, the staleness is what is reported. */
         e.incarnation = 0;
-        send_envelope(&f->h.d, &e, VASE_WIRE_ESTALE, what);
+        send_envelope(&f->h.d, &e, VASE_ESTALE, what);
     }
 }
 
@@ -434,7 +434,7 @@ static void test_session_rules(void **state) {
     e2.body_case = VASE__ENVELOPE__BODY_CLOSE_SEQ;
     e2.close_seq = &cs;
     e2.incarnation = f->h.d.incarnation + 1;
-    expect_error(&f->h.d, session_send(&f->s[0], &e2), VASE_WIRE_ESTALE, 0, "stale incarnation");
+    expect_error(&f->h.d, session_send(&f->s[0], &e2), VASE_ESTALE, 0, "stale incarnation");
     /* The session's Ping carries the session's own sequence and works. */
     reply = session_call(&f->s[0], VASE__ENVELOPE__BODY_PING, &ping);
     assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_PONG);

@@ -2,7 +2,7 @@
 
 /*
  * The vector-case loader: params.txt, the arrays of a case and a trace's per-round draws, for
- * the programs that replay the eviction test vectors (tests/run_vectors, examples/replay_engine).
+ * the programs that replay the eviction test vectors (tests/run_vectors, tests/replay_engine).
  *
  * Nothing about the shipped cases is built in: every size comes from params.txt and the array
  * shapes, and each shape is checked against the others before a caller indexes with it. Every

@@ -5,7 +5,7 @@
  * One eviction test-vector case (tests/vectors/FORMAT.md) as read from its directory: the
  * settings of params.txt, the arrays of a single_* or trace_* case with every shape checked
  * against the others and against params.txt, and the injected draws of a trace's rounds. Used by
- * tests/run_vectors (the CPU kernels) and examples/replay_engine (a running vased), so that both
+ * tests/run_vectors (the CPU kernels) and tests/replay_engine (a running vased), so that both
  * read the same vectors the same way.
  *
  * Every function that can fail returns 0 or a negative errno (-EINVAL for a malformed case) and

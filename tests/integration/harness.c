@@ -441,7 +441,7 @@ static int dealer_exchange(void *sock, const void *buf, size_t len, Vase__Envelo
     }
     if (e)
         vase__envelope__free_unpacked(e, NULL);
-    return r == -VASE_WIRE_EPROTOVERSION ? -EPROTO : -EBADMSG;
+    return r == -VASE_EPROTOVERSION ? -EPROTO : -EBADMSG;
 }
 
 int harness_send_frame(const struct harness_daemon *d, const void *buf, size_t len,

@@ -48,7 +48,7 @@ double harness_now(void);
 /* Sleeps ms milliseconds (between polls of a condition, never as synchronisation). */
 void harness_sleep_ms(int ms);
 
-/* The path of a program of the build tree ("vased", "vasectl", "examples/replay_engine"): the
+/* The path of a program of the build tree ("vased", "vasectl", "tests/replay_engine"): the
  * folder above the running test binary (build/ or build-san/), or $VASE_BUILD_DIR. 0, -ENOENT
  * if it is not there (the message names it), -ENAMETOOLONG. */
 int harness_program(const char *name, char *buf, size_t size);

@@ -1,0 +1,570 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * The engine's side of the eviction cycle (ARCHITECTURE.md, PROTOCOL.md "The eviction cycle").
+ * A sequence counts the tokens the engine appends, sends an EvictRequest when the trigger of
+ * ALGORITHM.md fires, and applies the plan the daemon writes into the plan area: compaction of
+ * every layer's K and V, then EvictCommit, whose reply carries the block table from then on.
+ * The draws and statistics an engine pushes for the next plan are here too.
+ *
+ * Invariants: at most one request per sequence is in flight (pending); the daemon reads only
+ * candidate slots [0, req_len - window) and the window's queries while it plans, and the engine
+ * writes only slots >= req_len and ring entries of later positions, so both sides work at the
+ * same time without a lock. Two limits keep that true in async mode: the engine can never
+ * write past capacity, and, for policies with a query ring, never more than window tokens past
+ * the request (the next query would overwrite the oldest of the window's): when either limit is
+ * reached, vase_seq_append() waits for the plan before it returns (a stall).
+ *
+ * A plan is validated layer by layer as it is applied; if the memory might no longer match
+ * what the daemon believes (a compaction or commit failed half way), the sequence is marked
+ * broken and every later call on it fails with that error.
+ *
+ * On a device arena (cuda-ipc, cuda-vmm) the same cycle runs on the engine's CUDA stream
+ * (vase.h, "Ordering"): the stream is synchronised before a request is sent, and the
+ * compaction is enqueued on it (cuda.c) and synchronised before the commit.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The index of the first NaN or Inf of x[0 .. n), n if none. */
+static size_t first_nonfinite(const float *x, size_t n) {
+    size_t i = 0;
+    while (i < n && isfinite(x[i]))
+        i++;
+    return i;
+}
+
+static int finish_commit(struct vase_seq *s, bool wait);
+
+/* Returns, once, the refusal of a stats push that arrived for s (0 if none), with the daemon's
+ * words for vase_last_error(). Lock held. */
+static int take_deferred(struct vase_seq *s) {
+    int r = s->deferred_error;
+    if (r < 0)
+        vase__client_fail(s->client, r, "a stats push of sequence %u was refused: %s", s->id,
+                          s->deferred_message);
+    s->deferred_error = 0;
+    return r;
+}
+
+/* The error a call on s returns before doing anything: the client is dead (also found out
+ * here, with one non-blocking look at the session socket, so that even a call that sends
+ * nothing never pretends a sequence of a dead daemon lives on), the sequence is broken, or a
+ * refusal arrived for it (returned once). Lock held. */
+static int precheck(struct vase_seq *s) {
+    if (!s->client->dead && vase__session_closed(s->client->session.fd))
+        vase__client_check(s->client, -ECONNRESET);
+    if (s->client->dead)
+        return s->client->dead;
+    if (s->broken)
+        return vase__client_fail(s->client, s->broken,
+                                 "sequence %u no longer matches the daemon's view since an "
+                                 "earlier failure (%s); it can only be closed",
+                                 s->id, vase_strerror(s->broken));
+    int r = finish_commit(s, false);
+    if (r < 0)
+        return r;
+    return take_deferred(s);
+}
+
+/* ---- the eviction cycle ---- */
+
+static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
+    Vase__EvictRequest req = VASE__EVICT_REQUEST__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    uint64_t id;
+
+    /* The block table of the last commit first: the engine is about to run past the slots
+     * that were safe without it. */
+    int rc = finish_commit(s, true);
+    if (rc < 0)
+        return rc;
+    /* The daemon reads the slots and queries as soon as the request arrives: the engine's
+     * writes on its stream must be complete (on the host the system call orders them). */
+    if (s->cuda) {
+        int r = vase__cuda_sync(s->model->arena->device, s->stream);
+        if (r < 0)
+            return r;
+    }
+
+    req.seq_id = s->id;
+    req.len = len;
+    req.ring_first = vase__ring_first(position, s->window);
+    req.position = position;
+    req.n_exp_draws = s->n_exp;
+    req.exp_draws = s->exp_draws;
+    req.n_gauss = s->n_gauss;
+    req.gauss = s->gauss;
+    e.body_case = VASE__ENVELOPE__BODY_EVICT_REQUEST;
+    e.evict_request = &req;
+    int r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));
+    /* Draws are used once; draws too large to ever be sent are dropped too. */
+    if (r == 0 || r == -EMSGSIZE)
+        vase__seq_clear_draws(s);
+    if (r < 0)
+        return r;
+    s->pending = true;
+    s->pending_id = id;
+    s->last_sent_id = id;
+    s->req_len = len;
+    s->req_position = position;
+    return 0;
+}
+
+/* Sends EvictCommit without waiting for its reply: in the steady state the engine's next step
+ * does not depend on it (the block table does not change), and finish_commit() reads the
+ * reply at the next call, at the latest before the next request. A commit that releases
+ * pages is waited for by apply(). Lock held. */
+static int send_commit(struct vase_seq *s, uint32_t round) {
+    Vase__EvictCommit ec = VASE__EVICT_COMMIT__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    uint64_t id;
+
+    ec.seq_id = s->id;
+    ec.round = round;
+    ec.new_len = s->len;
+    e.body_case = VASE__ENVELOPE__BODY_EVICT_COMMIT;
+    e.evict_commit = &ec;
+    int r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));
+    if (r < 0)
+        return r;
+    s->commit_pending = true;
+    s->commit_id = id;
+    s->last_sent_id = id;
+    return 0;
+}
+
+/* Whether a commit at the current length releases pages: the daemon keeps the steady-state
+ * block table, ceil((budget + window + slack) / tokens_per_page) pages, or what the length
+ * needs if that is more (PROTOCOL.md, the eviction cycle). */
+static bool commit_releases_pages(const struct vase_seq *s) {
+    uint64_t tpp = s->model->layout.tokens_per_page;
+    uint64_t steady = ((uint64_t)s->budget + s->window + s->slack + tpp - 1) / tpp;
+    uint64_t need = (s->len + tpp - 1) / tpp;
+    return s->n_pages > (steady > need ? steady : need);
+}
+
+/* Reads the reply to the pending commit, if any, and takes its block table: waits for it
+ * (bounded by the client's timeout) when wait is set, else only looks. 0 (done, or not there
+ * yet and not waiting), or -errno; a refused commit breaks the sequence. Lock held. */
+static int finish_commit(struct vase_seq *s, bool wait) {
+    const struct vase__layout *l = &s->model->layout;
+    Vase__Envelope *reply;
+
+    if (!s->commit_pending)
+        return 0;
+    int r = vase__chan_wait(s->client->chan, s->commit_id, wait ? -1 : 0, &reply);
+    if (r == -EAGAIN && !wait)
+        return 0;
+    r = vase__client_check(s->client, r);
+    if (r < 0)
+        return r;
+    s->commit_pending = false;
+    uint32_t *pages = NULL;
+    if (reply->body_case == VASE__ENVELOPE__BODY_ERROR) {
+        r = vase__client_refused(s->client, reply->error);
+    } else if (reply->body_case != VASE__ENVELOPE__BODY_COMMIT_REPLY) {
+        r = -EPROTO;
+    } else {
+        const Vase__CommitReply *cr = reply->commit_reply;
+        if (cr->seq_id != s->id || cr->capacity < s->len ||
+            (uint64_t)cr->n_pages * l->tokens_per_page < cr->capacity)
+            r = -EPROTO;
+        else
+            r = vase__seq_copy_pages(cr->pages, cr->n_pages, s->model->arena, &pages);
+    }
+    if (r == -EPROTO && reply->body_case != VASE__ENVELOPE__BODY_ERROR)
+        vase__client_fail(s->client, r,
+                          "the daemon's reply to the commit of sequence %u does not fit it", s->id);
+    if (r == 0) {
+        free(s->pages);
+        s->pages = pages;
+        s->n_pages = reply->commit_reply->n_pages;
+        s->capacity = reply->commit_reply->capacity;
+    } else {
+        s->broken = r;
+    }
+    vase__envelope__free_unpacked(reply, NULL);
+    return r;
+}
+
+/* Copies one layer's keep lists ([kv_heads][K]) out of the plan area into keep. */
+static void read_layer_plan(const struct vase_seq *s, uint32_t layer, uint32_t *keep) {
+    const struct vase__layout *l = &s->model->layout;
+    const char *map = s->model->arena->map;
+
+    for (uint32_t h = 0; h < l->kv_heads; h++) {
+        uint32_t i = layer * l->kv_heads + h;
+        memcpy(keep + (size_t)h * s->keep,
+               map + vase__plan_offset(l->page_bytes, s->plan_pages, s->plans_per_page, s->keep, i),
+               (size_t)s->keep * sizeof(*keep));
+    }
+}
+
+/* Compacts every layer by the plan on the CPU. The new length, or -errno (-EPROTO for a bad
+ * list: layer by layer, the lists are checked before anything of that layer moves, so a bad
+ * one leaves the earlier layers compacted). */
+static int compact_host(struct vase_seq *s, uint32_t n) {
+    const struct vase__layout *l = &s->model->layout;
+    int new_len = 0;
+
+    uint32_t *keep = malloc((size_t)l->kv_heads * s->keep * sizeof(*keep) + 1);
+    if (!keep)
+        return -ENOMEM;
+    for (uint32_t layer = 0; layer < l->layers; layer++) {
+        read_layer_plan(s, layer, keep);
+        struct vase_view kv =
+            vase__layout_kv_view(l, s->model->arena->map, s->pages, layer, VASE_K);
+        struct vase_view vv =
+            vase__layout_kv_view(l, s->model->arena->map, s->pages, layer, VASE_V);
+        new_len = vase_compact_layer(&kv, &vv, keep, s->keep, n, s->len);
+        if (new_len < 0) {
+            new_len = new_len == -EINVAL ? -EPROTO : new_len;
+            break;
+        }
+    }
+    free(keep);
+    return new_len;
+}
+
+/* Compacts every layer on the engine's stream and waits for it (cuda.c). The kernel checks each
+ * layer's lists on the device and moves nothing of a layer whose lists are bad. */
+static int compact_device(struct vase_seq *s, uint32_t n) {
+    struct vase__cuda_compact cc = {
+        .layout = &s->model->layout,
+        .arena_base = s->model->arena->map,
+        .pages = s->pages,
+        .n_pages = s->n_pages,
+        .plan_pages = s->plan_pages,
+        .plans_per_page = s->plans_per_page,
+        .keep = s->keep,
+        .n = n,
+        .len = s->len,
+    };
+    return vase__cuda_compact(s->cuda, s->stream, &cc);
+}
+
+/* Applies the reply to the pending request. 1 if a plan was applied; the daemon's error if it
+ * could not plan (the request is over then); -errno. */
+static int apply(struct vase_seq *s, Vase__Envelope *e) {
+    int r;
+
+    s->pending = false;
+    if (e->body_case == VASE__ENVELOPE__BODY_ERROR)
+        return vase__client_refused(s->client, e->error);
+    const Vase__EvictPlan *p =
+        e->body_case == VASE__ENVELOPE__BODY_EVICT_PLAN ? e->evict_plan : NULL;
+    uint32_t n = s->req_len - s->window;
+    if (!p || p->seq_id != s->id || p->len != s->req_len || p->n != n || p->keep != s->keep) {
+        r = vase__client_fail(s->client, -EPROTO,
+                              "the daemon's reply does not answer the eviction request of "
+                              "sequence %u",
+                              s->id);
+        goto broken;
+    }
+    /* Even a plan that cannot be applied (for want of memory, say) breaks the sequence: the
+     * reply is consumed, and the daemon keeps waiting for a commit that will not come. */
+    double t0 = now_seconds();
+    int new_len = s->cuda ? compact_device(s, n) : compact_host(s, n);
+    if (new_len < 0) {
+        r = new_len;
+        if (r == -EPROTO)
+            vase__client_fail(s->client, r,
+                              "the plan of sequence %u holds a keep list that is not distinct "
+                              "slots below %u",
+                              s->id, n);
+        goto broken;
+    }
+    s->stats.compact_seconds += now_seconds() - t0;
+
+    s->len = (uint32_t)new_len;
+    s->rounds++;
+    s->stats.evictions++;
+    s->stats.last_plan_seconds = p->plan_seconds;
+    r = send_commit(s, p->round);
+    /* A commit that hands pages back (a prompt longer than the steady state) is waited for,
+     * so that the block table and capacity the engine sees are the daemon's at once. */
+    if (r == 0 && commit_releases_pages(s))
+        r = finish_commit(s, true);
+    if (r < 0)
+        goto broken;
+    return 1;
+
+broken:
+    s->broken = r;
+    return r;
+}
+
+/* Waits (at most the client's timeout) for the pending plan and applies it. A wait counted as a
+ * stall adds to the sequence's stall statistics. Lock held. */
+static int wait_and_apply(struct vase_seq *s, bool stall) {
+    Vase__Envelope *e;
+    double t0 = now_seconds();
+
+    int r = vase__client_check(s->client, vase__chan_wait(s->client->chan, s->pending_id, -1, &e));
+    if (stall) {
+        s->stats.stalls++;
+        s->stats.stall_seconds += now_seconds() - t0;
+    }
+    if (r < 0)
+        return r;
+    r = apply(s, e);
+    vase__envelope__free_unpacked(e, NULL);
+    return r;
+}
+
+/* The last of the n tokens just counted whose append fires the trigger, as the number of tokens
+ * counted after it; -1 if none does. */
+static int64_t last_trigger(const struct vase_seq *s, uint32_t n) {
+    for (uint32_t after = 0; after < n; after++) {
+        uint64_t pos = s->position - 1 - after;
+        if (pos < s->prompt_len)
+            break;
+        if (vase__evict_due(pos, s->prompt_len, s->len - after, s->budget, s->window))
+            return after;
+    }
+    return -1;
+}
+
+int vase_seq_append(struct vase_seq *s, uint32_t n) {
+    int r, applied = 0;
+
+    if (!s)
+        return -EINVAL;
+    vase__client_lock(s->client);
+    r = precheck(s);
+    if (r < 0 || n == 0)
+        goto out;
+    if ((uint64_t)s->len + n > s->capacity && s->pending) {
+        r = wait_and_apply(s, true);
+        if (r < 0)
+            goto out;
+        applied = 1;
+    }
+    if ((uint64_t)s->len + n > s->capacity) {
+        r = vase__client_fail(s->client, -ENOSPC,
+                              "%u tokens do not fit sequence %u: %u of %u slots are filled", n,
+                              s->id, s->len, s->capacity);
+        goto out;
+    }
+    s->len += n;
+    s->position += n;
+
+    int64_t after = last_trigger(s, n);
+    if (after >= 0) {
+        /* Never two requests in flight: the pending plan goes first. Compaction keeps len
+         * modulo the window and moves the tail as a block, so the trigger still holds for the
+         * same token, now at len - after. */
+        if (s->pending) {
+            r = wait_and_apply(s, true);
+            if (r < 0)
+                goto out;
+            applied = 1;
+        }
+        r = send_request(s, s->len - (uint32_t)after, s->position - (uint64_t)after);
+        if (r < 0)
+            goto out;
+        /* Sync mode waits by design: a stall is an async engine outrunning its plan. */
+        if (s->mode == VASE_MODE_SYNC) {
+            r = wait_and_apply(s, false);
+            if (r < 0)
+                goto out;
+            applied = 1;
+        }
+    }
+    /* The engine's next write must not land where the daemon may still read: a full block
+     * table, or a query ring about to wrap onto the window's queries. */
+    if (s->pending && (s->len >= s->capacity ||
+                       (s->n_ring_pages && s->position - s->req_position >= s->window))) {
+        r = wait_and_apply(s, true);
+        if (r < 0)
+            goto out;
+        applied = 1;
+    }
+    r = applied;
+out:
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
+int vase_seq_poll(struct vase_seq *s) {
+    Vase__Envelope *e;
+    int r;
+
+    if (!s)
+        return -EINVAL;
+    vase__client_lock(s->client);
+    r = precheck(s);
+    if (r < 0)
+        goto out;
+    if (s->pending) {
+        r = vase__client_check(s->client, vase__chan_wait(s->client->chan, s->pending_id, 0, &e));
+        if (r == 0) {
+            r = apply(s, e);
+            vase__envelope__free_unpacked(e, NULL);
+        } else if (r == -EAGAIN)
+            r = 0;
+    } else
+        r = vase__client_check(s->client, vase__chan_drain(s->client->chan));
+    /* A refusal that arrived just now is reported now rather than one step later. */
+    if (r == 0)
+        r = take_deferred(s);
+out:
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
+int vase_seq_wait(struct vase_seq *s) {
+    int r;
+
+    if (!s)
+        return -EINVAL;
+    vase__client_lock(s->client);
+    r = precheck(s);
+    if (r == 0 && s->pending)
+        r = wait_and_apply(s, false);
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
+int vase_seq_flush(struct vase_seq *s) {
+    int r;
+
+    if (!s)
+        return -EINVAL;
+    vase__client_lock(s->client);
+    r = precheck(s);
+    if (r == 0)
+        r = finish_commit(s, true);
+    /* A push or a request nothing has answered yet: the daemon handles a client's messages in
+     * order, so the reply to a Ping sent now comes after it has handled them. A refusal of a
+     * push arrives before that reply and is returned now. */
+    if (r == 0 && s->last_sent_id > vase__chan_answered(s->client->chan)) {
+        r = vase__client_ping(s->client);
+        if (r == 0)
+            r = take_deferred(s);
+    }
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
+int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp, const float *gauss,
+                       size_t n_gauss) {
+    float *e = NULL, *g = NULL;
+    int r = 0;
+
+    if (!s)
+        return -EINVAL;
+    struct vase_client *c = s->client;
+    vase__client_lock(c);
+    if ((!exp_draws && n_exp) || (!gauss && n_gauss)) {
+        r = vase__client_fail(c, -EINVAL, "vase_seq_set_draws: a count without its draws");
+        goto out;
+    }
+    /* Exp(1) draws are -log(u) with u in (0, 1]: finite and non-negative (0 when u is 1);
+     * normals are merely finite. */
+    for (size_t i = 0; i < n_exp; i++)
+        if (!(exp_draws[i] >= 0.0f) || !isfinite(exp_draws[i])) {
+            r = vase__client_fail(c, -EINVAL, "vase_seq_set_draws: Exp(1) draw %zu is %g", i,
+                                  (double)exp_draws[i]);
+            goto out;
+        }
+    size_t bad = first_nonfinite(gauss, n_gauss);
+    if (bad < n_gauss) {
+        r = vase__client_fail(c, -EINVAL, "vase_seq_set_draws: normal draw %zu is %g", bad,
+                              (double)gauss[bad]);
+        goto out;
+    }
+    if ((n_exp && !(e = malloc(n_exp * sizeof(*e)))) ||
+        (n_gauss && !(g = malloc(n_gauss * sizeof(*g))))) {
+        free(e);
+        r = -ENOMEM;
+        goto out;
+    }
+    if (n_exp)
+        memcpy(e, exp_draws, n_exp * sizeof(*e));
+    if (n_gauss)
+        memcpy(g, gauss, n_gauss * sizeof(*g));
+    vase__seq_clear_draws(s);
+    s->exp_draws = e;
+    s->n_exp = n_exp;
+    s->gauss = g;
+    s->n_gauss = n_gauss;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
+int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind kind,
+                        const float *values, uint32_t len) {
+    Vase__AttnStats st = VASE__ATTN_STATS__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    uint64_t id;
+    int r;
+
+    if (!s)
+        return -EINVAL;
+    const struct vase__layout *l = &s->model->layout;
+    size_t count = (size_t)l->kv_heads * len;
+    vase__client_lock(s->client);
+    if (!values || len == 0 || (kind != VASE_STATS_ACC_ADD && kind != VASE_STATS_WINDOW_SCORES) ||
+        layer >= l->layers) {
+        r = vase__client_fail(s->client, -EINVAL,
+                              "vase_seq_push_stats: layer %u of %u, kind %d, len %u%s", layer,
+                              l->layers, (int)kind, len, values ? "" : ", no values");
+        goto out;
+    }
+    size_t bad = first_nonfinite(values, count);
+    if (bad < count) {
+        r = vase__client_fail(s->client, -EINVAL,
+                              "vase_seq_push_stats: the value of KV head %zu, slot %zu is %g",
+                              bad / len, bad % len, (double)values[bad]);
+        goto out;
+    }
+    r = precheck(s);
+    if (r < 0)
+        goto out;
+    if (len > s->len) {
+        r = vase__client_fail(s->client, -EINVAL,
+                              "vase_seq_push_stats: len %u, but sequence %u has %u slots filled",
+                              len, s->id, s->len);
+        goto out;
+    }
+    /* Sorting what has arrived keeps refusals of earlier pushes flowing back even when the
+     * engine never polls. */
+    r = vase__client_check(s->client, vase__chan_drain(s->client->chan));
+    if (r < 0)
+        goto out;
+    r = precheck(s);
+    if (r < 0)
+        goto out;
+    st.seq_id = s->id;
+    st.layer = layer;
+    st.kind = kind == VASE_STATS_ACC_ADD ? VASE__STATS_KIND__STATS_ACC_ADD
+                                         : VASE__STATS_KIND__STATS_WINDOW_SCORES;
+    st.len = len;
+    st.n_values = count;
+    st.values = (float *)values;
+    e.body_case = VASE__ENVELOPE__BODY_ATTN_STATS;
+    e.attn_stats = &st;
+    r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));
+    if (r == 0) {
+        vase__client_note_stats(s->client, id, s->id);
+        s->last_sent_id = id;
+    }
+out:
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The pieces of vasectl shared by its files: JSON output (vasectl_json.c) and the output for
+ * people (vasectl_print.c). vasectl sees libvase only through its public headers. */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "vase_admin.h"
+
+/* Writes s (len bytes) as a JSON string: quotes, backslashes and control characters escaped,
+ * invalid UTF-8 replaced by U+FFFD. */
+void vasectl_json_string(FILE *f, const char *s, size_t len);
+/* Writes m's fields as members of a JSON object ("name":value, ...), a comma first unless
+ * first. */
+void vasectl_json_fields(FILE *f, const ProtobufCMessage *m, bool first);
+/* Writes m as one JSON object and a newline to stdout. */
+void vasectl_json_line(const ProtobufCMessage *m);
+
+#define VASECTL_MAX_COLS 16
+
+/* Rows of formatted cells, printed with every column as wide as its widest cell. A header that
+ * starts with '>' marks a right-aligned (numeric) column. */
+struct table {
+    size_t ncols;
+    const char *headers[VASECTL_MAX_COLS];
+    char **cells;
+    size_t n, cap;
+};
+
+/* Adds the next cell, control characters replaced by '?'. 0 or -ENOMEM. */
+int vasectl_table_add(struct table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void vasectl_table_print(const struct table *t);
+/* Frees the cells (not t). */
+void vasectl_table_free(struct table *t);
+
+/* "512 B", "1.5 GiB"; "3d 04h 05m", "1.5s": into buf, which is returned. */
+const char *vasectl_fmt_bytes(uint64_t b, char *buf, size_t size);
+const char *vasectl_fmt_duration(double s, char *buf, size_t size);
+/* "sync" or "async". */
+const char *vasectl_mode_name(Vase__Mode m);
+
+/* One event: a JSON object with its topic first, or a line for people. */
+void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json);

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * libvase as an engine sees it: this file is compiled against the staged public headers alone
+ * (the Makefile's PUBLIC_INCLUDE, with no -Ikernels, -Iclient or -Iproto) and linked twice, once
+ * against libvase.a with its libraries and once against libvase.so. It fails to build if a
+ * public header includes something that is not public, and fails to run if a function the
+ * headers promise is missing from either library. It needs no daemon.
+ */
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "vase.h"
+
+/* vase.h must not hand an engine the kernels' interface. */
+#ifdef VASE_RNG_HEAD_SHARED
+#error "vase.h exposes the kernels' header"
+#endif
+#ifndef VASE_NEEDS_K
+#error "vase.h lacks vase_policy_needs()'s flags"
+#endif
+
+static void test_error_codes(void **state) {
+    (void)state;
+    /* The protocol's codes, one definition for both ends. */
+    assert_int_equal(VASE_EPROTOVERSION, 1000);
+    assert_int_equal(VASE_ESTALE, 1001);
+    assert_string_equal(vase_strerror(-VASE_ESTALE), vase_strerror(VASE_ESTALE));
+    assert_string_not_equal(vase_strerror(-VASE_EPROTOVERSION), vase_strerror(-VASE_ESTALE));
+    assert_string_equal(vase_strerror(-ENOENT), "No such file or directory");
+}
+
+static void test_types(void **state) {
+    enum vase_dtype dt;
+    enum vase_policy p;
+
+    (void)state;
+    assert_int_equal(vase_dtype_from_string("bf16", &dt), 0);
+    assert_int_equal(dt, VASE_DTYPE_BF16);
+    assert_int_equal(vase_dtype_size(dt), 2);
+    assert_string_equal(vase_dtype_to_string(VASE_DTYPE_F32), "f32");
+    assert_int_equal(vase_dtype_from_string("f8", &dt), -EINVAL);
+
+    assert_int_equal(vase_policy_from_string("snapkv", &p), 0);
+    assert_int_equal(p, VASE_POLICY_SNAPKV);
+    assert_string_equal(vase_policy_to_string(p), "snapkv");
+    assert_true(vase_policy_needs(p) & VASE_NEEDS_Q);
+
+    struct vase_params params = vase_params_default(512);
+    assert_int_equal(params.budget, 512);
+    assert_int_equal(vase_params_check(&params, VASE_POLICY_VASE_ATTNV), 0);
+    params.budget = VASE_MAX_BUDGET + 1;
+    assert_int_equal(vase_params_check(&params, VASE_POLICY_VASE_ATTNV), -EINVAL);
+
+    assert_int_equal(vase_f32_to_bf16(1.0f), 0x3f80);
+    assert_true(vase_f16_to_f32(vase_f32_to_f16(0.5f)) == 0.5f);
+}
+
+static void test_view(void **state) {
+    float data[2][3][4]; /* [heads][rows][dim] */
+    float row[4];
+
+    (void)state;
+    for (int i = 0; i < 24; i++)
+        ((float *)data)[i] = (float)i;
+    struct vase_view v = vase_view_contiguous(data, VASE_DTYPE_F32, 2, 3, 4);
+    assert_ptr_equal(vase_view_row(&v, 2, 1), &data[1][2][0]);
+    assert_int_equal(vase_view_read_row(&v, 1, 0, row), 0);
+    assert_true(row[0] == 4.0f && row[3] == 7.0f);
+}
+
+static void test_connect_no_daemon(void **state) {
+    char dir[] = "/tmp/vase-public-XXXXXX";
+    struct vase_client *c = NULL;
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    /* No daemon listens in an empty runtime directory: the call fails, c is untouched. */
+    int r = vase_connect(&(struct vase_connect_options){.runtime_dir = dir, .timeout_ms = 200}, &c);
+    assert_true(r == -ENOENT || r == -ECONNREFUSED);
+    assert_null(c);
+    assert_null(vase_disconnect(NULL));
+    assert_int_equal(rmdir(dir), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_codes),
+        cmocka_unit_test(test_types),
+        cmocka_unit_test(test_view),
+        cmocka_unit_test(test_connect_no_daemon),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
