@@ -11,13 +11,14 @@
  * what it needs) before this header.
  */
 
-/* Starts counting allocations: the sweep's Nth one from here fails. Blocks allocated from here
- * on are tracked until freed. */
+/* Starts counting the calling thread's allocations: the sweep's Nth one from here fails. Blocks
+ * it allocates from here on are tracked until freed (by any thread). Other threads' allocations
+ * are neither counted nor failed. */
 void alloc_fail_arm(void);
 /* Stops counting and failing; tracked blocks stay tracked, so the step's clean-up is checked. */
 void alloc_fail_disarm(void);
-/* Arms the hook again without restarting the count: for a step that must do something of its
- * own (play the peer) between the calls under test. */
+/* Arms the hook again, for the calling thread, without restarting the count: for a step that
+ * must do something of its own (play the peer) between the calls under test. */
 void alloc_fail_resume(void);
 
 /*
