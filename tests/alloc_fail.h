@@ -3,12 +3,12 @@
 
 /*
  * Allocation-failure injection for the tests that sweep it (test_daemon_alloc_fail,
- * test_client_alloc_fail). A binary that links tests/alloc_fail.c must be linked with
- * -Wl,--wrap for malloc, calloc, realloc, strdup, aligned_alloc and free (ALLOC_WRAP in the
- * Makefile): every call to them from the archives it links and from its own objects then goes
- * through the wrappers there. Calls from shared libraries (libc itself, cmocka, ZeroMQ,
- * protobuf-c, libinih) are not seen. Failures are cmocka assertions; include <cmocka.h> (and
- * what it needs) before this header.
+ * test_client_alloc_fail, test_integration_alloc_fail). A binary that links tests/alloc_fail.c
+ * must be linked with -Wl,--wrap for malloc, calloc, realloc, strdup, aligned_alloc and free
+ * (ALLOC_WRAP in the Makefile): every call to them from the archives it links and from its own
+ * objects then goes through the wrappers there. Calls from shared libraries (libc itself,
+ * cmocka, ZeroMQ, protobuf-c, libinih) are not seen. Failures are cmocka assertions; include
+ * <cmocka.h> (and what it needs) before this header.
  */
 
 /* Starts counting the calling thread's allocations: the sweep's Nth one from here fails. Blocks
