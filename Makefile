@@ -420,7 +420,11 @@ INTEGRATION_SUPPORT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/integra
 
 $(INTEGRATION_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(INTEGRATION_SUPPORT_OBJS) $(LIBVASE_A)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LIBVASE_LIBS)
+	$(Q)$(CC) $(LDFLAGS) $(TEST_WRAP) -o $@ $^ -lcmocka $(LIBVASE_LIBS)
+
+# libvase's sweep against a real daemon: only the test process's allocations are wrapped.
+$(BUILD)/tests/test_integration_alloc_fail: TEST_WRAP := $(ALLOC_WRAP)
+$(BUILD)/tests/test_integration_alloc_fail: $(BUILD)/tests/alloc_fail.o
 
 # Integration tests need the programs they start.
 $(INTEGRATION_TESTS): | $(VASED) $(VASECTL) $(EXAMPLES) $(REPLAY_ENGINE)

@@ -6,9 +6,15 @@
  * a set of the blocks the step allocated, so that a block its clean-up forgets is caught here
  * as well as by valgrind and LeakSanitizer. While nothing is armed the wrappers only pass the
  * call on (the set still forgets blocks that are freed).
+ *
+ * Only the thread that armed the hook is counted and failed: a step may start threads (the
+ * evictor's) whose allocations come at no fixed point, so counting them would make the Nth
+ * allocation a different one on every run. Their frees still forget blocks the step's thread
+ * allocated, so the set is behind a mutex.
  */
 
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -39,11 +45,14 @@ void __wrap_free(void *p);
 #define LIVE_SLOTS 8192
 #define TOMBSTONE ((void *)1)
 
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static struct {
-    bool armed;
-    unsigned fail_at; /* the allocation to fail, counting from 1 while armed */
-    unsigned calls;   /* allocations seen while armed */
-    bool injected;    /* the step reached its fail_at-th allocation */
+    _Atomic bool armed; /* read by every thread that allocates */
+    pthread_t owner;    /* the thread that armed the hook: the only one counted */
+    unsigned fail_at;   /* the allocation to fail, counting from 1 while armed */
+    unsigned calls;     /* allocations seen while armed */
+    bool injected;      /* the step reached its fail_at-th allocation */
     void *live[LIVE_SLOTS];
     unsigned n_live;
 } hook;
@@ -62,21 +71,31 @@ static void live_add(void *p) {
 
 /* Forgets p; whether it was tracked. */
 static bool live_remove(const void *p) {
-    if (!p || hook.n_live == 0)
+    bool found = false;
+    if (!p)
         return false;
+    pthread_mutex_lock(&live_lock);
     size_t i = slot_of(p);
-    for (size_t probes = 0; hook.live[i] && probes < LIVE_SLOTS; probes++, i = (i + 1) % LIVE_SLOTS)
+    for (size_t probes = 0; hook.n_live && hook.live[i] && probes < LIVE_SLOTS;
+         probes++, i = (i + 1) % LIVE_SLOTS)
         if (hook.live[i] == p) {
             hook.live[i] = TOMBSTONE;
             hook.n_live--;
-            return true;
+            found = true;
+            break;
         }
-    return false;
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+/* Whether the calling thread is the armed one. */
+static bool counted(void) {
+    return hook.armed && pthread_equal(pthread_self(), hook.owner);
 }
 
 /* Whether this allocation is the one to fail. */
 static bool fail_now(void) {
-    if (!hook.armed)
+    if (!counted())
         return false;
     if (++hook.calls != hook.fail_at)
         return false;
@@ -86,11 +105,13 @@ static bool fail_now(void) {
 
 /* Records a block allocated while armed. */
 static void *track(void *p) {
-    if (p && hook.armed) {
+    if (p && counted()) {
+        pthread_mutex_lock(&live_lock);
         /* A step allocating more blocks than the set holds would make the check meaningless. */
         if (hook.n_live >= LIVE_SLOTS / 2)
             abort();
         live_add(p);
+        pthread_mutex_unlock(&live_lock);
     }
     return p;
 }
@@ -108,8 +129,11 @@ void *__wrap_realloc(void *p, size_t n) {
         return NULL;
     void *q = __real_realloc(p, n);
     /* A tracked block stays tracked when it moves, even after the step is disarmed. */
-    if (q && live_remove(p) && !hook.armed)
+    if (q && live_remove(p) && !counted()) {
+        pthread_mutex_lock(&live_lock);
         live_add(q);
+        pthread_mutex_unlock(&live_lock);
+    }
     return q ? track(q) : NULL;
 }
 
@@ -127,6 +151,7 @@ void __wrap_free(void *p) {
 }
 
 void alloc_fail_arm(void) {
+    hook.owner = pthread_self();
     hook.calls = 0;
     hook.injected = false;
     hook.armed = true;
@@ -137,6 +162,7 @@ void alloc_fail_disarm(void) {
 }
 
 void alloc_fail_resume(void) {
+    hook.owner = pthread_self();
     hook.armed = true;
 }
 
@@ -144,8 +170,10 @@ unsigned alloc_fail_sweep(const char *what, alloc_fail_step step, void *ctx, int
     unsigned n;
     for (n = 1;; n++) {
         hook.fail_at = n;
+        pthread_mutex_lock(&live_lock);
         hook.n_live = 0;
         memset(hook.live, 0, sizeof(hook.live));
+        pthread_mutex_unlock(&live_lock);
         int r = step(ctx);
         alloc_fail_disarm();
         if (hook.n_live != 0)

@@ -3,21 +3,22 @@
 
 /*
  * Allocation-failure injection for the tests that sweep it (test_daemon_alloc_fail,
- * test_client_alloc_fail). A binary that links tests/alloc_fail.c must be linked with
- * -Wl,--wrap for malloc, calloc, realloc, strdup, aligned_alloc and free (ALLOC_WRAP in the
- * Makefile): every call to them from the archives it links and from its own objects then goes
- * through the wrappers there. Calls from shared libraries (libc itself, cmocka, ZeroMQ,
- * protobuf-c, libinih) are not seen. Failures are cmocka assertions; include <cmocka.h> (and
- * what it needs) before this header.
+ * test_client_alloc_fail, test_integration_alloc_fail). A binary that links tests/alloc_fail.c
+ * must be linked with -Wl,--wrap for malloc, calloc, realloc, strdup, aligned_alloc and free
+ * (ALLOC_WRAP in the Makefile): every call to them from the archives it links and from its own
+ * objects then goes through the wrappers there. Calls from shared libraries (libc itself,
+ * cmocka, ZeroMQ, protobuf-c, libinih) are not seen. Failures are cmocka assertions; include
+ * <cmocka.h> (and what it needs) before this header.
  */
 
-/* Starts counting allocations: the sweep's Nth one from here fails. Blocks allocated from here
- * on are tracked until freed. */
+/* Starts counting the calling thread's allocations: the sweep's Nth one from here fails. Blocks
+ * it allocates from here on are tracked until freed (by any thread). Other threads' allocations
+ * are neither counted nor failed. */
 void alloc_fail_arm(void);
 /* Stops counting and failing; tracked blocks stay tracked, so the step's clean-up is checked. */
 void alloc_fail_disarm(void);
-/* Arms the hook again without restarting the count: for a step that must do something of its
- * own (play the peer) between the calls under test. */
+/* Arms the hook again, for the calling thread, without restarting the count: for a step that
+ * must do something of its own (play the peer) between the calls under test. */
 void alloc_fail_resume(void);
 
 /*

@@ -24,8 +24,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <syslog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -40,6 +43,8 @@
 #include "../daemon/registry.h"
 #include "../daemon/allow.h"
 #include "../daemon/session.h"
+#include "../daemon/setup.h"
+#include "../daemon/state.h"
 #include "alloc_fail.h"
 #include "plan_fixture.h"
 
@@ -435,6 +440,66 @@ static void test_fairq(void **state) {
     assert_int_equal(alloc_fail_sweep("fairq: push/pop", step_fairq, &c, 0), 0);
 }
 
+/* ---- daemon start-up ---- */
+
+/*
+ * The whole start-up of vased_run() in this process, in a fresh runtime directory each time:
+ * incarnation, signals, directory and sockets, access lists, a 1 MiB host arena, registry, one
+ * evictor thread, timer. Only this thread's allocations are counted; the evictor's and
+ * ZeroMQ's own (C++, in a shared library) are not. Start-up blocks SIGTERM, SIGINT and SIGHUP
+ * and installs handlers for them; the step puts the mask and the handlers back.
+ */
+static int step_setup_start(void *ctx) {
+    (void)ctx;
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE};
+    struct sigaction old_sa[4];
+    sigset_t old_mask;
+    char dir[] = "/tmp/vase-setup-XXXXXX";
+
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(chmod(dir, 0700), 0);
+    assert_int_equal(pthread_sigmask(SIG_SETMASK, NULL, &old_mask), 0);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(sigaction(sigs[i], NULL, &old_sa[i]), 0);
+
+    struct vased *d = calloc(1, sizeof(*d));
+    assert_non_null(d);
+    assert_int_equal(vase_config_init(&d->cfg), 0);
+    assert_int_equal(vase_config_set(&d->cfg, "runtime_dir", dir, 0), 0);
+    assert_int_equal(vase_config_set(&d->cfg, "arena", "host", 0), 0);
+    assert_int_equal(vase_config_set(&d->cfg, "arena_bytes", "1M", 0), 0);
+    assert_int_equal(vase_config_set(&d->cfg, "page_bytes", "64K", 0), 0);
+    assert_int_equal(vase_config_set(&d->cfg, "evictor_threads", "1", 0), 0);
+    d->session_fd = d->signal_fd = d->timer_fd = d->runtime_dir_fd = -1;
+    d->self_uid = geteuid();
+
+    alloc_fail_arm();
+    int r = vase_setup_start(d);
+    alloc_fail_disarm();
+    if (r == 0) {
+        assert_int_equal(d->n_arenas, 1);
+        assert_int_equal(d->arenas[0]->num_pages, 16);
+        assert_non_null(d->reg);
+        assert_non_null(d->evictor);
+        assert_true(d->session_fd >= 0 && d->timer_fd >= 0 && d->signal_fd >= 0);
+    }
+    /* Blocks of the armed stretch stay tracked: the teardown must free them all. */
+    vase_setup_teardown(d);
+    free(d);
+
+    /* Teardown leaves no socket behind: the directory is empty again. */
+    assert_int_equal(rmdir(dir), 0);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(sigaction(sigs[i], &old_sa[i], NULL), 0);
+    assert_int_equal(pthread_sigmask(SIG_SETMASK, &old_mask, NULL), 0);
+    return r;
+}
+
+static void test_setup_start(void **state) {
+    (void)state;
+    assert_true(alloc_fail_sweep("setup: vase_setup_start", step_setup_start, NULL, 0) >= 5);
+}
+
 static int teardown(void **state) {
     (void)state;
     alloc_fail_disarm(); /* a failed assertion may leave a step armed */
@@ -450,6 +515,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_plan_run, teardown),
         cmocka_unit_test_teardown(test_allow_arena, teardown),
         cmocka_unit_test_teardown(test_fairq, teardown),
+        cmocka_unit_test_teardown(test_setup_start, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
