@@ -31,7 +31,7 @@ endif
 # /bin/kill that vased.service names (systemd-analyze verify wants it to exist).
 DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
                 libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
-                python3 python3-numpy valgrind systemd procps
+                python3 python3-numpy valgrind systemd procps clang-format
 DEPS_STAMP := $(BUILD)/.deps-$(shell echo $(DEB_PACKAGES) | cksum | cut -d' ' -f1)
 
 # Missing packages are installed as root, or through sudo. A user who can do neither gets one
@@ -566,7 +566,16 @@ bench: $(BENCH_KERNELS)
 clean:
 	$(Q)rm -rf $(BUILD) build build-san
 
-.PHONY: all check check-valgrind bench clean deps
+# The tree's C, CUDA and header files against .clang-format (Debian's clang-format); CI runs it.
+# `make format` rewrites them in place.
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
+format-check: | $(DEPS_STAMP)
+	$(Q)clang-format --dry-run -Werror $(FORMAT_FILES) && echo "format-check: $(words $(FORMAT_FILES)) files follow .clang-format"
+
+format: | $(DEPS_STAMP)
+	$(Q)clang-format -i $(FORMAT_FILES)
+
+.PHONY: all check check-valgrind bench clean deps format format-check
 .DEFAULT_GOAL := all
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -400,9 +400,9 @@ static int step_host_arena(void *ctx) {
 
 static void test_allow_arena(void **state) {
     (void)state;
-    assert_true(alloc_fail_sweep("session: vase_allow_parse", step_allow, NULL, 0) >= 2);
+    assert_true(alloc_fail_sweep("allow: vase_allow_parse", step_allow, NULL, 0) >= 2);
     /* Root's supplementary groups: at least the one allocation of the list. */
-    assert_true(alloc_fail_sweep("session: vase_allow_peer_groups", step_peer_groups, NULL, 0) >=
+    assert_true(alloc_fail_sweep("allow: vase_allow_peer_groups", step_peer_groups, NULL, 0) >=
                 1);
     assert_true(alloc_fail_sweep("arena: vase_arena_new host", step_host_arena, NULL, 0) >= 1);
 }
