@@ -50,8 +50,8 @@ int vase_admin_new(const struct vase_admin_options *opts, struct vase_admin **re
     if (!a)
         return -ENOMEM;
     int r = vase__runtime_dir(opts ? opts->runtime_dir : NULL, a->dir, sizeof(a->dir));
-    if (r < 0 || (size_t)snprintf(a->path, sizeof(a->path), "%s/control.sock", a->dir) >=
-                     sizeof(a->path)) {
+    if (r < 0 ||
+        (size_t)snprintf(a->path, sizeof(a->path), "%s/control.sock", a->dir) >= sizeof(a->path)) {
         free(a);
         return -ENAMETOOLONG;
     }
@@ -175,7 +175,7 @@ static int request(struct vase_admin *a, Vase__Envelope *e, Vase__Envelope__Body
     return 0;
 }
 
-#define REQUEST(a, e, expect, field, ret)                                                        \
+#define REQUEST(a, e, expect, field, ret)                                                          \
     request(a, e, expect, offsetof(Vase__Envelope, field), (void **)(ret))
 
 int vase_admin_ping(struct vase_admin *a, uint64_t *ret_incarnation) {

@@ -147,7 +147,7 @@ struct vase_seq_config {
     uint32_t prompt_len;       /* tokens the engine will prefill */
     uint64_t seed;
     enum vase_mode mode;
-    int32_t slack;             /* steps the engine may run ahead of a plan; -1: window */
+    int32_t slack; /* steps the engine may run ahead of a plan; -1: window */
 };
 
 /* Opens a sequence: reserves all its pages at once, or fails whole with -ENOSPC (the arena is
@@ -234,8 +234,8 @@ int vase_seq_append(struct vase_seq *s, uint32_t n);
  * [layers][kv_heads][len - window] Exp(1) draws (n_exp floats) and gauss [head_dim][rank]
  * standard normals (n_gauss floats); either may be NULL/0. Copied; used once. -EINVAL for a
  * negative or non-finite draw. */
-int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp,
-                       const float *gauss, size_t n_gauss);
+int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp, const float *gauss,
+                       size_t n_gauss);
 /* Applies a ready plan, if any, without waiting. 1 if applied, 0 if none, -errno. */
 int vase_seq_poll(struct vase_seq *s);
 /* Waits for the pending plan, if any, and applies it. 1 if applied, 0 if none pending,
@@ -274,12 +274,12 @@ int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind
 
 /* Counters of what the library did for one sequence. */
 struct vase_seq_stats {
-    uint64_t evictions;        /* plans applied */
-    uint64_t stalls;           /* appends that had to wait for a plan (the waits of sync mode,
-                                  which wait by design, are not counted) */
-    double stall_seconds;      /* total time waited in those */
-    double compact_seconds;    /* total time spent compacting */
-    double last_plan_seconds;  /* the daemon's time for the last plan */
+    uint64_t evictions;       /* plans applied */
+    uint64_t stalls;          /* appends that had to wait for a plan (the waits of sync mode,
+                                 which wait by design, are not counted) */
+    double stall_seconds;     /* total time waited in those */
+    double compact_seconds;   /* total time spent compacting */
+    double last_plan_seconds; /* the daemon's time for the last plan */
 };
 void vase_seq_get_stats(const struct vase_seq *s, struct vase_seq_stats *ret);
 

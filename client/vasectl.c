@@ -248,9 +248,9 @@ static int add_arena_row(struct table *t, const Vase__ArenaStatus *a) {
 
 static int cmd_status(struct vase_admin *a) {
     Vase__StatusReply *s;
-    struct table t = {.ncols = 8,
-                      .headers = {">ARENA", "NAME", "KIND", ">PAGE", ">PAGES", ">FREE", ">USED",
-                                  "SIZE"}};
+    struct table t = {
+        .ncols = 8,
+        .headers = {">ARENA", "NAME", "KIND", ">PAGE", ">PAGES", ">FREE", ">USED", "SIZE"}};
     char b1[32];
     int r;
 

@@ -214,7 +214,6 @@ static void json_message(FILE *f, const ProtobufCMessage *m) {
     fputc('}', f);
 }
 
-
 void vasectl_json_line(const ProtobufCMessage *m) {
     json_message(stdout, m);
     putchar('\n');

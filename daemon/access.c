@@ -25,8 +25,8 @@ int vase_access_lookup(const struct vased *d, const struct ucred *cred, struct v
     p.allowed = vase_allow_check(&d->allow, d->self_uid, cred->uid, cred->gid, groups, n) == 0;
     p.admin = vase_allow_check(&d->admins, d->self_uid, cred->uid, cred->gid, groups, n) == 0;
     for (uint32_t i = 0; p.allowed && i < d->n_arenas; i++)
-        if (d->arena_open[i] || vase_allow_check(&d->arena_allow[i], d->self_uid, cred->uid,
-                                                 cred->gid, groups, n) == 0)
+        if (d->arena_open[i] ||
+            vase_allow_check(&d->arena_allow[i], d->self_uid, cred->uid, cred->gid, groups, n) == 0)
             p.arenas |= 1u << i;
     free(groups);
     *ret = p;

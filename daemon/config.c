@@ -157,10 +157,22 @@ static int parse_number(const char *s, bool suffix, uint64_t *ret) {
     switch (*end) {
     case '\0':
         break;
-    case 'k': case 'K': shift = 10; break;
-    case 'm': case 'M': shift = 20; break;
-    case 'g': case 'G': shift = 30; break;
-    case 't': case 'T': shift = 40; break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        break;
+    case 't':
+    case 'T':
+        shift = 40;
+        break;
     default:
         return -EINVAL;
     }
@@ -400,7 +412,6 @@ void vase_setting_bounds(const struct vase_setting *s, char *buf, size_t len) {
     }
 }
 
-
 /* ---- relations between settings ---- */
 
 const char *vase_arena_problem(uint64_t arena_bytes, uint64_t page_bytes, const char *cuda_share) {
@@ -450,8 +461,8 @@ int vase_config_check(const struct vase_config *c, const char **ret_msg) {
                 what = "defined twice";
         if (!what && (!a->arena || !a->cuda_share || !a->users || !a->groups))
             what = "a value is missing";
-        if (!what && (!in_bounds("arena_bytes", a->arena_bytes) ||
-                      !in_bounds("page_bytes", a->page_bytes)))
+        if (!what &&
+            (!in_bounds("arena_bytes", a->arena_bytes) || !in_bounds("page_bytes", a->page_bytes)))
             what = "arena_bytes or page_bytes out of bounds";
         if (!what)
             what = vase_arena_problem(a->arena_bytes, a->page_bytes, a->cuda_share);
@@ -506,4 +517,3 @@ bool vase_config_arenas_equal(const struct vase_config *a, const struct vase_con
     }
     return true;
 }
-

@@ -103,8 +103,8 @@ static void fill_options(struct option *opts, char *names) {
         for (char *p = dashed; *p; p++)
             if (*p == '_')
                 *p = '-';
-        opts[o++] = (struct option){vase_settings[i].name, required_argument, NULL,
-                                    ARG_SETTING + (int)i};
+        opts[o++] =
+            (struct option){vase_settings[i].name, required_argument, NULL, ARG_SETTING + (int)i};
         if (strcmp(dashed, vase_settings[i].name) != 0)
             opts[o++] = (struct option){dashed, required_argument, NULL, ARG_SETTING + (int)i};
     }

@@ -105,7 +105,7 @@ struct ini_parse {
 
     int r; /* the handler's failure (logged), or 0 */
     enum section section;
-    unsigned vased_line;           /* of the [vased] line; 0: none yet */
+    unsigned vased_line;                /* of the [vased] line; 0: none yet */
     unsigned key_line[VASE_SETTINGS_N]; /* where each [vased] key was given; 0: not given */
     struct arena_section arenas[VASE_CONFIG_MAX_EXTRA_ARENAS];
     size_t n_arenas;
@@ -306,8 +306,8 @@ static int set_arena(struct ini_parse *p, const char *key, const char *value) {
     int64_t num = 0;
     int r = vase_setting_parse(s, value, &num);
     if (r < 0)
-        return bad_line(p, r, "bad value \"%s\" for %s in [arena %s]: %s", value,
-                        arena_keys[i].key, sec->a.name, strerror(-r));
+        return bad_line(p, r, "bad value \"%s\" for %s in [arena %s]: %s", value, arena_keys[i].key,
+                        sec->a.name, strerror(-r));
     r = arena_store(&sec->a, &arena_keys[i], s, value, num);
     if (r < 0)
         return log_oom();
@@ -326,8 +326,7 @@ static int set_key(struct ini_parse *p, const char *key, const char *value) {
     case SECTION_NONE:
         break;
     }
-    return bad_line(p, -EINVAL, "\"%s\" comes before any section (settings go under [vased])",
-                    key);
+    return bad_line(p, -EINVAL, "\"%s\" comes before any section (settings go under [vased])", key);
 }
 
 /* libinih's ini_handler: a key of the text, or the reader's report after a line. Nonzero to go
@@ -365,12 +364,12 @@ static int finish_arenas(struct ini_parse *p) {
                 const char *v = *(char *const *)from;
                 r = arena_store(&sec->a, &arena_keys[k], s, v ? v : "", 0);
             } else
-                r = arena_store(&sec->a, &arena_keys[k], s, "", (int64_t)*(const uint64_t *)from);
+                r = arena_store(&sec->a, &arena_keys[k], s, "", (int64_t) * (const uint64_t *)from);
             if (r < 0)
                 return log_oom();
         }
-        const char *what = vase_arena_problem(sec->a.arena_bytes, sec->a.page_bytes,
-                                         sec->a.cuda_share);
+        const char *what =
+            vase_arena_problem(sec->a.arena_bytes, sec->a.page_bytes, sec->a.cuda_share);
         if (what) {
             p->line_no = sec->line;
             return bad_line(p, -EINVAL, "[arena %s]: %s", sec->a.name, what);
@@ -576,4 +575,3 @@ int vase_config_dump(const struct vase_config *c, FILE *f) {
     dump_arenas(c, f);
     return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;
 }
-

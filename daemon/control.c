@@ -84,14 +84,16 @@ int vase_control_unpack(const void *buf, size_t len, size_t max, Vase__Envelope 
     case 0:
         break;
     case -EMSGSIZE:
-        return set_error(err, EMSGSIZE, "message of %zu bytes exceeds max_message_bytes (%zu)",
-                         len, max);
+        return set_error(err, EMSGSIZE, "message of %zu bytes exceeds max_message_bytes (%zu)", len,
+                         max);
     case -EBADMSG:
         return set_error(err, EBADMSG, "message of %zu bytes is not a vase.Envelope", len);
     case -VASE_EPROTOVERSION:
         err->request_id = e->request_id;
-        set_error(err, VASE_EPROTOVERSION, "protocol version %u is not supported (this "
-                  "daemon speaks version %d)", e->version, VASE_WIRE_VERSION);
+        set_error(err, VASE_EPROTOVERSION,
+                  "protocol version %u is not supported (this "
+                  "daemon speaks version %d)",
+                  e->version, VASE_WIRE_VERSION);
         vase__envelope__free_unpacked(e, NULL);
         return -VASE_EPROTOVERSION;
     case -EINVAL:
@@ -125,11 +127,14 @@ int vase_control_check_peer(const Vase__Envelope *e, uint64_t incarnation, bool 
                          "reconnect)",
                          (unsigned long long)e->incarnation, (unsigned long long)incarnation);
     if (!admin && !has_session)
-        return set_error(err, ENOTCONN, "%s needs a session: this routing id is not the token "
-                         "of a live session", vase_wire_body_name(e));
+        return set_error(err, ENOTCONN,
+                         "%s needs a session: this routing id is not the token "
+                         "of a live session",
+                         vase_wire_body_name(e));
     if (has_session && last_client_seq) {
         if (e->client_seq <= *last_client_seq)
-            return set_error(err, EPROTO, "client_seq %llu is not above the last one (%llu): "
+            return set_error(err, EPROTO,
+                             "client_seq %llu is not above the last one (%llu): "
                              "replayed or reordered message",
                              (unsigned long long)e->client_seq,
                              (unsigned long long)*last_client_seq);
@@ -181,8 +186,7 @@ enum vase_control_access vase_control_access_of(Vase__Envelope__BodyCase body) {
     }
 }
 
-int vase_control_open(void *zmq_ctx, const char *endpoint, uint64_t max_message_bytes,
-                      void **ret) {
+int vase_control_open(void *zmq_ctx, const char *endpoint, uint64_t max_message_bytes, void **ret) {
     int zero = 0, timeout = 100;
     /* Frames up to twice the limit arrive and get an EMSGSIZE reply; anything larger is cut off
      * by ZeroMQ itself (the peer is disconnected, no reply), so no peer can make us buffer
@@ -284,8 +288,8 @@ static int dispatch(struct vased *d, struct vased_client *c, const struct vase_r
     }
 }
 
-static int handle_frame(struct vased *d, const void *id, size_t id_len, const void *buf,
-                         size_t len, bool extra_frames, const char *peer_address) {
+static int handle_frame(struct vased *d, const void *id, size_t id_len, const void *buf, size_t len,
+                        bool extra_frames, const char *peer_address) {
     struct vase_reply_to p = {.id = id, .id_len = id_len};
     p.cred_known = vase_control_peer_cred(peer_address, &p.cred) == 0;
     if (!p.cred_known)
@@ -302,8 +306,8 @@ static int handle_frame(struct vased *d, const void *id, size_t id_len, const vo
     struct vased_client *c = vase_registry_find_token(d->reg, id, id_len);
     uint64_t lost;
     p.request_id = e->request_id;
-    if (vase_control_check_peer(e, d->incarnation, c != NULL, c ? &c->last_client_seq : NULL,
-                                &lost, &err) < 0) {
+    if (vase_control_check_peer(e, d->incarnation, c != NULL, c ? &c->last_client_seq : NULL, &lost,
+                                &err) < 0) {
         reply_control_error(d, &p, &err);
     } else {
         if (lost && vase_clients_log_ok(c))

@@ -70,8 +70,7 @@ enum vase_control_access vase_control_access_of(Vase__Envelope__BodyCase body);
 
 /* Creates and binds the ROUTER (linger 0, bounded send timeout, ROUTER_MANDATORY off, inbound
  * size cut off at max_message_bytes plus a margin). 0 or -errno, logged. */
-int vase_control_open(void *zmq_ctx, const char *endpoint, uint64_t max_message_bytes,
-                      void **ret);
+int vase_control_open(void *zmq_ctx, const char *endpoint, uint64_t max_message_bytes, void **ret);
 
 /* Handles the messages waiting on the ROUTER (a bounded number per call): each is checked,
  * authorized and passed to its handler, or refused with an Error. */

@@ -97,8 +97,10 @@ static int copy_draws(const struct vased_seq *s, const Vase__EvictRequest *req,
 
     if (req->n_exp_draws) {
         if (req->n_exp_draws != draws) {
-            snprintf(msg, msg_len, "exp_draws has %zu floats; layers * kv_heads * (len - window) "
-                     "= %zu", req->n_exp_draws, draws);
+            snprintf(msg, msg_len,
+                     "exp_draws has %zu floats; layers * kv_heads * (len - window) "
+                     "= %zu",
+                     req->n_exp_draws, draws);
             return -EINVAL;
         }
         if (!all_finite(req->exp_draws, req->n_exp_draws, true)) {
@@ -159,16 +161,18 @@ static int snapshot_scores(const struct vased_seq *s, const Vase__EvictRequest *
             continue;
         }
         if (s->scores_len[l] < n) {
-            snprintf(msg, msg_len, "window scores pushed for layer %u cover %u slots; the "
-                     "plan needs %u", l, s->scores_len[l], n);
+            snprintf(msg, msg_len,
+                     "window scores pushed for layer %u cover %u slots; the "
+                     "plan needs %u",
+                     l, s->scores_len[l], n);
             return -EINVAL;
         }
         run->scores[l] = malloc((size_t)H * n * sizeof(float));
         if (!run->scores[l])
             return -ENOMEM;
         for (uint32_t h = 0; h < H; h++)
-            memcpy(run->scores[l] + (size_t)h * n,
-                   s->scores[l] + (size_t)h * s->scores_len[l], n * sizeof(float));
+            memcpy(run->scores[l] + (size_t)h * n, s->scores[l] + (size_t)h * s->scores_len[l],
+                   n * sizeof(float));
     }
     if (!all_layers_scored && (s->n_ring_pages == 0 || req->ring_first >= 2 * W)) {
         snprintf(msg, msg_len, "ring_first %u is not a ring entry (0 .. %u)", req->ring_first,
@@ -319,13 +323,15 @@ static void compact_stats(struct vased_seq *s, const struct vase_plan_run *run, 
     if (!s->acc)
         return;
     for (uint32_t l = 0; l < s->layers; l++) {
-        int r = vase_compact_f32(s->acc + (size_t)l * s->kv_heads * s->acc_stride,
-                                 s->kv_heads, s->acc_stride,
-                                 run->keep_lists + (size_t)l * s->kv_heads * K, K, N, len_now);
+        int r = vase_compact_f32(s->acc + (size_t)l * s->kv_heads * s->acc_stride, s->kv_heads,
+                                 s->acc_stride, run->keep_lists + (size_t)l * s->kv_heads * K, K, N,
+                                 len_now);
         if (r < 0) {
             /* Half-compacted statistics would mislead every later plan; none is better. */
-            log_warning_errno(r, "Cannot compact the accumulated attention of sequence %u; "
-                              "dropping it: %m", s->id);
+            log_warning_errno(r,
+                              "Cannot compact the accumulated attention of sequence %u; "
+                              "dropping it: %m",
+                              s->id);
             vase_registry_drop_acc(s);
             return;
         }

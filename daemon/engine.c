@@ -61,8 +61,9 @@ static int handle_register_model(struct vased *d, struct vased_client *c,
     if (r < 0)
         return vase_reply_error(d, p, -r, "cannot register the model: %s", strerror(-r));
     log_info("Client %u registered model %u \"%s\": %u layers, %u/%u heads, dim %u, %s, "
-             "%u tokens per page.", c->id, m->id, m->name, geo.layers, geo.q_heads, geo.kv_heads,
-             geo.head_dim, vase_dtype_to_string(geo.dtype), layout.tokens_per_page);
+             "%u tokens per page.",
+             c->id, m->id, m->name, geo.layers, geo.q_heads, geo.kv_heads, geo.head_dim,
+             vase_dtype_to_string(geo.dtype), layout.tokens_per_page);
 
     Vase__ModelLayout ml = VASE__MODEL_LAYOUT__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
@@ -130,8 +131,7 @@ static int policy_from(const Vase__SeqParams *sp, enum vase_policy *ret,
 /* The parameters of sp over the defaults for its budget (metric: the one sp names, else the
  * one the policy's mode name implied, if any), checked for policy. 0 or -EINVAL with *msg. */
 static int params_from(const Vase__SeqParams *sp, enum vase_policy policy, bool implied,
-                       enum vase_metric implied_metric, struct vase_params *ret,
-                       const char **msg) {
+                       enum vase_metric implied_metric, struct vase_params *ret, const char **msg) {
     if (sp->budget == 0) {
         *msg = "budget must be set";
         return -EINVAL;

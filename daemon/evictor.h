@@ -30,9 +30,9 @@ struct vase_plan_run {
     uint32_t tenant; /* the client it is planned for: the queue serves clients in turn */
     uint32_t seq_id;
     uint32_t round;
-    uint32_t len;    /* len of the request */
-    uint32_t n;      /* candidates: len - window */
-    uint32_t keep;   /* K */
+    uint32_t len;  /* len of the request */
+    uint32_t n;    /* candidates: len - window */
+    uint32_t keep; /* K */
     uint32_t layers, kv_heads, q_heads, head_dim;
     enum vase_dtype dtype;
     enum vase_policy policy;
@@ -41,16 +41,16 @@ struct vase_plan_run {
     const struct vase_arena *arena; /* NULL: host memory at arena_base (tests) */
     void *arena_base;               /* the arena's mapping: a device address on a device arena */
     struct vase_layout layout;      /* the model's, copied */
-    uint32_t *pages; /* copies of the block table, ring and plan pages */
+    uint32_t *pages;                /* copies of the block table, ring and plan pages */
     uint32_t n_pages;
     uint32_t *ring_pages;
     uint32_t ring_first;
     uint32_t *plan_pages;
     uint32_t n_plan_pages, plans_per_page;
-    float *acc;        /* [layers][kv_heads][n] snapshot (h2o), or NULL */
-    float **scores;    /* [layers] -> [kv_heads][n] pushed window scores or NULL; array may be NULL */
-    float *exp_draws;  /* injected [layers][kv_heads][n], or NULL */
-    float *gauss;      /* injected [head_dim][rank], or NULL */
+    float *acc;     /* [layers][kv_heads][n] snapshot (h2o), or NULL */
+    float **scores; /* [layers] -> [kv_heads][n] pushed window scores or NULL; array may be NULL */
+    float *exp_draws; /* injected [layers][kv_heads][n], or NULL */
+    float *gauss;     /* injected [head_dim][rank], or NULL */
     /* The evictor's, under its lock: the run's place in the queue. */
     struct vase_fairq_run queued;
     /* Written by the threads, each its own layers. */
@@ -63,7 +63,7 @@ struct vase_plan_run {
     double started; /* CLOCK_MONOTONIC seconds */
     double seconds;
     unsigned jobs_total, jobs_done;
-    int error;          /* the first failing layer's -errno, or 0 */
+    int error; /* the first failing layer's -errno, or 0 */
     uint32_t error_layer;
 };
 

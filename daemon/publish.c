@@ -82,8 +82,8 @@ void vase_publish_pressure(struct vased *d, bool force) {
             continue;
         if (low != d->pressure_low[i])
             log_full_errno(low ? LOG_WARNING : LOG_INFO, 0,
-                           "Arena %u: %u of %u pages free (%s 10%%).", i, a->n_free,
-                           a->num_pages, low ? "below" : "back above");
+                           "Arena %u: %u of %u pages free (%s 10%%).", i, a->n_free, a->num_pages,
+                           low ? "below" : "back above");
         d->pressure_low[i] = low;
 
         Vase__ArenaStatus as = VASE__ARENA_STATUS__INIT;

@@ -127,7 +127,7 @@ struct vased_client *vase_registry_find_client(const struct vase_registry *reg, 
 }
 
 struct vased_client *vase_registry_find_token(const struct vase_registry *reg, const void *token,
-                                             size_t len) {
+                                              size_t len) {
     if (len != VASE_TOKEN_BYTES)
         return NULL;
     for (struct vased_client *c = reg->clients; c; c = c->next)
@@ -280,13 +280,13 @@ static uint32_t div_up(uint64_t a, uint64_t b) {
 }
 
 int vase_registry_page_counts(const struct vased_model *m, const struct vased_seq_request *req,
-                         uint32_t *ret_kv, uint32_t *ret_ring, uint32_t *ret_plan,
-                         uint32_t *ret_plans_per_page, const char **ret_msg) {
+                              uint32_t *ret_kv, uint32_t *ret_ring, uint32_t *ret_plan,
+                              uint32_t *ret_plans_per_page, const char **ret_msg) {
     const struct vase_layout *L = &m->layout;
     uint32_t W = req->params.window, K = vase_plan_keep_count(&req->params);
-    uint64_t slots = (uint64_t)(req->prompt_len > req->params.budget ? req->prompt_len
-                                                                     : req->params.budget) +
-                     W + req->slack;
+    uint64_t slots =
+        (uint64_t)(req->prompt_len > req->params.budget ? req->prompt_len : req->params.budget) +
+        W + req->slack;
     uint32_t kv = div_up(slots, L->tokens_per_page);
     uint32_t ring = 0;
 
@@ -515,8 +515,8 @@ void vase_registry_drop_scores(struct vased_seq *s) {
         return;
     for (uint32_t l = 0; l < s->layers; l++) {
         if (s->scores[l])
-            vase_registry_charge_stats(s, -(int64_t)((uint64_t)s->scores_len[l] * s->kv_heads *
-                                                sizeof(float)));
+            vase_registry_charge_stats(
+                s, -(int64_t)((uint64_t)s->scores_len[l] * s->kv_heads * sizeof(float)));
         free(s->scores[l]);
         s->scores[l] = NULL;
         s->scores_len[l] = 0;

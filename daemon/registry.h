@@ -34,11 +34,11 @@ struct vased_client {
     uint32_t pid;
     uid_t uid;
     gid_t gid;
-    int fd;                /* the session socket; closed by vase_registry_remove_client() */
-    double connected_at;   /* CLOCK_MONOTONIC seconds */
-    uint32_t pages;        /* pages charged to this client (quota) */
-    uint64_t stats_bytes;  /* daemon memory its sequences' pushed statistics hold (quota) */
-    uint32_t arenas;       /* bit i: the client may use arena i */
+    int fd;               /* the session socket; closed by vase_registry_remove_client() */
+    double connected_at;  /* CLOCK_MONOTONIC seconds */
+    uint32_t pages;       /* pages charged to this client (quota) */
+    uint64_t stats_bytes; /* daemon memory its sequences' pushed statistics hold (quota) */
+    uint32_t arenas;      /* bit i: the client may use arena i */
     uint32_t n_seqs, n_models;
     uint64_t last_client_seq;
     struct vase_ratelimit log_limit; /* what this client makes the daemon log */
@@ -86,8 +86,8 @@ struct vased_seq {
     uint32_t layers, kv_heads; /* copied from the model, which an orphan no longer has */
     enum vase_policy policy;
     struct vase_params params;
-    uint32_t keep;   /* K = budget - window */
-    uint32_t mode;   /* Vase__Mode */
+    uint32_t keep; /* K = budget - window */
+    uint32_t mode; /* Vase__Mode */
     uint32_t slack;
     uint32_t prompt_len;
     uint64_t seed;
@@ -97,9 +97,9 @@ struct vased_seq {
     uint32_t *ring_pages, n_ring_pages;
     uint32_t *plan_pages, n_plan_pages;
     uint32_t plans_per_page;
-    uint32_t len;      /* the last length the client reported (request or commit) */
+    uint32_t len; /* the last length the client reported (request or commit) */
     uint64_t position;
-    uint32_t rounds;   /* committed evictions */
+    uint32_t rounds; /* committed evictions */
     enum vased_seq_state state;
     struct vase_plan_run *run; /* the in-flight or ready plan */
     double last_plan_seconds;
@@ -110,9 +110,9 @@ struct vased_seq {
     /* Window scores pushed per layer, [kv_heads][scores_len[l]], consumed by the next plan. */
     float **scores;
     uint32_t *scores_len;
-    uint64_t stats_bytes; /* bytes of acc and scores, also charged to the client */
-    struct vased_seq *next;       /* in the client's list, or the orphan list */
-    struct vased_seq *hash_next;  /* in the registry's id table */
+    uint64_t stats_bytes;        /* bytes of acc and scores, also charged to the client */
+    struct vased_seq *next;      /* in the client's list, or the orphan list */
+    struct vased_seq *hash_next; /* in the registry's id table */
 };
 
 struct vase_registry {
@@ -121,7 +121,7 @@ struct vase_registry {
     uint32_t n_seqs; /* live (not orphaned) sequences */
     uint32_t next_client_id, next_model_id, next_seq_id;
     struct vased_seq **seq_table; /* id hash, chained through hash_next */
-    uint32_t seq_table_size;     /* power of two */
+    uint32_t seq_table_size;      /* power of two */
     struct vased_seq *orphans;    /* sequences whose pages wait for their plan to finish */
 };
 
@@ -134,7 +134,7 @@ struct vase_registry *vase_registry_free(struct vase_registry *reg);
 int vase_registry_add_client(struct vase_registry *reg, int fd, struct vased_client **ret);
 struct vased_client *vase_registry_find_client(const struct vase_registry *reg, uint32_t id);
 struct vased_client *vase_registry_find_token(const struct vase_registry *reg, const void *token,
-                                             size_t len);
+                                              size_t len);
 /* Unlinks and frees a client with its models; its sequences must be gone already. */
 void vase_registry_remove_client(struct vase_registry *reg, struct vased_client *c);
 
@@ -164,8 +164,8 @@ struct vased_seq_request {
 
 /* Page counts of a sequence for a model, per PROTOCOL.md. -EINVAL with *ret_msg. */
 int vase_registry_page_counts(const struct vased_model *m, const struct vased_seq_request *req,
-                         uint32_t *ret_kv, uint32_t *ret_ring, uint32_t *ret_plan,
-                         uint32_t *ret_plans_per_page, const char **ret_msg);
+                              uint32_t *ret_kv, uint32_t *ret_ring, uint32_t *ret_plan,
+                              uint32_t *ret_plans_per_page, const char **ret_msg);
 
 /*
  * Opens a sequence: one all-or-nothing reservation of its KV, ring and plan pages in alloc,

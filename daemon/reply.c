@@ -85,7 +85,7 @@ int vase_reply_ok(struct vased *d, const struct vase_reply_to *p) {
 }
 
 struct vased_seq *vase_reply_own_seq(struct vased *d, struct vased_client *c,
-                                    const struct vase_reply_to *p, uint32_t id) {
+                                     const struct vase_reply_to *p, uint32_t id) {
     struct vased_seq *s;
     int r = vase_registry_get_seq(d->reg, c, id, &s);
     if (r == -ENOENT)

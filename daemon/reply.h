@@ -50,4 +50,4 @@ ProtobufCMessage **vase_reply_repeated_new(size_t n, size_t size);
 /* Client c's sequence id, or NULL after replying ENOENT (no such sequence) or EPERM (another
  * client's) itself. */
 struct vased_seq *vase_reply_own_seq(struct vased *d, struct vased_client *c,
-                                    const struct vase_reply_to *to, uint32_t id);
+                                     const struct vase_reply_to *to, uint32_t id);

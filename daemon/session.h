@@ -3,8 +3,8 @@
 
 /*
  * The session socket: AF_UNIX SOCK_SEQPACKET at RUNTIME/session.sock. A client's identity comes
- * from SO_PEERCRED and is checked against the allow-list (allow.h); the welcome carries the arena file
- * descriptors with SCM_RIGHTS; the socket then stays open for the client's life, so the kernel
+ * from SO_PEERCRED and is checked against the allow-list (allow.h); the welcome carries the arena
+ * file descriptors with SCM_RIGHTS; the socket then stays open for the client's life, so the kernel
  * tells the daemon when a client dies. This module has the socket primitives and the allow-list;
  * vased.c drives the handshake.
  */

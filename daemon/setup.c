@@ -114,9 +114,9 @@ static int check_runtime_dir(struct vased *d, const char *dir, bool created) {
     struct stat st;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-        return log_error_errno(-errno, "Cannot open the runtime directory %s%s: %m", dir,
-                               errno == ELOOP || errno == ENOTDIR ? " (a symlink or not a directory)"
-                                                                  : "");
+        return log_error_errno(
+            -errno, "Cannot open the runtime directory %s%s: %m", dir,
+            errno == ELOOP || errno == ENOTDIR ? " (a symlink or not a directory)" : "");
     if (fstat(fd, &st) < 0) {
         int r = log_error_errno(-errno, "Cannot stat the runtime directory %s: %m", dir);
         close(fd);
@@ -132,7 +132,8 @@ static int check_runtime_dir(struct vased *d, const char *dir, bool created) {
         why = "others than its owner can write it (chmod go-w)";
     if (why) {
         close(fd);
-        return log_error_errno(-EPERM, "Refusing the runtime directory %s (owner uid %u, mode "
+        return log_error_errno(-EPERM,
+                               "Refusing the runtime directory %s (owner uid %u, mode "
                                "%04o): %s; whoever can write it could replace the sockets.",
                                dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), why);
     }
@@ -197,8 +198,8 @@ static int add_arena(struct vased *d, const char *name, const char *spec, const 
     enum vase_cuda_share share;
     int r = vase_cuda_share_from_string(cuda_share, &share);
     if (r < 0)
-        return log_error_errno(r, "Arena %s: cuda_share=\"%s\": expected \"ipc\" or \"vmm\".",
-                               name, cuda_share);
+        return log_error_errno(r, "Arena %s: cuda_share=\"%s\": expected \"ipc\" or \"vmm\".", name,
+                               cuda_share);
     r = vase_arena_new(i, spec, share, bytes, page_bytes, &d->arenas[i]);
     if (r < 0)
         return r;
@@ -212,13 +213,13 @@ static int add_arena(struct vased *d, const char *name, const char *spec, const 
     d->arena_open[i] = blank(users) && blank(groups);
     if (vase_allow_parse(users, groups, &d->arena_allow[i]) < 0)
         return log_oom();
-    log_info("Arena %u \"%s\" (%s%s%s, shared as %s): %llu bytes, %u pages of %llu bytes; for %s%s%s%s.",
-             i, name, d->arenas[i]->kind, d->arenas[i]->device_uuid[0] ? ", " : "",
-             d->arenas[i]->device_uuid, d->arenas[i]->ops->share,
-             (unsigned long long)d->arenas[i]->size, d->arenas[i]->num_pages,
-             (unsigned long long)d->arenas[i]->page_bytes,
-             d->arena_open[i] ? "every allowed peer" : "users: ", d->arena_open[i] ? "" : users,
-             d->arena_open[i] ? "" : "; groups: ", d->arena_open[i] ? "" : groups);
+    log_info(
+        "Arena %u \"%s\" (%s%s%s, shared as %s): %llu bytes, %u pages of %llu bytes; for %s%s%s%s.",
+        i, name, d->arenas[i]->kind, d->arenas[i]->device_uuid[0] ? ", " : "",
+        d->arenas[i]->device_uuid, d->arenas[i]->ops->share, (unsigned long long)d->arenas[i]->size,
+        d->arenas[i]->num_pages, (unsigned long long)d->arenas[i]->page_bytes,
+        d->arena_open[i] ? "every allowed peer" : "users: ", d->arena_open[i] ? "" : users,
+        d->arena_open[i] ? "" : "; groups: ", d->arena_open[i] ? "" : groups);
     return 0;
 }
 
@@ -228,8 +229,8 @@ static int setup_arenas(struct vased *d) {
                       c->arena_users, c->arena_groups);
     for (size_t i = 0; r >= 0 && i < c->n_extra_arenas; i++) {
         const struct vase_arena_config *a = &c->extra_arenas[i];
-        r = add_arena(d, a->name, a->arena, a->cuda_share, a->arena_bytes, a->page_bytes,
-                      a->users, a->groups);
+        r = add_arena(d, a->name, a->arena, a->cuda_share, a->arena_bytes, a->page_bytes, a->users,
+                      a->groups);
     }
     return r;
 }
@@ -247,15 +248,13 @@ static int set_socket_group(struct vased *d, const char *path) {
     } else {
         struct group *gr = getgrnam(d->cfg.socket_group);
         if (!gr)
-            return log_error_errno(-ENOENT, "socket_group: no group \"%s\".",
-                                   d->cfg.socket_group);
+            return log_error_errno(-ENOENT, "socket_group: no group \"%s\".", d->cfg.socket_group);
         gid = gr->gr_gid;
     }
     const char *name = strrchr(path, '/');
     name = name ? name + 1 : path;
     if (fchownat(d->runtime_dir_fd, name, (uid_t)-1, gid, AT_SYMLINK_NOFOLLOW) < 0)
-        return log_error_errno(-errno, "Cannot give %s to group %s: %m", path,
-                               d->cfg.socket_group);
+        return log_error_errno(-errno, "Cannot give %s to group %s: %m", path, d->cfg.socket_group);
     return 0;
 }
 
@@ -264,8 +263,7 @@ static int probe(const char *path, int type) {
     if (r == -EADDRINUSE)
         return log_error_errno(r, "Another vased is running on %s; refusing to start.", path);
     if (r == -EEXIST)
-        return log_error_errno(r, "%s exists and is not a socket; refusing to replace it.",
-                               path);
+        return log_error_errno(r, "%s exists and is not a socket; refusing to replace it.", path);
     if (r < 0)
         return log_error_errno(r, "Cannot check %s: %m", path);
     return 0;

@@ -54,7 +54,7 @@ struct vased {
     struct vase_config cfg;
     const struct vase_cmdline *cmdline; /* for SIGHUP: defaults, file, then these flags */
 
-    char *runtime_dir; /* absolute */
+    char *runtime_dir;  /* absolute */
     int runtime_dir_fd; /* the directory that was checked, -1 before */
     char *session_path, *control_path, *events_path;
     char *control_endpoint, *events_endpoint;
@@ -68,7 +68,7 @@ struct vased {
     struct vase_alloc *allocs[VASED_MAX_ARENAS];
     const char *arena_names[VASED_MAX_ARENAS]; /* "default", or the section's NAME (in cfg) */
     struct vase_allow arena_allow[VASED_MAX_ARENAS];
-    bool arena_open[VASED_MAX_ARENAS]; /* no users/groups named: everyone allowed may use it */
+    bool arena_open[VASED_MAX_ARENAS];   /* no users/groups named: everyone allowed may use it */
     bool pressure_low[VASED_MAX_ARENAS]; /* free pages below 10% when last looked */
     uint32_t n_arenas;
 

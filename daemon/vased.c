@@ -186,10 +186,10 @@ static void on_zap(struct vased *d) {
             bool pass = vase_ratelimit_pass(&d->refuse_log, vased_now(), &suppressed);
             if (suppressed)
                 log_notice("%u more connections were refused in %.0f s without a log line "
-                           "each.", suppressed, d->refuse_log.interval);
+                           "each.",
+                           suppressed, d->refuse_log.interval);
             if (pass)
-                log_notice("Events subscription refused to %s: it needs every arena.",
-                           req.address);
+                log_notice("Events subscription refused to %s: it needs every arena.", req.address);
         }
     }
 }
@@ -232,8 +232,7 @@ static int poll_set_fill(struct vased *d, struct poll_set *ps) {
     zmq_pollitem_t *items = ps->items;
     size_t n = 0;
     items[n++] = (zmq_pollitem_t){.socket = d->router, .events = ZMQ_POLLIN};
-    items[n++] =
-        (zmq_pollitem_t){.socket = vase_evictor_socket(d->evictor), .events = ZMQ_POLLIN};
+    items[n++] = (zmq_pollitem_t){.socket = vase_evictor_socket(d->evictor), .events = ZMQ_POLLIN};
     items[n++] = (zmq_pollitem_t){.fd = d->signal_fd, .events = ZMQ_POLLIN};
     items[n++] = (zmq_pollitem_t){.fd = d->timer_fd, .events = ZMQ_POLLIN};
     items[n++] = (zmq_pollitem_t){.socket = d->zap, .events = ZMQ_POLLIN};

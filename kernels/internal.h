@@ -12,7 +12,8 @@
 
 /* Hot loops are compiled for several instruction sets and picked at load time, so one binary
  * runs everywhere and still uses AVX2/AVX-512 where the CPU has them. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__)
 #define VASE_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define VASE_HOT

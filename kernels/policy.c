@@ -166,4 +166,3 @@ int vase_params_check(const struct vase_params *p, enum vase_policy policy) {
 uint32_t vase_plan_keep_count(const struct vase_params *p) {
     return p->budget - p->window;
 }
-

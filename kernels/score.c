@@ -103,8 +103,8 @@ static void box_filter(const float *in, float *out, uint32_t n, uint32_t w) {
     }
 }
 
-int vase_score_attention(const struct vase_plan_input *in, uint32_t head,
-                         struct vase_workspace *ws, float *out) {
+int vase_score_attention(const struct vase_plan_input *in, uint32_t head, struct vase_workspace *ws,
+                         float *out) {
     uint32_t n = in->n, dim = in->k.dim, w = in->params.window;
     uint32_t group = in->hq / in->k.heads;
 

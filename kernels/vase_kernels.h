@@ -69,8 +69,8 @@ struct vase_workspace;
 /* Windowed attention score s[0..n) of one KV head (ALGORITHM.md "Scores"): softmax over the
  * candidates per query, mean over the window, box filter, mean over the group. Uses
  * in->scores instead when it is set. 0 or -EINVAL (NaN/Inf in K or Q) / -ENOMEM. */
-int vase_score_attention(const struct vase_plan_input *in, uint32_t head,
-                         struct vase_workspace *ws, float *out);
+int vase_score_attention(const struct vase_plan_input *in, uint32_t head, struct vase_workspace *ws,
+                         float *out);
 /* The sketch gm [D][r]: gauss (injected standard normals, [D][r]) or draws keyed by rng with
  * VASE_RNG_HEAD_SHARED, divided by sqrt(r). */
 void vase_sketch(const struct vase_rng *rng, const float *gauss, uint32_t dim, uint32_t r,

@@ -21,12 +21,12 @@ extern "C" {
 /* Hard limits: what a plan may be asked to read, so that no request can make a kernel
  * allocate without bound. vase_params_check() and the daemon refuse geometry and parameters
  * beyond them, so an engine can check its own configuration against them first. */
-#define VASE_MAX_DIM 1024       /* head dim */
-#define VASE_MAX_HEADS 1024     /* query or KV heads of a layer */
+#define VASE_MAX_DIM 1024          /* head dim */
+#define VASE_MAX_HEADS 1024        /* query or KV heads of a layer */
 #define VASE_MAX_TOKENS (1u << 22) /* candidates of one plan */
 #define VASE_MAX_BUDGET (1u << 22)
-#define VASE_MAX_RANK 256       /* sketch rank */
-#define VASE_MAX_SMOOTH 63      /* box filter width */
+#define VASE_MAX_RANK 256  /* sketch rank */
+#define VASE_MAX_SMOOTH 63 /* box filter width */
 
 enum vase_dtype {
     VASE_DTYPE_F32 = 0,
@@ -95,14 +95,14 @@ int vase_metric_from_string(const char *s, enum vase_metric *ret);
 unsigned vase_policy_needs(enum vase_policy p);
 
 struct vase_params {
-    uint32_t budget;      /* slots kept after an eviction; multiple of window, > window */
-    uint32_t window;      /* W */
-    uint32_t n_sink;      /* first slots treated as sinks */
-    uint32_t n_large;     /* slots reserved for large values (vase-attnv and ablations) */
-    float temperature;    /* T > 0 */
-    uint32_t rank;        /* r >= 1, sketch rank (vase-dkv, curdkv) */
-    float lambda;         /* R-KV mixing weight in [0, 1] */
-    uint32_t smooth;      /* box filter width, odd, 1 = off */
+    uint32_t budget;   /* slots kept after an eviction; multiple of window, > window */
+    uint32_t window;   /* W */
+    uint32_t n_sink;   /* first slots treated as sinks */
+    uint32_t n_large;  /* slots reserved for large values (vase-attnv and ablations) */
+    float temperature; /* T > 0 */
+    uint32_t rank;     /* r >= 1, sketch rank (vase-dkv, curdkv) */
+    float lambda;      /* R-KV mixing weight in [0, 1] */
+    uint32_t smooth;   /* box filter width, odd, 1 = off */
     enum vase_metric metric;
 };
 

@@ -44,12 +44,18 @@ static void help(void) {
 
 static int parse_argv(int argc, char **argv, struct opts *o) {
     static const struct option longopts[] = {
-        {"policy", required_argument, NULL, 'p'}, {"hq", required_argument, NULL, 'q'},
-        {"hkv", required_argument, NULL, 'k'},    {"d", required_argument, NULL, 'd'},
-        {"budget", required_argument, NULL, 'b'}, {"window", required_argument, NULL, 'w'},
-        {"dtype", required_argument, NULL, 't'},  {"threads", required_argument, NULL, 'j'},
-        {"reps", required_argument, NULL, 'r'},   {"seed", required_argument, NULL, 's'},
-        {"gemm-floor", no_argument, NULL, 'g'},   {"help", no_argument, NULL, 'h'},
+        {"policy", required_argument, NULL, 'p'},
+        {"hq", required_argument, NULL, 'q'},
+        {"hkv", required_argument, NULL, 'k'},
+        {"d", required_argument, NULL, 'd'},
+        {"budget", required_argument, NULL, 'b'},
+        {"window", required_argument, NULL, 'w'},
+        {"dtype", required_argument, NULL, 't'},
+        {"threads", required_argument, NULL, 'j'},
+        {"reps", required_argument, NULL, 'r'},
+        {"seed", required_argument, NULL, 's'},
+        {"gemm-floor", no_argument, NULL, 'g'},
+        {"help", no_argument, NULL, 'h'},
         {0},
     };
     int c, r = 0, idx = 0;
@@ -167,8 +173,8 @@ static int run(const struct opts *o) {
     if (tpp == 0)
         tpp = 1;
     uint32_t npages = (len + tpp - 1) / tpp;
-    size_t page_bytes = (size_t)tpp * 2 * row > o->page_bytes ? (size_t)tpp * 2 * row
-                                                               : o->page_bytes;
+    size_t page_bytes =
+        (size_t)tpp * 2 * row > o->page_bytes ? (size_t)tpp * 2 * row : o->page_bytes;
     /* One spare page at the front and a reversed block table, so the view really jumps. */
     char *arena = aligned_alloc(4096, (npages + 1) * page_bytes);
     uint32_t *table = malloc(npages * sizeof(uint32_t));

@@ -144,7 +144,8 @@ static void print_table(void) {
     for (size_t i = 0; i < nrows; i++)
         printf("%-44s %8s %12s %12s %12s  %s\n", rows[i].what, rows[i].n, rows[i].p50, rows[i].p99,
                rows[i].max, rows[i].target);
-    printf("\n[1] The triggering sync append: EvictRequest -> plan -> EvictPlan, compaction (subtracted)\n"
+    printf("\n[1] The triggering sync append: EvictRequest -> plan -> EvictPlan, compaction "
+           "(subtracted)\n"
            "    and the EvictCommit sent; its CommitReply is read by the next call.\n"
            "[2] From the append that sends EvictRequest to the start of the vase_seq_poll() that\n"
            "    finds the EvictPlan (the engine spins on poll), so within one poll.\n"

@@ -41,8 +41,8 @@ static void assert_rows(const float *x, uint32_t h, uint32_t rows, uint32_t dim,
         for (uint32_t d = 0; d < dim; d++) {
             float got = x[((size_t)h * rows + s) * dim + d];
             if (got != tag(h, src[s], d))
-                fail_msg("head %u slot %u dim %u: %g, want old row %u (%g)", h, s, d,
-                         (double)got, src[s], (double)tag(h, src[s], d));
+                fail_msg("head %u slot %u dim %u: %g, want old row %u (%g)", h, s, d, (double)got,
+                         src[s], (double)tag(h, src[s], d));
         }
 }
 
@@ -126,9 +126,9 @@ static void test_compact_random(void **state) {
     uint32_t seed = 7;
     for (int trial = 0; trial < 50; trial++) {
         seed = seed * 1664525u + 1013904223u;
-        uint32_t len = 10 + (seed >> 8) % 31;       /* 10 .. 40 */
-        uint32_t n = 1 + (seed >> 16) % len;        /* 1 .. len */
-        uint32_t K = (seed >> 4) % (n + 1);         /* 0 .. n */
+        uint32_t len = 10 + (seed >> 8) % 31; /* 10 .. 40 */
+        uint32_t n = 1 + (seed >> 16) % len;  /* 1 .. len */
+        uint32_t K = (seed >> 4) % (n + 1);   /* 0 .. n */
         for (uint32_t h = 0; h < H; h++) {
             for (uint32_t i = 0; i < n; i++)
                 perm[i] = i;
@@ -213,8 +213,8 @@ static void paged_case(uint32_t n, uint32_t len, uint32_t K, const uint32_t *kee
     for (size_t i = 0; i < total; i++)
         if (arena[i] != want[i])
             fail_msg("arena element %zu: %g, want %g (n %u len %u K %u)", i,
-                     (double)vase_f16_to_f32(arena[i]), (double)vase_f16_to_f32(want[i]), n,
-                     len, K);
+                     (double)vase_f16_to_f32(arena[i]), (double)vase_f16_to_f32(want[i]), n, len,
+                     K);
     free(want);
     free(before);
     free(arena);
@@ -225,14 +225,14 @@ static void test_compact_paged(void **state) {
     /* n = 12 candidates, nothing appended (len 12), K = 8: slots 0..7 <- keep, new length 8.
      * Head 1 keeps a different list. Candidates cross all three pages. */
     const uint32_t keep_a[2 * 8] = {11, 0, 5, 3, 8, 1, 10, 6, /* head 1: */
-                                    0, 1, 2, 3, 4, 9, 7, 11};
+                                    0,  1, 2, 3, 4, 9, 7,  11};
     paged_case(12, 12, 8, keep_a);
     /* The same plan with 4 tokens appended meanwhile (len 16, a fourth page): slots 8..11
      * receive old slots 12..15; new length 12. */
     paged_case(12, 16, 8, keep_a);
     /* n = 16, len = 16, K = 12 (the steady state: W = 4 evicted). */
-    const uint32_t keep_b[2 * 12] = {15, 14, 0, 1, 2, 3, 7, 6, 5, 4, 13, 12,
-                                     8, 9, 10, 11, 12, 13, 14, 15, 0, 2, 4, 6};
+    const uint32_t keep_b[2 * 12] = {15, 14, 0,  1,  2,  3,  7,  6,  5, 4, 13, 12,
+                                     8,  9,  10, 11, 12, 13, 14, 15, 0, 2, 4,  6};
     paged_case(16, 16, 12, keep_b);
 }
 
@@ -284,9 +284,8 @@ static void test_compact_invalid(void **state) {
         {{0, 1, 1, 0, 1, 2}, 3, 5, 7}, /* duplicate in head 0 */
         {{0, 1, 2, 4, 3, 4}, 3, 5, 7}, /* duplicate in head 1 only: head 0 must not move */
         {{0, 1, 5, 0, 1, 2}, 3, 5, 7}, /* 5 is not a candidate (>= n) */
-        {{0, 1, 2, 0, 1, 7}, 3, 5, 7},
-        {{0, 1, 2, 0, 1, 2}, 3, 2, 7}, /* K > n */
-        {{0, 1, 2, 0, 1, 2}, 3, 6, 5}, /* n > len */
+        {{0, 1, 2, 0, 1, 7}, 3, 5, 7}, {{0, 1, 2, 0, 1, 2}, 3, 2, 7}, /* K > n */
+        {{0, 1, 2, 0, 1, 2}, 3, 6, 5},                                /* n > len */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(vase_compact(&v, bad[i].keep, bad[i].K, bad[i].n, bad[i].len), -EINVAL);
@@ -318,8 +317,7 @@ static void test_plan_validate(void **state) {
     assert_int_equal(vase_plan_validate((const uint32_t[]){0, 0, 1}, 1, 3, 5), -EINVAL);
     assert_int_equal(vase_plan_validate((const uint32_t[]){0, 1, 2, 3, 1, 3}, 2, 3, 5), -EINVAL);
     assert_int_equal(vase_plan_validate((const uint32_t[]){0, 1, 5}, 1, 3, 5), -EINVAL);
-    assert_int_equal(vase_plan_validate((const uint32_t[]){0, 1, 0xffffffffu}, 1, 3, 5),
-                     -EINVAL);
+    assert_int_equal(vase_plan_validate((const uint32_t[]){0, 1, 0xffffffffu}, 1, 3, 5), -EINVAL);
     assert_int_equal(vase_plan_validate((const uint32_t[]){0, 1, 2}, 1, 3, 2), -EINVAL); /* K>n */
     assert_int_equal(vase_plan_validate(NULL, 1, 3, 5), -EINVAL);
     /* An empty plan is valid. */
@@ -363,12 +361,10 @@ static void test_compact_f32(void **state) {
     /* Invalid: nothing changes. */
     float before[H * STRIDE];
     memcpy(before, a, sizeof(a));
-    assert_int_equal(vase_compact_f32(a, H, STRIDE, (const uint32_t[]){0, 1, 2, 2, 1, 2}, 3, 6,
-                                      8),
+    assert_int_equal(vase_compact_f32(a, H, STRIDE, (const uint32_t[]){0, 1, 2, 2, 1, 2}, 3, 6, 8),
                      -EINVAL); /* head 1 repeats 2 */
-    assert_int_equal(vase_compact_f32(a, H, STRIDE, (const uint32_t[]){0, 1, 6, 0, 1, 2}, 3, 6,
-                                      8),
-                     -EINVAL); /* 6 >= n */
+    assert_int_equal(vase_compact_f32(a, H, STRIDE, (const uint32_t[]){0, 1, 6, 0, 1, 2}, 3, 6, 8),
+                     -EINVAL);                                                 /* 6 >= n */
     assert_int_equal(vase_compact_f32(a, H, STRIDE, keep, 3, 6, 11), -EINVAL); /* len > stride */
     assert_int_equal(vase_compact_f32(a, H, STRIDE, keep, 3, 9, 8), -EINVAL);  /* n > len */
     assert_int_equal(vase_compact_f32(a, H, STRIDE, keep, 3, 2, 8), -EINVAL);  /* K > n */
@@ -404,16 +400,11 @@ static void test_plan_then_compact(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_compact_no_append),
-        cmocka_unit_test(test_compact_with_append),
-        cmocka_unit_test(test_compact_overlaps),
-        cmocka_unit_test(test_compact_random),
-        cmocka_unit_test(test_compact_paged),
-        cmocka_unit_test(test_compact_ring),
-        cmocka_unit_test(test_compact_invalid),
-        cmocka_unit_test(test_plan_validate),
-        cmocka_unit_test(test_compact_f32),
-        cmocka_unit_test(test_plan_then_compact),
+        cmocka_unit_test(test_compact_no_append), cmocka_unit_test(test_compact_with_append),
+        cmocka_unit_test(test_compact_overlaps),  cmocka_unit_test(test_compact_random),
+        cmocka_unit_test(test_compact_paged),     cmocka_unit_test(test_compact_ring),
+        cmocka_unit_test(test_compact_invalid),   cmocka_unit_test(test_plan_validate),
+        cmocka_unit_test(test_compact_f32),       cmocka_unit_test(test_plan_then_compact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -112,9 +112,14 @@ static int step_config_set_get(void *ctx) {
     return r;
 }
 
-static char *const cmdline_argv[] = {
-    "vased", "--config=/nonexistent/vased.conf", "--arena-bytes=64M", "--allow_users=bob",
-    "--log-level=debug", "--config", "/also/not/there", NULL};
+static char *const cmdline_argv[] = {"vased",
+                                     "--config=/nonexistent/vased.conf",
+                                     "--arena-bytes=64M",
+                                     "--allow_users=bob",
+                                     "--log-level=debug",
+                                     "--config",
+                                     "/also/not/there",
+                                     NULL};
 
 static int step_cmdline_parse(void *ctx) {
     (void)ctx;
@@ -178,10 +183,12 @@ static void test_config(void **state) {
 
     unsigned n = alloc_fail_sweep("config: vase_config_init", step_config_init, NULL, 0);
     assert_true(n >= 6); /* one string per string setting at least */
-    assert_true(alloc_fail_sweep("config: vase_config_parse_string", step_config_parse_string, NULL, 0) > 0);
+    assert_true(alloc_fail_sweep("config: vase_config_parse_string", step_config_parse_string, NULL,
+                                 0) > 0);
     assert_true(alloc_fail_sweep("config: vase_config_set/get", step_config_set_get, NULL, 0) > 0);
     assert_true(alloc_fail_sweep("config: vase_cmdline_parse", step_cmdline_parse, NULL, 0) > 0);
-    assert_true(alloc_fail_sweep("config: vase_config_parse_file", step_config_parse_file, &l, 0) > 0);
+    assert_true(alloc_fail_sweep("config: vase_config_parse_file", step_config_parse_file, &l, 0) >
+                0);
     assert_true(alloc_fail_sweep("config: vase_config_load", step_config_load, &l, 0) > n);
 
     vase_cmdline_done(&l.cmd);
@@ -221,8 +228,10 @@ static int step_registry(void *ctx) {
     struct vased_model *m = NULL;
     struct vased_seq *s = NULL, *t = NULL;
     struct vase_layout L;
-    struct vased_seq_request req = {.policy = VASE_POLICY_VASE_ATTNV, .prompt_len = 1000,
-                                   .slack = 32, .params = vase_params_default(256)};
+    struct vased_seq_request req = {.policy = VASE_POLICY_VASE_ATTNV,
+                                    .prompt_len = 1000,
+                                    .slack = 32,
+                                    .params = vase_params_default(256)};
     const char *msg;
     req.params.window = 32;
 
@@ -272,8 +281,8 @@ static int step_registry(void *ctx) {
 static void test_registry_alloc(void **state) {
     (void)state;
     assert_true(alloc_fail_sweep("alloc: vase_alloc_new/reserve", step_alloc, NULL, 0) >= 2);
-    assert_true(alloc_fail_sweep("registry: new/add_client/add_model/open_seq/close_seq", step_registry,
-                      NULL, 0) >= 6);
+    assert_true(alloc_fail_sweep("registry: new/add_client/add_model/open_seq/close_seq",
+                                 step_registry, NULL, 0) >= 6);
 }
 
 /* ---- plan runs ---- */
@@ -320,13 +329,12 @@ static void test_plan_run(void **state) {
     struct vase_alloc *alloc;
     uint32_t client = 0, all[40];
 
-    assert_int_equal(
-        vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 4 << 20, 64 << 10, &p.f.arena), 0);
+    assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 4 << 20, 64 << 10, &p.f.arena),
+                     0);
     assert_int_equal(vase_alloc_new(p.f.arena->num_pages, &alloc), 0);
     plan_fixture_shape(&p.f, &g, PLEN, PW, PBUDGET);
-    assert_int_equal(vase_alloc_reserve(alloc, p.f.n_pages + p.f.n_ring + p.f.n_plan, 0, &client,
-                                        all),
-                     0);
+    assert_int_equal(
+        vase_alloc_reserve(alloc, p.f.n_pages + p.f.n_ring + p.f.n_plan, 0, &client, all), 0);
     memcpy(p.f.pages, all, p.f.n_pages * sizeof(uint32_t));
     memcpy(p.f.ring, all + p.f.n_pages, p.f.n_ring * sizeof(uint32_t));
     memcpy(p.f.plan, all + p.f.n_pages + p.f.n_ring, p.f.n_plan * sizeof(uint32_t));
@@ -344,8 +352,8 @@ static void test_plan_run(void **state) {
         for (int own = 0; own < 2; own++) {
             p.own_ws = own;
             snprintf(what, sizeof(what), "evictor: vase_plan_run_layers %s, %s",
-                     vase_policy_to_string(policies[i]), own ? "given a new workspace" :
-                                                               "its own workspace");
+                     vase_policy_to_string(policies[i]),
+                     own ? "given a new workspace" : "its own workspace");
             assert_true(alloc_fail_sweep(what, step_plan_layers, &p, 0) > 0);
         }
         p.run = vase_plan_run_free(p.run);
@@ -402,8 +410,7 @@ static void test_allow_arena(void **state) {
     (void)state;
     assert_true(alloc_fail_sweep("allow: vase_allow_parse", step_allow, NULL, 0) >= 2);
     /* Root's supplementary groups: at least the one allocation of the list. */
-    assert_true(alloc_fail_sweep("allow: vase_allow_peer_groups", step_peer_groups, NULL, 0) >=
-                1);
+    assert_true(alloc_fail_sweep("allow: vase_allow_peer_groups", step_peer_groups, NULL, 0) >= 1);
     assert_true(alloc_fail_sweep("arena: vase_arena_new host", step_host_arena, NULL, 0) >= 1);
 }
 

@@ -28,10 +28,10 @@ static void test_allow_check(void **state) {
     uid_t uids[] = {1000, 1001};
     gid_t gids[] = {50, 60};
     struct vase_allow a = {.uids = uids, .n_uids = 2, .gids = gids, .n_gids = 2};
-    assert_int_equal(vase_allow_check(&a, self, 1001, 7, NULL, 0), 0);   /* listed user */
-    assert_int_equal(vase_allow_check(&a, self, 2000, 60, NULL, 0), 0);  /* primary group */
+    assert_int_equal(vase_allow_check(&a, self, 1001, 7, NULL, 0), 0);  /* listed user */
+    assert_int_equal(vase_allow_check(&a, self, 2000, 60, NULL, 0), 0); /* primary group */
     gid_t sup[] = {3, 4, 50};
-    assert_int_equal(vase_allow_check(&a, self, 2000, 7, sup, 3), 0);   /* supplementary */
+    assert_int_equal(vase_allow_check(&a, self, 2000, 7, sup, 3), 0); /* supplementary */
     assert_int_equal(vase_allow_check(&a, self, 2000, 7, sup, 2), -EPERM);
     assert_int_equal(vase_allow_check(&a, self, 2000, 7, NULL, 0), -EPERM);
     /* Root and the daemon's user are admitted whatever the lists say. */

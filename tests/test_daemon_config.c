@@ -115,8 +115,8 @@ static int run_vased(const char *const *args, char *out, size_t out_len) {
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &now);
-        long left_ms = 15000 - (now.tv_sec - start.tv_sec) * 1000 -
-                       (now.tv_nsec - start.tv_nsec) / 1000000;
+        long left_ms =
+            15000 - (now.tv_sec - start.tv_sec) * 1000 - (now.tv_nsec - start.tv_nsec) / 1000000;
         if (left_ms <= 0) {
             kill(pid, SIGKILL);
             killed = true;
@@ -249,8 +249,7 @@ static void test_set_get(void **state) {
 
     /* The settings of issue 7: who administers, who uses the default arena, and the memory of
      * one client's attention statistics (0 is allowed and means none, 1T is the most). */
-    assert_int_equal(vase_config_set(&c, "admin_group", "vase-admin", VASE_CONFIG_RUNTIME),
-                     -EPERM);
+    assert_int_equal(vase_config_set(&c, "admin_group", "vase-admin", VASE_CONFIG_RUNTIME), -EPERM);
     assert_int_equal(vase_config_set(&c, "admin_group", "vase-admin", 0), 0);
     assert_string_equal(c.admin_group, "vase-admin");
     assert_int_equal(vase_config_set(&c, "arena_users", "alice", VASE_CONFIG_RUNTIME), -EPERM);
@@ -259,8 +258,8 @@ static void test_set_get(void **state) {
     assert_int_equal(vase_config_set(&c, "arena_groups", "tenants", 0), 0);
     assert_string_equal(c.arena_users, "alice");
     assert_string_equal(c.arena_groups, "tenants");
-    assert_int_equal(
-        vase_config_set(&c, "max_stats_bytes_per_client", "64M", VASE_CONFIG_RUNTIME), 0);
+    assert_int_equal(vase_config_set(&c, "max_stats_bytes_per_client", "64M", VASE_CONFIG_RUNTIME),
+                     0);
     assert_int_equal(c.max_stats_bytes_per_client, 64u << 20);
     assert_int_equal(vase_config_set(&c, "max-stats-bytes-per-client", "0", 0), 0);
     assert_int_equal(c.max_stats_bytes_per_client, 0);
@@ -435,8 +434,13 @@ static void test_dump_round_trip(void **state) {
 static void test_cmdline(void **state) {
     (void)state;
     struct vase_cmdline cmd;
-    char *argv1[] = {"vased", "--runtime-dir=/tmp/r", "--log_level", "debug",
-                     "--config=/nonexistent/vased.conf", "--max-clients=9", NULL};
+    char *argv1[] = {"vased",
+                     "--runtime-dir=/tmp/r",
+                     "--log_level",
+                     "debug",
+                     "--config=/nonexistent/vased.conf",
+                     "--max-clients=9",
+                     NULL};
     assert_int_equal(vase_cmdline_parse(6, argv1, &cmd), 0);
     assert_string_equal(cmd.config_path, "/nonexistent/vased.conf");
     assert_int_equal(cmd.n_overrides, 3);
@@ -509,14 +513,12 @@ static void test_ini_key_before_section(void **state) {
     struct vase_config c;
     char log[2048];
     assert_int_equal(vase_config_init(&c), 0);
-    assert_int_equal(parse_logged(&c, "# settings\n\nmax_clients = 3\n[vased]\n", log,
-                                  sizeof(log)),
+    assert_int_equal(parse_logged(&c, "# settings\n\nmax_clients = 3\n[vased]\n", log, sizeof(log)),
                      -EINVAL);
     assert_non_null(strstr(log, "(string):3: \"max_clients\" comes before any section"));
     assert_int_equal(c.max_clients, 64);
     /* The same key under [vased] is fine. */
-    assert_int_equal(parse_logged(&c, "# settings\n\n[vased]\nmax_clients = 3\n", log,
-                                  sizeof(log)),
+    assert_int_equal(parse_logged(&c, "# settings\n\n[vased]\nmax_clients = 3\n", log, sizeof(log)),
                      0);
     assert_int_equal(c.max_clients, 3);
     assert_string_equal(log, "");
@@ -530,8 +532,9 @@ static void test_ini_duplicates(void **state) {
     assert_int_equal(vase_config_init(&c), 0);
 
     /* A key given twice, also when spelled with '-' once: both lines named. */
-    assert_int_equal(parse_logged(&c, "[vased]\nmax_clients = 3\nlog_level = debug\n"
-                                      "max-clients = 4\n",
+    assert_int_equal(parse_logged(&c,
+                                  "[vased]\nmax_clients = 3\nlog_level = debug\n"
+                                  "max-clients = 4\n",
                                   log, sizeof(log)),
                      -EEXIST);
     assert_non_null(strstr(log, "(string):4: max_clients given twice in [vased] (lines 2 and 4)"));
@@ -543,8 +546,9 @@ static void test_ini_duplicates(void **state) {
     assert_int_equal(c.max_clients, 5);
 
     /* The same key in two sections is no duplicate; twice in one arena section is. */
-    assert_int_equal(parse_logged(&c, "[vased]\narena_bytes = 1G\n[arena a]\narena_bytes = 2G\n"
-                                      "[arena b]\narena_bytes = 2G\n",
+    assert_int_equal(parse_logged(&c,
+                                  "[vased]\narena_bytes = 1G\n[arena a]\narena_bytes = 2G\n"
+                                  "[arena b]\narena_bytes = 2G\n",
                                   log, sizeof(log)),
                      0);
     assert_int_equal(c.n_extra_arenas, 2);
@@ -562,9 +566,9 @@ static void test_ini_duplicates(void **state) {
                      -EEXIST);
     assert_non_null(strstr(log, "(string):3: section [vased] given twice (lines 1 and 3)"));
     assert_int_equal(c.stats_interval, 10);
-    assert_int_equal(parse_logged(&c, "[vased]\n[arena a]\n[arena b]\n[arena  a ]\n", log,
-                                  sizeof(log)),
-                     -EEXIST);
+    assert_int_equal(
+        parse_logged(&c, "[vased]\n[arena a]\n[arena b]\n[arena  a ]\n", log, sizeof(log)),
+        -EEXIST);
     assert_non_null(strstr(log, "(string):4: arena \"a\" defined twice (lines 2 and 4)"));
     assert_int_equal(c.n_extra_arenas, 0);
     /* A second text may not redefine an arena of the first either. */
@@ -991,9 +995,12 @@ static void test_arenas_equal(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults_valid), cmocka_unit_test(test_parsers),
-        cmocka_unit_test(test_set_get),        cmocka_unit_test(test_check),
-        cmocka_unit_test(test_ini),            cmocka_unit_test(test_dump_round_trip),
+        cmocka_unit_test(test_defaults_valid),
+        cmocka_unit_test(test_parsers),
+        cmocka_unit_test(test_set_get),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_ini),
+        cmocka_unit_test(test_dump_round_trip),
         cmocka_unit_test(test_cmdline),
         cmocka_unit_test(test_ini_key_before_section),
         cmocka_unit_test(test_ini_duplicates),

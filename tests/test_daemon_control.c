@@ -256,8 +256,15 @@ static void test_peer_cred(void **state) {
     assert_int_equal(vase_control_peer_cred("a:b:0:0:1", &c), 0);
     assert_int_equal(c.uid, 0);
     static const char *const bad[] = {
-        "", "localhost", "1:2:3", "localhost:1:2", "localhost:x:2:3", "localhost:1::3",
-        "localhost:-1:2:3", "localhost:1:2:3 ", "localhost:4294967295:2:3",
+        "",
+        "localhost",
+        "1:2:3",
+        "localhost:1:2",
+        "localhost:x:2:3",
+        "localhost:1::3",
+        "localhost:-1:2:3",
+        "localhost:1:2:3 ",
+        "localhost:4294967295:2:3",
         "localhost:1:2:99999999999999999999999",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -291,12 +298,9 @@ static void test_access_classes(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_peer_cred),
-        cmocka_unit_test(test_access_classes),
-        cmocka_unit_test(test_sizes),
-        cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_fuzz),
-        cmocka_unit_test(test_peer_checks),
+        cmocka_unit_test(test_peer_cred), cmocka_unit_test(test_access_classes),
+        cmocka_unit_test(test_sizes),     cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_fuzz),      cmocka_unit_test(test_peer_checks),
     };
     vase_log_set_max_level(LOG_EMERG);
     return cmocka_run_group_tests(tests, NULL, NULL);

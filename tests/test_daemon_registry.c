@@ -60,8 +60,8 @@ static void test_layout(void **state) {
     g.dtype = (enum vase_dtype)7;
     assert_int_equal(vase_layout_compute(&g, 64 << 10, &L, &msg), -EINVAL);
     /* tokens_per_page would be 0. */
-    g = (struct vase_geometry_desc){.layers = 64, .q_heads = 64, .kv_heads = 64,
-                                    .head_dim = 128, .dtype = VASE_DTYPE_F32};
+    g = (struct vase_geometry_desc){
+        .layers = 64, .q_heads = 64, .kv_heads = 64, .head_dim = 128, .dtype = VASE_DTYPE_F32};
     msg = NULL;
     assert_int_equal(vase_layout_compute(&g, 64 << 10, &L, &msg), -EINVAL);
     assert_non_null(msg);
@@ -99,8 +99,8 @@ static int teardown(void **state) {
 }
 
 static struct vased_seq_request request(uint32_t prompt) {
-    struct vased_seq_request r = {.policy = VASE_POLICY_VASE_ATTNV, .prompt_len = prompt,
-                                 .slack = 32};
+    struct vased_seq_request r = {
+        .policy = VASE_POLICY_VASE_ATTNV, .prompt_len = prompt, .slack = 32};
     r.params = vase_params_default(256);
     r.params.window = 32;
     return r;
@@ -130,7 +130,8 @@ static void test_open_close(void **state) {
     struct vased_seq *s, *t;
     const char *msg;
 
-    assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &s, &msg), 0);
+    assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &s, &msg),
+                     0);
     /* ceil((1000 + 32 + 32) / 64) = 17 KV pages, 1 ring page, 1 plan page. */
     assert_int_equal(s->n_pages, 17);
     assert_int_equal(s->n_ring_pages, 1);
@@ -160,9 +161,11 @@ static void test_open_close(void **state) {
     assert_int_equal(f->a->n_seqs, 1);
 
     /* Two more fit (19 each), a fourth does not. */
-    assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &t, &msg), 0);
+    assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &t, &msg),
+                     0);
     struct vased_seq *u;
-    assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &u, &msg), 0);
+    assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &u, &msg),
+                     0);
     assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &u, &msg),
                      -ENOSPC);
     assert_int_equal(f->alloc->n_free, 64 - 57);
@@ -187,7 +190,8 @@ static void test_orphan(void **state) {
     struct vased_seq_request req = request(100);
     struct vased_seq *s;
     const char *msg;
-    assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &s, &msg), 0);
+    assert_int_equal(vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &s, &msg),
+                     0);
     uint32_t held = s->n_pages + s->n_ring_pages + s->n_plan_pages;
     uint32_t id = s->id;
     /* A plan is being computed when the sequence closes. */
@@ -197,8 +201,8 @@ static void test_orphan(void **state) {
     assert_int_equal(vase_registry_close_seq(f->reg, f->alloc, s), 1);
     assert_null(vase_registry_find_seq(f->reg, id));
     assert_null(s->client);
-    assert_int_equal(f->a->pages, 0);                /* uncharged */
-    assert_int_equal(f->alloc->n_free, 64 - held);   /* but still held */
+    assert_int_equal(f->a->pages, 0);              /* uncharged */
+    assert_int_equal(f->alloc->n_free, 64 - held); /* but still held */
     assert_ptr_equal(f->reg->orphans, s);
     vase_registry_reap(f->reg, f->alloc, s);
     assert_int_equal(f->alloc->n_free, 64);

@@ -94,14 +94,14 @@ static void run_as(const struct harness_daemon *d, uid_t uid, gid_t gid,
 }
 
 /* In a child: a failed expectation prints and makes the child exit non-zero. */
-#define CHILD_EXPECT(cond, ...)                                                                   \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "child uid %u, line %d: ", (unsigned)getuid(), __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                                         \
-            fputc('\n', stderr);                                                                  \
-            return 10;                                                                            \
-        }                                                                                         \
+#define CHILD_EXPECT(cond, ...)                                                                    \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "child uid %u, line %d: ", (unsigned)getuid(), __LINE__);              \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            return 10;                                                                             \
+        }                                                                                          \
     } while (0)
 
 static int call_code(const struct harness_daemon *d, Vase__Envelope__BodyCase body, void *msg,
@@ -227,9 +227,8 @@ static void test_settings_need_authority(void **state) {
 
     /* Root may; the change is logged with who made it and the old and new values. */
     assert_int_equal(config_set(&f->d, "max_clients", "12"), 0);
-    assert_int_equal(log_count(&f->d, "Setting max_clients changed from \"64\" to \"12\" by uid 0",
-                               false),
-                     1);
+    assert_int_equal(
+        log_count(&f->d, "Setting max_clients changed from \"64\" to \"12\" by uid 0", false), 1);
 }
 
 static int admin_group_part(const struct harness_daemon *d, void *arg) {
@@ -324,11 +323,11 @@ static int refusal_code(int fd) {
 }
 
 struct flood {
-    size_t n;        /* silent connections to open */
-    size_t refused;  /* the first one expected to be refused (n: none) */
-    int code;        /* with this code */
-    int ready[2];    /* child -> parent: the connections are open */
-    int done[2];     /* parent -> child: the parent has checked, close them */
+    size_t n;       /* silent connections to open */
+    size_t refused; /* the first one expected to be refused (n: none) */
+    int code;       /* with this code */
+    int ready[2];   /* child -> parent: the connections are open */
+    int done[2];    /* parent -> child: the parent has checked, close them */
 };
 
 static int flood_part(const struct harness_daemon *d, void *arg) {
@@ -352,8 +351,7 @@ static int flood_part(const struct harness_daemon *d, void *arg) {
 
 /* Runs flood_part as uid:gid in a child and, while its connections are open, connects as root
  * (which must work), then lets the child go. */
-static void flood_then_connect(struct harness_fixture *f, uid_t uid, gid_t gid,
-                               struct flood *fl) {
+static void flood_then_connect(struct harness_fixture *f, uid_t uid, gid_t gid, struct flood *fl) {
     assert_int_equal(pipe(fl->ready), 0);
     assert_int_equal(pipe(fl->done), 0);
     struct as_user a = {.d = &f->d, .uid = uid, .gid = gid, .fn = flood_part, .arg = fl};
@@ -399,8 +397,8 @@ static int run_vased_on(const char *dir, struct harness_proc *p) {
     char vased[512], dir_arg[256];
     assert_int_equal(harness_program("vased", vased, sizeof(vased)), 0);
     snprintf(dir_arg, sizeof(dir_arg), "--runtime-dir=%s", dir);
-    const char *argv[] = {vased, dir_arg, "--config=/dev/null", "--arena-bytes=1M",
-                          "--page-bytes=64K", NULL};
+    const char *argv[] = {
+        vased, dir_arg, "--config=/dev/null", "--arena-bytes=1M", "--page-bytes=64K", NULL};
     return harness_run(p, argv, NULL, 10000);
 }
 
@@ -625,8 +623,7 @@ static int list_part(const struct harness_daemon *d, const struct arena_view *v,
     CHILD_EXPECT(n_seqs == 1, "%zu sequences listed, want the caller's own", n_seqs);
 
     Vase__ListClients lc = VASE__LIST_CLIENTS__INIT;
-    CHILD_EXPECT(call_code(d, VASE__ENVELOPE__BODY_LIST_CLIENTS, &lc, &reply) == 0,
-                 "ListClients");
+    CHILD_EXPECT(call_code(d, VASE__ENVELOPE__BODY_LIST_CLIENTS, &lc, &reply) == 0, "ListClients");
     size_t n_clients = reply->clients_reply->n_clients;
     uint32_t first = n_clients ? reply->clients_reply->clients[0]->client_id : 0;
     vase__envelope__free_unpacked(reply, NULL);
@@ -652,8 +649,8 @@ static int tenant_part(const struct harness_daemon *d, void *arg) {
     struct vase_client *c = NULL;
     uint32_t id;
     CHILD_EXPECT(harness_connect(d, "tenant", &c) == 0, "connect");
-    CHILD_EXPECT(vase_arena_find(c, v->other_name, &id) == -ENOENT,
-                 "arena \"%s\" was offered", v->other_name);
+    CHILD_EXPECT(vase_arena_find(c, v->other_name, &id) == -ENOENT, "arena \"%s\" was offered",
+                 v->other_name);
     CHILD_EXPECT(vase_arena_find(c, v->own_name, &id) == 0 && id == v->own_arena,
                  "arena \"%s\" missing", v->own_name);
     struct vase_geometry g = harness_geometry();
@@ -753,15 +750,15 @@ static void test_arenas(void **state) {
     assert_non_null(strstr(p.out, "ARENA"));
     harness_proc_free(&p);
 
-    struct arena_view nobody = {.root_seq = vase_seq_id(s), .own_arena = 1, .own_name = "b",
-                                .other_name = "default"};
+    struct arena_view nobody = {
+        .root_seq = vase_seq_id(s), .own_arena = 1, .own_name = "b", .other_name = "default"};
     run_as(&f->d, nobody_uid(), nobody_gid(), tenant_part, &nobody);
     /* The events name every arena's clients: refused to a peer limited to one arena. */
     struct subscriber sb;
     assert_int_equal(pipe(sb.ready), 0);
     assert_int_equal(pipe(sb.done), 0);
-    struct as_user a = {.d = &f->d, .uid = nobody_uid(), .gid = nobody_gid(), .fn = events_part,
-                        .arg = &sb};
+    struct as_user a = {
+        .d = &f->d, .uid = nobody_uid(), .gid = nobody_gid(), .fn = events_part, .arg = &sb};
     pid_t pid;
     int status;
     char c;

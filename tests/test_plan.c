@@ -74,10 +74,18 @@ static void assert_list(const uint32_t *got, const uint32_t *want, size_t n) {
 }
 
 static const enum vase_policy all_policies[] = {
-    VASE_POLICY_VASE_ATTNV,  VASE_POLICY_VASE_DKV,          VASE_POLICY_CURDKV,
-    VASE_POLICY_SNAPKV,      VASE_POLICY_RKV,               VASE_POLICY_STREAMING,
-    VASE_POLICY_RANDOM,      VASE_POLICY_H2O,               VASE_POLICY_ATTN_SAMPLE,
-    VASE_POLICY_RANGE_ATTN,  VASE_POLICY_RANGE_SAMPLE_ATTN, VASE_POLICY_EVICT_LARGE_RANGE,
+    VASE_POLICY_VASE_ATTNV,
+    VASE_POLICY_VASE_DKV,
+    VASE_POLICY_CURDKV,
+    VASE_POLICY_SNAPKV,
+    VASE_POLICY_RKV,
+    VASE_POLICY_STREAMING,
+    VASE_POLICY_RANDOM,
+    VASE_POLICY_H2O,
+    VASE_POLICY_ATTN_SAMPLE,
+    VASE_POLICY_RANGE_ATTN,
+    VASE_POLICY_RANGE_SAMPLE_ATTN,
+    VASE_POLICY_EVICT_LARGE_RANGE,
 };
 #define N_POLICIES (sizeof(all_policies) / sizeof(all_policies[0]))
 
@@ -115,12 +123,12 @@ static void test_params_check(void **state) {
     assert_int_equal(vase_params_check(NULL, VASE_POLICY_VASE_ATTNV), -EINVAL);
     assert_int_equal(vase_params_check(&ok, _VASE_POLICY_MAX), -EINVAL);
 
-#define EXPECT_CHECK(field, value, want)                                                        \
-    do {                                                                                        \
-        p = ok;                                                                                 \
-        p.field = (value);                                                                      \
-        for (size_t i_ = 0; i_ < N_POLICIES; i_++)                                              \
-            assert_int_equal(vase_params_check(&p, all_policies[i_]), (want));                  \
+#define EXPECT_CHECK(field, value, want)                                                           \
+    do {                                                                                           \
+        p = ok;                                                                                    \
+        p.field = (value);                                                                         \
+        for (size_t i_ = 0; i_ < N_POLICIES; i_++)                                                 \
+            assert_int_equal(vase_params_check(&p, all_policies[i_]), (want));                     \
     } while (0)
 
     /* The budget must be a multiple of the window and larger than it. */
@@ -202,8 +210,8 @@ static void test_policy_names(void **state) {
         assert_int_equal(p, i);
     }
     assert_null(vase_policy_to_string(_VASE_POLICY_MAX));
-    static const char *const bad[] = {"", "VASE-ATTNV", "vase_attnv", "snap", "snapkv ",
-                                      "range_sink_sample_attn"};
+    static const char *const bad[] = {"",     "VASE-ATTNV", "vase_attnv",
+                                      "snap", "snapkv ",    "range_sink_sample_attn"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         enum vase_policy p = (enum vase_policy)99;
         assert_int_equal(vase_policy_from_string(bad[i], &p), -EINVAL);
@@ -260,8 +268,12 @@ static void test_policy_from_mode(void **state) {
         assert_int_equal(p, modes[i].p);
         assert_int_equal(m, modes[i].m);
     }
-    static const char *const bad[] = {"", "RANGE_SINK_SAMPLE_ATTN", "range-sink-sample-attn",
-                                      "l1_sink_sample_attn", "vase-attnv", "attn_"};
+    static const char *const bad[] = {"",
+                                      "RANGE_SINK_SAMPLE_ATTN",
+                                      "range-sink-sample-attn",
+                                      "l1_sink_sample_attn",
+                                      "vase-attnv",
+                                      "attn_"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         enum vase_policy p = (enum vase_policy)99;
         enum vase_metric m = (enum vase_metric)99;
@@ -670,8 +682,8 @@ struct layer {
 
 static void layer_new(struct layer *L, uint32_t hkv, uint32_t hq, uint32_t n, uint32_t w,
                       uint32_t dim, uint32_t rank, uint64_t seed) {
-    *L = (struct layer){.hkv = hkv, .hq = hq, .n = n, .w = w, .dim = dim, .len = n + w,
-                        .rank = rank};
+    *L = (struct layer){
+        .hkv = hkv, .hq = hq, .n = n, .w = w, .dim = dim, .len = n + w, .rank = rank};
     size_t kv = (size_t)hkv * L->len * dim;
     L->k = malloc(kv * sizeof(float));
     L->v = malloc(kv * sizeof(float));
@@ -1109,7 +1121,8 @@ static void test_plan_threads_repeatable(void **state) {
     layer_free(&L);
     if (differ)
         fail_msg("%d of %d multi-threaded plans differ from the single-threaded one (first: run "
-                 "%d, %u threads)", differ, 2 * iters, first, first_threads);
+                 "%d, %u threads)",
+                 differ, 2 * iters, first, first_threads);
 }
 
 /* A workspace reused across layers of different sizes gives the plans of fresh ones. */
@@ -1239,15 +1252,24 @@ static void test_plan_nonfinite_rejected(void **state) {
         enum vase_policy p;
         char where; /* 'k', 'v' or 'q' */
     } cases[] = {
-        {VASE_POLICY_VASE_ATTNV, 'k'},        {VASE_POLICY_VASE_ATTNV, 'v'},
-        {VASE_POLICY_VASE_ATTNV, 'q'},        {VASE_POLICY_VASE_DKV, 'k'},
-        {VASE_POLICY_VASE_DKV, 'v'},          {VASE_POLICY_CURDKV, 'k'},
-        {VASE_POLICY_CURDKV, 'v'},            {VASE_POLICY_SNAPKV, 'k'},
-        {VASE_POLICY_SNAPKV, 'q'},            {VASE_POLICY_RKV, 'k'},
-        {VASE_POLICY_RKV, 'q'},               {VASE_POLICY_ATTN_SAMPLE, 'k'},
-        {VASE_POLICY_ATTN_SAMPLE, 'q'},       {VASE_POLICY_RANGE_ATTN, 'v'},
-        {VASE_POLICY_RANGE_ATTN, 'q'},        {VASE_POLICY_RANGE_SAMPLE_ATTN, 'k'},
-        {VASE_POLICY_RANGE_SAMPLE_ATTN, 'v'}, {VASE_POLICY_EVICT_LARGE_RANGE, 'v'},
+        {VASE_POLICY_VASE_ATTNV, 'k'},
+        {VASE_POLICY_VASE_ATTNV, 'v'},
+        {VASE_POLICY_VASE_ATTNV, 'q'},
+        {VASE_POLICY_VASE_DKV, 'k'},
+        {VASE_POLICY_VASE_DKV, 'v'},
+        {VASE_POLICY_CURDKV, 'k'},
+        {VASE_POLICY_CURDKV, 'v'},
+        {VASE_POLICY_SNAPKV, 'k'},
+        {VASE_POLICY_SNAPKV, 'q'},
+        {VASE_POLICY_RKV, 'k'},
+        {VASE_POLICY_RKV, 'q'},
+        {VASE_POLICY_ATTN_SAMPLE, 'k'},
+        {VASE_POLICY_ATTN_SAMPLE, 'q'},
+        {VASE_POLICY_RANGE_ATTN, 'v'},
+        {VASE_POLICY_RANGE_ATTN, 'q'},
+        {VASE_POLICY_RANGE_SAMPLE_ATTN, 'k'},
+        {VASE_POLICY_RANGE_SAMPLE_ATTN, 'v'},
+        {VASE_POLICY_EVICT_LARGE_RANGE, 'v'},
     };
     static const float bad[] = {NAN, INFINITY, -INFINITY};
     const uint32_t K = 12, H = 2;
@@ -1342,8 +1364,8 @@ static void test_plan_nonfinite_half(void **state) {
                         used += (size_t)snprintf(failures + used, sizeof(failures) - used,
                                                  "  %s, %s %s in %c: returned %d%s\n",
                                                  vase_policy_to_string(cases[c].p),
-                                                 vase_dtype_to_string(dtype), b ? "NaN" : "Inf",
-                                                 *w, r, untouched ? "" : ", plan written");
+                                                 vase_dtype_to_string(dtype), b ? "NaN" : "Inf", *w,
+                                                 r, untouched ? "" : ", plan written");
                 }
     }
     if (used)
@@ -1357,22 +1379,22 @@ static void test_plan_invalid_inputs(void **state) {
     uint32_t keep[2 * 12 + 1];
     struct vase_plan_input in;
 
-#define EXPECT_EINVAL(policy, mutation)                                                          \
-    do {                                                                                         \
-        in = layer_input(&L, (policy));                                                          \
-        mutation;                                                                                \
-        fill_sentinel(keep, 2 * 12 + 1);                                                         \
-        assert_int_equal(vase_plan(&in, 1, NULL, keep), -EINVAL);                                \
-        assert_int_equal(vase_plan(&in, 2, NULL, keep), -EINVAL);                                \
-        assert_int_equal(vase_plan_heads(&in, 0, 2, NULL, keep), -EINVAL);                       \
-        assert_all_sentinel(keep, 2 * 12 + 1);                                                   \
+#define EXPECT_EINVAL(policy, mutation)                                                            \
+    do {                                                                                           \
+        in = layer_input(&L, (policy));                                                            \
+        mutation;                                                                                  \
+        fill_sentinel(keep, 2 * 12 + 1);                                                           \
+        assert_int_equal(vase_plan(&in, 1, NULL, keep), -EINVAL);                                  \
+        assert_int_equal(vase_plan(&in, 2, NULL, keep), -EINVAL);                                  \
+        assert_int_equal(vase_plan_heads(&in, 0, 2, NULL, keep), -EINVAL);                         \
+        assert_all_sentinel(keep, 2 * 12 + 1);                                                     \
     } while (0)
 
     /* Sanity: the unmodified input plans. */
     in = layer_input(&L, VASE_POLICY_VASE_ATTNV);
     assert_int_equal(vase_plan(&in, 1, NULL, keep), 0);
 
-    EXPECT_EINVAL(VASE_POLICY_VASE_ATTNV, in.params.budget = 18);     /* not a multiple of W */
+    EXPECT_EINVAL(VASE_POLICY_VASE_ATTNV, in.params.budget = 18); /* not a multiple of W */
     EXPECT_EINVAL(VASE_POLICY_VASE_ATTNV, in.params.smooth = 2);
     EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.params.temperature = 0.0f);
     EXPECT_EINVAL(VASE_POLICY_RKV, in.params.lambda = 2.0f);
@@ -1381,14 +1403,14 @@ static void test_plan_invalid_inputs(void **state) {
     EXPECT_EINVAL(VASE_POLICY_STREAMING, in.n = 11); /* fewer candidates than K = 12 */
     EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.n = 11);
     EXPECT_EINVAL(VASE_POLICY_STREAMING, in.k.heads = 0);
-    EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.hq = 3);               /* not a multiple of Hkv */
-    EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.q.heads = 2);          /* != hq */
-    EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.q.dim = 2);            /* != k.dim */
+    EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.hq = 3);      /* not a multiple of Hkv */
+    EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.q.heads = 2); /* != hq */
+    EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.q.dim = 2);   /* != k.dim */
     EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.q.base = NULL);
     EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.k.dim = 0);
     EXPECT_EINVAL(VASE_POLICY_SNAPKV, in.k.dtype = _VASE_DTYPE_MAX);
-    EXPECT_EINVAL(VASE_POLICY_VASE_ATTNV, in.v.heads = 1);      /* != k.heads */
-    EXPECT_EINVAL(VASE_POLICY_VASE_ATTNV, in.v.dim = 2);        /* != k.dim */
+    EXPECT_EINVAL(VASE_POLICY_VASE_ATTNV, in.v.heads = 1); /* != k.heads */
+    EXPECT_EINVAL(VASE_POLICY_VASE_ATTNV, in.v.dim = 2);   /* != k.dim */
     EXPECT_EINVAL(VASE_POLICY_VASE_DKV, in.v.base = NULL);
     EXPECT_EINVAL(VASE_POLICY_EVICT_LARGE_RANGE, in.v.dim = 0);
     EXPECT_EINVAL(VASE_POLICY_H2O, in.acc = NULL);

@@ -51,8 +51,8 @@ static int ws_teardown(void **state) {
  * A plan input over contiguous float32 arrays: k [hkv][n][dim], q [hq][w][dim]. Only what
  * vase_score_attention() reads is set: the window, temperature and smoothing.
  */
-static struct vase_plan_input attn_input(float *k, float *q, uint32_t hkv, uint32_t hq,
-                                         uint32_t n, uint32_t w, uint32_t dim, float temperature,
+static struct vase_plan_input attn_input(float *k, float *q, uint32_t hkv, uint32_t hq, uint32_t n,
+                                         uint32_t w, uint32_t dim, float temperature,
                                          uint32_t smooth) {
     struct vase_params p = vase_params_default(2 * w);
     p.window = w;
@@ -176,8 +176,8 @@ static void test_attention_groups_and_window(void **state) {
                     double logit[N], mx = -INFINITY, sum = 0.0;
                     for (int j = 0; j < N; j++) {
                         const float *qi = q + (h * W + i) * D, *kj = k + (g * N + j) * D;
-                        logit[j] = ((double)qi[0] * kj[0] + (double)qi[1] * kj[1]) /
-                                   (sqrt((double)D) * T);
+                        logit[j] =
+                            ((double)qi[0] * kj[0] + (double)qi[1] * kj[1]) / (sqrt((double)D) * T);
                         mx = fmax(mx, logit[j]);
                     }
                     for (int j = 0; j < N; j++)
@@ -264,7 +264,7 @@ static void test_value_metrics(void **state) {
     (void)state;
     enum { N = 3, D = 4 };
     /* Two heads; head 1 holds the rows above, head 0 something else. */
-    float v[2 * N * D] = {9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9,
+    float v[2 * N * D] = {9, 9,  9, 9, 9, 9, 9, 9, 9,  9,  9,  9,
                           1, -3, 2, 0, 2, 2, 2, 2, -1, -5, -2, -4};
     struct vase_view view = vase_view_contiguous(v, VASE_DTYPE_F32, 2, N, D);
     static const double want[_VASE_METRIC_MAX][N] = {
@@ -403,7 +403,6 @@ static void test_leverage_injected(void **state) {
     assert_int_equal(vase_score_leverage(&kv, &vv, 0, N, gm, 1, ws, out), 0);
     for (int j = 0; j < N; j++)
         assert_close(out[j], 1.0 / 3, 1e-6);
-
 }
 
 /* NaN or Inf anywhere in K or V of the head read: -EINVAL. */

@@ -66,8 +66,7 @@ static double bf16_value(uint16_t h) {
  * lo + 1 by distance, ties to the even pattern. max_finite is the largest finite pattern; the
  * pattern after it (Inf) stands for the value one ulp further, as rounding defines it.
  */
-static uint16_t ref_round(double x, uint16_t max_finite, double (*value)(uint16_t),
-                          double beyond) {
+static uint16_t ref_round(double x, uint16_t max_finite, double (*value)(uint16_t), double beyond) {
     uint32_t lo = 0, hi = max_finite;
     if (x >= value(max_finite)) {
         lo = max_finite;
@@ -94,7 +93,7 @@ static void test_dtype_sizes_and_names(void **state) {
     assert_int_equal(vase_dtype_size(VASE_DTYPE_F16), 2);
     assert_int_equal(vase_dtype_size(VASE_DTYPE_BF16), 2);
     assert_int_equal(vase_dtype_size(_VASE_DTYPE_MAX), 0);
-    assert_int_equal(vase_dtype_size((enum vase_dtype)-1), 0);
+    assert_int_equal(vase_dtype_size((enum vase_dtype) - 1), 0);
 
     assert_string_equal(vase_dtype_to_string(VASE_DTYPE_F32), "f32");
     assert_string_equal(vase_dtype_to_string(VASE_DTYPE_F16), "f16");
@@ -105,8 +104,8 @@ static void test_dtype_sizes_and_names(void **state) {
         const char *name;
         enum vase_dtype dtype;
     } good[] = {
-        {"f32", VASE_DTYPE_F32},   {"float32", VASE_DTYPE_F32},  {"f16", VASE_DTYPE_F16},
-        {"float16", VASE_DTYPE_F16}, {"bf16", VASE_DTYPE_BF16}, {"bfloat16", VASE_DTYPE_BF16},
+        {"f32", VASE_DTYPE_F32},     {"float32", VASE_DTYPE_F32}, {"f16", VASE_DTYPE_F16},
+        {"float16", VASE_DTYPE_F16}, {"bf16", VASE_DTYPE_BF16},   {"bfloat16", VASE_DTYPE_BF16},
     };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         enum vase_dtype d = (enum vase_dtype)77;
@@ -140,14 +139,14 @@ static void test_f16_known_values(void **state) {
         uint16_t h;
     } cases[] = {
         {0.0f, 0x0000},
-        {1.0f, 0x3c00},          /* exponent 15, mantissa 0 */
-        {-2.0f, 0xc000},         /* sign, exponent 16 */
-        {0.5f, 0x3800},          /* exponent 14 */
+        {1.0f, 0x3c00},            /* exponent 15, mantissa 0 */
+        {-2.0f, 0xc000},           /* sign, exponent 16 */
+        {0.5f, 0x3800},            /* exponent 14 */
         {1.0f + 0x1p-10f, 0x3c01}, /* one ulp above 1 */
-        {65504.0f, 0x7bff},      /* largest finite: (2 - 2^-10) * 2^15 */
-        {0x1p-14f, 0x0400},      /* smallest normal */
-        {0x1p-24f, 0x0001},      /* smallest subnormal */
-        {0x1p-15f, 0x0200},      /* a subnormal: 512 * 2^-24 */
+        {65504.0f, 0x7bff},        /* largest finite: (2 - 2^-10) * 2^15 */
+        {0x1p-14f, 0x0400},        /* smallest normal */
+        {0x1p-24f, 0x0001},        /* smallest subnormal */
+        {0x1p-15f, 0x0200},        /* a subnormal: 512 * 2^-24 */
         {3 * 0x1p-24f, 0x0003},
         {1023 * 0x1p-24f, 0x03ff}, /* largest subnormal */
         {-1023 * 0x1p-24f, 0x83ff},
@@ -282,11 +281,11 @@ static void test_bf16_known_values(void **state) {
         {0.0f, 0x0000},
         {1.0f, 0x3f80},
         {-2.0f, 0xc000},
-        {1.0f + 0x1p-7f, 0x3f81},        /* one bfloat16 ulp above 1 */
-        {0x1p-126f, 0x0080},              /* smallest normal */
-        {0x1p-133f, 0x0001},              /* smallest subnormal */
-        {127 * 0x1p-133f, 0x007f},        /* largest subnormal */
-        {0x1.fep127f, 0x7f7f},            /* largest finite */
+        {1.0f + 0x1p-7f, 0x3f81},  /* one bfloat16 ulp above 1 */
+        {0x1p-126f, 0x0080},       /* smallest normal */
+        {0x1p-133f, 0x0001},       /* smallest subnormal */
+        {127 * 0x1p-133f, 0x007f}, /* largest subnormal */
+        {0x1.fep127f, 0x7f7f},     /* largest finite */
         {INFINITY, 0x7f80},
         {-INFINITY, 0xff80},
         /* Rounding, to nearest even: halfway between 1 and 1 + 2^-7 goes to 1; halfway
