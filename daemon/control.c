@@ -250,7 +250,7 @@ static bool authorize(struct vased *d, struct vased_client *c, const struct vase
         vase_reply_error(d, p, ENOMEM, "out of memory");
         return false;
     }
-    if (need == VASE_CONTROL_ACCESS_ALLOWED && !who->allowed) {
+    if (need == VASE_CONTROL_ACCESS_ALLOWED && !who->allowed && !who->admin) {
         vase_reply_error(d, p, EPERM,
                          "%s needs a uid that allow_users/allow_groups admit (uid %u "
                          "is not)",

@@ -234,6 +234,10 @@ static void test_settings_need_authority(void **state) {
 static int admin_group_part(const struct harness_daemon *d, void *arg) {
     (void)arg;
     CHILD_EXPECT(config_set(d, "max_clients", "10") == 0, "admin_group member refused");
+    /* Who may change the daemon may also read it, allow-list or not. */
+    Vase__ListClients lc = VASE__LIST_CLIENTS__INIT;
+    CHILD_EXPECT(call_code(d, VASE__ENVELOPE__BODY_LIST_CLIENTS, &lc, NULL) == 0,
+                 "ListClients refused to an admin_group member");
     return 0;
 }
 
