@@ -407,6 +407,14 @@ ALLOC_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wra
 $(BUILD)/tests/test_daemon_alloc_fail: TEST_WRAP := $(ALLOC_WRAP)
 $(BUILD)/tests/test_daemon_alloc_fail: $(BUILD)/tests/alloc_fail.o
 
+# vased with the allocation-failure hook, armed on its main thread once it is ready
+# (tests/vased_alloc_fail.c); test_integration_alloc_fail starts it. Only for the tests.
+VASED_ALLOC_FAIL := $(BUILD)/tests/vased_alloc_fail
+$(VASED_ALLOC_FAIL): $(BUILD)/daemon/main.o $(BUILD)/tests/vased_alloc_fail.o \
+                     $(BUILD)/tests/alloc_fail.o $(DAEMON_LIB) $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) $(ALLOC_WRAP) -Wl,--wrap=sd_notify -o $@ $^ -lcmocka $(DAEMON_LIBS)
+
 $(CLIENT_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBVASE_A)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) $(TEST_WRAP) -o $@ $^ -lcmocka $(LIBVASE_LIBS)
@@ -425,6 +433,7 @@ $(INTEGRATION_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(INTEGRATION_SUPPORT
 # libvase's sweep against a real daemon: only the test process's allocations are wrapped.
 $(BUILD)/tests/test_integration_alloc_fail: TEST_WRAP := $(ALLOC_WRAP)
 $(BUILD)/tests/test_integration_alloc_fail: $(BUILD)/tests/alloc_fail.o
+$(BUILD)/tests/test_integration_alloc_fail: | $(VASED_ALLOC_FAIL)
 
 # Integration tests need the programs they start.
 $(INTEGRATION_TESTS): | $(VASED) $(VASECTL) $(EXAMPLES) $(REPLAY_ENGINE)

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <zmq.h>
@@ -20,6 +21,30 @@
 #include "state.h"
 #include "wire.h"
 
+/* A reply that cannot be packed for want of memory still gets an answer, an ENOMEM Error small
+ * enough to pack on the stack, so that the peer is not left waiting for its timeout. */
+static void send_enomem(struct vased *d, const struct vase_reply_to *p) {
+    Vase__Error err = VASE__ERROR__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    uint8_t buf[128];
+
+    err.code = ENOMEM;
+    err.message = "out of memory";
+    e.version = VASE_WIRE_VERSION;
+    e.incarnation = d->incarnation;
+    e.request_id = p->request_id;
+    e.body_case = VASE__ENVELOPE__BODY_ERROR;
+    e.error = &err;
+    size_t len = vase__envelope__get_packed_size(&e);
+    if (len > sizeof(buf))
+        return;
+    vase__envelope__pack(&e, buf);
+    d->errors_total++;
+    if (zmq_send(d->router, p->id, p->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(d->router, buf, len, ZMQ_DONTWAIT) < 0)
+        log_debug("Dropped an out-of-memory reply: %s", zmq_strerror(zmq_errno()));
+}
+
 int vase_reply_send(struct vased *d, const struct vase_reply_to *p, Vase__Envelope *e) {
     void *buf;
     size_t len;
@@ -27,8 +52,10 @@ int vase_reply_send(struct vased *d, const struct vase_reply_to *p, Vase__Envelo
     e->version = VASE_WIRE_VERSION;
     e->incarnation = d->incarnation;
     e->request_id = p->request_id;
-    if (vase_wire_pack(e, &buf, &len) < 0)
+    if (vase_wire_pack(e, &buf, &len) < 0) {
+        send_enomem(d, p);
         return log_oom();
+    }
     /* ROUTER_MANDATORY is off: a reply to a vanished peer is dropped, never blocks. */
     if (zmq_send(d->router, p->id, p->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
         zmq_send(d->router, buf, len, ZMQ_DONTWAIT) < 0)

@@ -208,6 +208,8 @@ struct poll_set {
 };
 
 enum { ITEM_ROUTER, ITEM_EVICTOR, ITEM_SIGNAL, ITEM_TIMER, ITEM_ZAP, ITEM_FIXED };
+/* How soon the loop tries again to grow a poll set it could not grow. */
+#define POLL_RETRY_MS 100
 
 static int poll_set_reserve(struct poll_set *ps, size_t need) {
     if (need <= ps->cap)
@@ -225,33 +227,46 @@ static int poll_set_reserve(struct poll_set *ps, size_t need) {
     return 0;
 }
 
+/*
+ * Fills the set with as many items as it has room for, the fixed ones first: the daemon must
+ * keep answering control requests and signals when it cannot grow the set. Returns 0 when
+ * every item is in, 1 when some sessions were left out (the caller polls again soon, when the
+ * set may grow).
+ */
 static int poll_set_fill(struct vased *d, struct poll_set *ps) {
-    int r = poll_set_reserve(ps, ITEM_FIXED + 1 + d->n_pending + d->reg->n_clients);
-    if (r < 0)
-        return r;
+    size_t need = ITEM_FIXED + 1 + d->n_pending + d->reg->n_clients;
+    bool short_of_room = poll_set_reserve(ps, need) < 0;
+    size_t cap = ps->cap;
     zmq_pollitem_t *items = ps->items;
     size_t n = 0;
+    if (cap < ITEM_FIXED) {
+        ps->n = 0;
+        ps->listener = SIZE_MAX;
+        ps->pending0 = ps->clients0 = 0;
+        ps->n_pending = 0;
+        return 1;
+    }
     items[n++] = (zmq_pollitem_t){.socket = d->router, .events = ZMQ_POLLIN};
     items[n++] = (zmq_pollitem_t){.socket = vase_evictor_socket(d->evictor), .events = ZMQ_POLLIN};
     items[n++] = (zmq_pollitem_t){.fd = d->signal_fd, .events = ZMQ_POLLIN};
     items[n++] = (zmq_pollitem_t){.fd = d->timer_fd, .events = ZMQ_POLLIN};
     items[n++] = (zmq_pollitem_t){.socket = d->zap, .events = ZMQ_POLLIN};
     ps->listener = SIZE_MAX;
-    if (d->session_fd >= 0) {
+    if (d->session_fd >= 0 && n < cap) {
         ps->listener = n;
         items[n++] = (zmq_pollitem_t){.fd = d->session_fd, .events = ZMQ_POLLIN};
     }
     ps->pending0 = n;
-    ps->n_pending = d->n_pending;
-    for (size_t i = 0; i < d->n_pending; i++)
+    for (size_t i = 0; i < d->n_pending && n < cap; i++)
         items[n++] = (zmq_pollitem_t){.fd = d->pending[i].fd, .events = ZMQ_POLLIN};
+    ps->n_pending = n - ps->pending0;
     ps->clients0 = n;
-    for (struct vased_client *c = d->reg->clients; c; c = c->next) {
+    for (struct vased_client *c = d->reg->clients; c && n < cap; c = c->next) {
         ps->owners[n - ps->clients0] = c;
         items[n++] = (zmq_pollitem_t){.fd = c->fd, .events = ZMQ_POLLIN};
     }
     ps->n = n;
-    return 0;
+    return short_of_room ? 1 : 0;
 }
 
 /* Pending sessions, clients' sessions, then new connections. */
@@ -272,14 +287,16 @@ static int main_loop(struct vased *d) {
     int r = 0;
 
     while (!d->quit) {
-        if ((r = poll_set_fill(d, &ps)) < 0)
-            break;
-        if (zmq_poll(ps.items, (int)ps.n, -1) < 0) {
+        /* Out of memory for the whole set: poll what fits, and try again shortly. */
+        long timeout_ms = poll_set_fill(d, &ps) > 0 ? POLL_RETRY_MS : -1;
+        if (zmq_poll(ps.items, (int)ps.n, timeout_ms) < 0) {
             if (zmq_errno() == EINTR)
                 continue;
             r = log_error_errno(-zmq_errno(), "zmq_poll() failed: %m");
             break;
         }
+        if (ps.n == 0)
+            continue;
         if (ps.items[ITEM_SIGNAL].revents)
             on_signal(d);
         if (ps.items[ITEM_TIMER].revents)

@@ -166,14 +166,29 @@ void alloc_fail_resume(void) {
     hook.armed = true;
 }
 
+void alloc_fail_at(unsigned n) {
+    hook.fail_at = n;
+    pthread_mutex_lock(&live_lock);
+    hook.n_live = 0;
+    memset(hook.live, 0, sizeof(hook.live));
+    pthread_mutex_unlock(&live_lock);
+}
+
+bool alloc_fail_injected(void) {
+    return hook.injected;
+}
+
+unsigned alloc_fail_live(void) {
+    pthread_mutex_lock(&live_lock);
+    unsigned n = hook.n_live;
+    pthread_mutex_unlock(&live_lock);
+    return n;
+}
+
 unsigned alloc_fail_sweep(const char *what, alloc_fail_step step, void *ctx, int success) {
     unsigned n;
     for (n = 1;; n++) {
-        hook.fail_at = n;
-        pthread_mutex_lock(&live_lock);
-        hook.n_live = 0;
-        memset(hook.live, 0, sizeof(hook.live));
-        pthread_mutex_unlock(&live_lock);
+        alloc_fail_at(n);
         int r = step(ctx);
         alloc_fail_disarm();
         if (hook.n_live != 0)

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
+#include <stdbool.h>
+
 /*
  * Allocation-failure injection for the tests that sweep it (test_daemon_alloc_fail,
  * test_client_alloc_fail, test_integration_alloc_fail). A binary that links tests/alloc_fail.c
@@ -20,6 +22,15 @@ void alloc_fail_disarm(void);
 /* Arms the hook again, for the calling thread, without restarting the count: for a step that
  * must do something of its own (play the peer) between the calls under test. */
 void alloc_fail_resume(void);
+
+/* For a process that runs one step of a sweep driven from outside (build/tests/vased_alloc_fail):
+ * the nth allocation from the next arming is the one to fail, and the set of tracked blocks is
+ * emptied. */
+void alloc_fail_at(unsigned n);
+/* Whether the allocation chosen by alloc_fail_at() (or the sweep) was reached and failed. */
+bool alloc_fail_injected(void);
+/* How many blocks allocated while armed have not been freed yet. */
+unsigned alloc_fail_live(void);
 
 /*
  * A sweep step does its set-up, arms the hook around the calls under test, disarms it, checks

@@ -659,7 +659,8 @@ int harness_daemon_start(struct harness_daemon *d, const char *const *args) {
     if (d->pid > 0)
         return -EBUSY;
     char path[PATH_MAX];
-    int r = harness_program("vased", path, sizeof(path));
+    const char *program = getenv("VASE_VASED_PROGRAM");
+    int r = harness_program(program && program[0] ? program : "vased", path, sizeof(path));
     if (r < 0)
         return r;
     if (!d->dir[0] && (r = make_runtime_dir(d)) < 0)

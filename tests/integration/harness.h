@@ -63,7 +63,8 @@ struct harness_daemon {
 };
 
 /*
- * Starts build/vased with --runtime-dir, an empty --config file, --evictor-threads=2 and the
+ * Starts build/vased (or the program of the build tree named by $VASE_VASED_PROGRAM, such as
+ * "tests/vased_alloc_fail") with --runtime-dir, an empty --config file, --evictor-threads=2 and the
  * small arena above, then args (NULL-terminated "--key=value" strings, later ones win; may be
  * NULL). The first start makes a fresh directory under /tmp; later starts reuse d->dir (a
  * restart on the same runtime directory). Waits until the daemon answers Ping and records its
