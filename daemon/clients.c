@@ -127,6 +127,8 @@ static void on_pending(struct vased *d, size_t i) {
         refuse(d, pend.fd, EINVAL, "the first packet of a session must be a SessionHello");
     else if (r == -EBADMSG || r == -EMSGSIZE)
         refuse(d, pend.fd, -r, "the session packet is not a vase.Envelope");
+    else if (r == -ENOMEM)
+        refuse(d, pend.fd, ENOMEM, "out of memory");
     if (r < 0 || e->body_case != VASE__ENVELOPE__BODY_HELLO) {
         if (r < 0 && r != -ECONNRESET)
             log_debug_errno(r, "Session of pid %d dropped before its hello: %m",
@@ -150,9 +152,12 @@ static void on_pending(struct vased *d, size_t i) {
         return;
     }
 
+    const char *name = e->hello->name ? e->hello->name : "";
+    char *name_copy = strndup(name, VASE_MAX_NAME);
     struct vased_client *c;
-    r = vase_registry_add_client(d->reg, pend.fd, &c);
+    r = name_copy ? vase_registry_add_client(d->reg, pend.fd, &c) : -ENOMEM;
     if (r < 0) {
+        free(name_copy);
         refuse(d, pend.fd, -r, "cannot register the client: %s", strerror(-r));
         vase__envelope__free_unpacked(e, NULL);
         drop_pending(d, i);
@@ -160,8 +165,7 @@ static void on_pending(struct vased *d, size_t i) {
     }
     /* The registry owns the fd now. */
     d->pending[i] = d->pending[--d->n_pending];
-    const char *name = e->hello->name ? e->hello->name : "";
-    c->name = strndup(name, VASE_MAX_NAME);
+    c->name = name_copy;
     c->pid = (uint32_t)pend.cred.pid;
     c->uid = pend.cred.uid;
     c->gid = pend.cred.gid;
@@ -170,8 +174,11 @@ static void on_pending(struct vased *d, size_t i) {
     vase__envelope__free_unpacked(e, NULL);
 
     r = send_welcome(d, c);
-    if (r < 0 || !c->name) {
+    if (r < 0) {
         log_warning_errno(r, "Cannot welcome pid %u: %m", c->pid);
+        /* Tell the peer why, if the socket still takes it: a wait for a welcome that will not
+         * come would end only in its timeout. */
+        vase_session_send_error(c->fd, d->incarnation, -r, "cannot send the welcome");
         vase_registry_remove_client(d->reg, c);
         return;
     }
