@@ -40,27 +40,34 @@ struct fixture {
     uint32_t pages_total;
 };
 
-/* The calls under test, stopping at the first that fails. */
-static int client_cycle(const struct harness_daemon *d, struct vase_client **c,
-                        struct vase_seq **s) {
-    struct vase_connect_options opts = {
-        .runtime_dir = d->dir,
-        .name = "alloc-fail",
-        .timeout_ms = HARNESS_CLIENT_MS,
-    };
+/*
+ * One client's life, stopping at the first call that fails: connect, register, open a sync
+ * sequence of policy, the prompt, statistics for every layer when with_stats, appends up to the
+ * first eviction (whose plan the sync append applies and commits), close, disconnect.
+ */
+static int client_life(const struct harness_daemon *d, enum vase_policy policy, bool with_stats,
+                       struct vase_client **c, struct vase_seq **s) {
     struct vase_geometry g = harness_geometry();
-    struct vase_seq_config cfg =
-        harness_seq_config(VASE_POLICY_VASE_ATTNV, BUDGET, WINDOW, PROMPT, VASE_MODE_SYNC);
+    struct vase_seq_config cfg = harness_seq_config(policy, BUDGET, WINDOW, PROMPT, VASE_MODE_SYNC);
     struct vase_model *m;
+    float values[2 * PROMPT];
     int r;
 
-    if ((r = vase_connect(&opts, c)) < 0)
+    for (size_t i = 0; i < 2 * PROMPT; i++)
+        values[i] = (float)i / 16;
+    if ((r = harness_connect(d, "alloc-fail", c)) < 0)
         return r;
     if ((r = vase_model_register(*c, &g, &m)) < 0)
         return r;
     if ((r = vase_seq_open(*c, m, &cfg, s)) < 0)
         return r;
     if ((r = harness_append_tokens(*s, &g, 1, PROMPT, true)) < 0)
+        return r;
+    for (uint32_t l = 0; with_stats && l < g.layers; l++)
+        if ((r = vase_seq_push_stats(*s, l, VASE_STATS_ACC_ADD, values, PROMPT)) < 0)
+            return r;
+    /* A refused push is returned by the sequence's next call once its reply has come. */
+    if (with_stats && (r = vase_seq_flush(*s)) < 0)
         return r;
     /* One token a call: the last one fires the eviction, whose plan a sync append applies. */
     if ((r = harness_append_tokens(*s, &g, 1, STEPS_TO_FIRST, false)) < 0)
@@ -69,7 +76,8 @@ static int client_cycle(const struct harness_daemon *d, struct vase_client **c,
         fail_msg("%d plans applied on the way to the first eviction, expected 1", r);
     if (vase_seq_len(*s) != BUDGET)
         fail_msg("length %u after the eviction, expected %u", vase_seq_len(*s), BUDGET);
-    if ((r = vase_seq_poll(*s)) < 0)
+    /* The commit's reply is read here, so a refused commit shows. */
+    if ((r = vase_seq_flush(*s)) < 0)
         return r;
     r = vase_seq_close(*s);
     *s = NULL;
@@ -85,7 +93,7 @@ static int step_client(void *ctx) {
     struct vase_seq *s = NULL;
 
     alloc_fail_arm();
-    int r = client_cycle(&f->h.d, &c, &s);
+    int r = client_life(&f->h.d, VASE_POLICY_VASE_ATTNV, false, &c, &s);
     alloc_fail_disarm();
     /* After a failure, what was made is undone the ordinary way; tracked blocks must go. */
     if (s)
@@ -126,47 +134,6 @@ static void test_client_cycle(void **state) {
  */
 #define HOOK_PROGRAM "tests/vased_alloc_fail"
 
-/* The client's calls, stopping at the first that fails. */
-static int daemon_scenario(const struct harness_daemon *d, struct vase_client **c,
-                           struct vase_seq **s) {
-    struct vase_geometry g = harness_geometry();
-    struct vase_seq_config cfg =
-        harness_seq_config(VASE_POLICY_H2O, BUDGET, WINDOW, PROMPT, VASE_MODE_SYNC);
-    struct vase_model *m;
-    float values[2 * PROMPT];
-    int r;
-
-    for (size_t i = 0; i < 2 * PROMPT; i++)
-        values[i] = (float)i / 16;
-    if ((r = harness_connect(d, "alloc-fail", c)) < 0)
-        return r;
-    if ((r = vase_model_register(*c, &g, &m)) < 0)
-        return r;
-    if ((r = vase_seq_open(*c, m, &cfg, s)) < 0)
-        return r;
-    if ((r = harness_append_tokens(*s, &g, 1, PROMPT, true)) < 0)
-        return r;
-    for (uint32_t l = 0; l < g.layers; l++)
-        if ((r = vase_seq_push_stats(*s, l, VASE_STATS_ACC_ADD, values, PROMPT)) < 0)
-            return r;
-    /* A refused push is returned by the sequence's next call once its reply has come. */
-    if ((r = vase_seq_flush(*s)) < 0)
-        return r;
-    if ((r = harness_append_tokens(*s, &g, 1, STEPS_TO_FIRST, false)) < 0)
-        return r;
-    if (r != 1)
-        fail_msg("%d plans applied on the way to the first eviction, expected 1", r);
-    /* The commit's reply is read here, so a refused commit shows. */
-    if ((r = vase_seq_flush(*s)) < 0)
-        return r;
-    r = vase_seq_close(*s);
-    *s = NULL;
-    if (r < 0)
-        return r;
-    *c = vase_disconnect(*c);
-    return 0;
-}
-
 /* The hook's report in the daemon's log: 1 if allocation n failed, 0 if it was not reached,
  * -EBADMSG without a report; the blocks left in *ret_left. */
 static int hook_report(const struct harness_daemon *d, unsigned n, unsigned *ret_left) {
@@ -202,7 +169,7 @@ static int daemon_step(unsigned n, uint32_t pages_total) {
     if (r != 0)
         fail_msg("daemon allocation %u: the daemon did not start: %s", n, vase_strerror(r));
 
-    r = daemon_scenario(&d, &c, &s);
+    r = client_life(&d, VASE_POLICY_H2O, true, &c, &s);
     if (s)
         vase_seq_close(s);
     vase_disconnect(c);
