@@ -292,9 +292,9 @@ INIH_LIBS := -linih
 
 # ---- client/: libvase and vasectl --------------------------------------------------------
 
-# libvase needs only the kernels that carry no BLAS: views, compaction and policy names (with
-# CUDA also LIBVASE_CUDA_OBJS, above).
-LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o)
+# libvase needs only the kernels that carry no BLAS: views, compaction, policy names and the
+# layout (with CUDA also LIBVASE_CUDA_OBJS, above).
+LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o layout.o)
 VASECTL_SRCS := $(wildcard client/vasectl*.c)
 LIBVASE_SRCS := $(filter-out $(VASECTL_SRCS) $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)

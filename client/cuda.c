@@ -33,7 +33,7 @@
 
 #include "cuda_arena.h"
 #include "device_cuda.h"
-#include "layout.h"
+#include "vase_layout.h"
 #include "session.h"
 #include "vase_kernels.h"
 
@@ -367,11 +367,16 @@ struct vase__cuda_seq *vase__cuda_seq_free(struct vase__cuda_seq *cs) {
     return NULL;
 }
 
-int vase__cuda_seq_new(int device, size_t max_pages, size_t keep_entries,
+const uint32_t *vase__cuda_seq_table(const struct vase__cuda_seq *cs) {
+    return cs ? cs->pages : NULL;
+}
+
+int vase__cuda_seq_new(int device, const uint32_t *table, size_t n_pages, size_t keep_entries,
                        struct vase__cuda_seq **ret) {
     int prev, r;
+    size_t max_pages = n_pages ? n_pages : 1;
 
-    if (!ret || max_pages == 0 || keep_entries == 0)
+    if (!ret || (!table && n_pages) || keep_entries == 0)
         return -EINVAL;
     struct vase__cuda_seq *cs = calloc(1, sizeof(*cs));
     if (!cs)
@@ -386,6 +391,8 @@ int vase__cuda_seq_new(int device, size_t max_pages, size_t keep_entries,
     cudaError_t e = cudaMalloc((void **)&cs->pages, max_pages * sizeof(uint32_t));
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&cs->keep, keep_entries * sizeof(uint32_t));
+    if (e == cudaSuccess && n_pages)
+        e = cudaMemcpy(cs->pages, table, n_pages * sizeof(uint32_t), cudaMemcpyHostToDevice);
     leave(device, prev);
     if (e != cudaSuccess) {
         vase__cuda_seq_free(cs);
@@ -399,16 +406,14 @@ int vase__cuda_seq_new(int device, size_t max_pages, size_t keep_entries,
  * lists that are adjacent in one plan page. */
 static cudaError_t copy_layer_lists(struct vase__cuda_seq *cs, cudaStream_t stream,
                                     const struct vase__cuda_compact *c, uint32_t layer) {
-    const struct vase__layout *l = c->layout;
+    const struct vase_layout *l = c->layout;
     size_t list = (size_t)c->keep * sizeof(uint32_t);
 
     for (uint32_t h = 0; h < l->kv_heads;) {
         uint32_t i = layer * l->kv_heads + h, run = 1;
-        uint64_t off =
-            vase__plan_offset(l->page_bytes, c->plan_pages, c->plans_per_page, c->keep, i);
+        uint64_t off = vase_layout_plan_offset(c->plan, c->plan_pages, i);
         while (h + run < l->kv_heads &&
-               vase__plan_offset(l->page_bytes, c->plan_pages, c->plans_per_page, c->keep,
-                                 i + run) == off + run * list)
+               vase_layout_plan_offset(c->plan, c->plan_pages, i + run) == off + run * list)
             run++;
         cudaError_t e =
             cudaMemcpyAsync((char *)cs->keep + (size_t)h * list, (const char *)c->arena_base + off,
@@ -422,7 +427,7 @@ static cudaError_t copy_layer_lists(struct vase__cuda_seq *cs, cudaStream_t stre
 
 int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream,
                        const struct vase__cuda_compact *c) {
-    const struct vase__layout *l = c->layout;
+    const struct vase_layout *l = c->layout;
     cudaStream_t st = (cudaStream_t)stream;
     int prev, r, new_len = -EPROTO;
     cudaError_t e;
@@ -432,14 +437,8 @@ int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream,
     r = enter(cs->device, &prev);
     if (r < 0)
         return r;
-    /* Stream order carries everything below: the block table lands before the first kernel
-     * reads it, and each layer's lists land after the previous layer's kernels read theirs. */
-    e = cudaMemcpyAsync(cs->pages, c->pages, c->n_pages * sizeof(uint32_t), cudaMemcpyHostToDevice,
-                        st);
-    if (e != cudaSuccess) {
-        r = vase_cuda_errno(e);
-        goto out;
-    }
+    /* Stream order carries everything below: each layer's lists land after the previous
+     * layer's kernels read theirs. The device block table is the one copied at the open. */
     for (uint32_t layer = 0; layer < l->layers; layer++) {
         e = copy_layer_lists(cs, st, c, layer);
         if (e != cudaSuccess) {
@@ -448,7 +447,7 @@ int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream,
         }
         for (int kv = VASE_K; kv <= VASE_V; kv++) {
             struct vase_view v =
-                vase__layout_kv_view(l, c->arena_base, cs->pages, layer, (enum vase_kv)kv);
+                vase_layout_kv_view(l, c->arena_base, cs->pages, layer, (enum vase_kv)kv);
             new_len = vase_compact_cuda(&v, cs->keep, c->keep, c->n, c->len, st);
             if (new_len < 0) {
                 r = new_len == -EINVAL ? -EPROTO : new_len;

@@ -20,7 +20,8 @@
 #include <stdint.h>
 
 struct vase__arena;
-struct vase__layout;
+struct vase_layout;
+struct vase_plan_layout;
 
 /*
  * Maps device arena a for this process, or takes another reference on the mapping this process
@@ -39,25 +40,29 @@ int vase__cuda_sync(int device, void *stream);
 /* Copies n bytes host to device (to_device) or device to host on stream, and waits for it. */
 int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t n, bool to_device);
 
-/* A sequence's device state: its block table and a [heads][K] keep-list scratch on the device. */
+/* A sequence's device state: its block table and a [heads][K] keep-list scratch on the device.
+ * The table is copied to the device at once (waited for); it never changes afterwards but for
+ * losing its tail, so the device copy stays current for the engine's kernels. */
 struct vase__cuda_seq;
-int vase__cuda_seq_new(int device, size_t max_pages, size_t keep_entries,
+int vase__cuda_seq_new(int device, const uint32_t *table, size_t n_pages, size_t keep_entries,
                        struct vase__cuda_seq **ret);
+/* The device copy of the block table. */
+const uint32_t *vase__cuda_seq_table(const struct vase__cuda_seq *cs);
 struct vase__cuda_seq *vase__cuda_seq_free(struct vase__cuda_seq *cs);
 
 /* One eviction plan to apply on the device. */
 struct vase__cuda_compact {
-    const struct vase__layout *layout;
+    const struct vase_layout *layout;
     void *arena_base;      /* device */
     const uint32_t *pages; /* the block table (host), n_pages entries */
     size_t n_pages;
     const uint32_t *plan_pages; /* host */
-    uint32_t plans_per_page;
+    const struct vase_plan_layout *plan;
     uint32_t keep, n, len;
 };
 
 /*
- * Applies a plan on stream: the block table to the device, then for each layer its keep lists
+ * Applies a plan on stream through the device copy of the block table: for each layer its keep lists
  * copied device to device from the plan pages into the scratch, and vase_compact_cuda() of its K
  * and V; then waits for the stream, so that the commit that follows may release pages the
  * compaction read. Returns the new length, -EPROTO if the kernel refused the arguments, or a

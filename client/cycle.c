@@ -101,7 +101,7 @@ static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
 
     req.seq_id = s->id;
     req.len = len;
-    req.ring_first = vase__ring_first(position, s->window);
+    req.ring_first = vase_layout_ring_first(position, s->window);
     req.position = position;
     req.n_exp_draws = s->n_exp;
     req.exp_draws = s->exp_draws;
@@ -147,12 +147,13 @@ static int send_commit(struct vase_seq *s, uint32_t round) {
 }
 
 /* Whether a commit at the current length releases pages: the daemon keeps the steady-state
- * block table, ceil((budget + window + slack) / tokens_per_page) pages, or what the length
- * needs if that is more (PROTOCOL.md, the eviction cycle). */
+ * block table, ceil((budget + window + slack) / block_tokens) pages, or what the length needs
+ * if that is more (PROTOCOL.md, the eviction cycle). */
 static bool commit_releases_pages(const struct vase_seq *s) {
-    uint64_t tpp = s->model->layout.tokens_per_page;
-    uint64_t steady = ((uint64_t)s->budget + s->window + s->slack + tpp - 1) / tpp;
-    uint64_t need = (s->len + tpp - 1) / tpp;
+    const struct vase_layout *l = &s->model->layout;
+    uint32_t steady =
+        vase_layout_blocks_for(l, vase_layout_steady_slots(s->budget, s->window, s->slack));
+    uint32_t need = vase_layout_blocks_for(l, s->len);
     return s->n_pages > (steady > need ? steady : need);
 }
 
@@ -160,7 +161,7 @@ static bool commit_releases_pages(const struct vase_seq *s) {
  * (bounded by the client's timeout) when wait is set, else only looks. 0 (done, or not there
  * yet and not waiting), or -errno; a refused commit breaks the sequence. Lock held. */
 static int finish_commit(struct vase_seq *s, bool wait) {
-    const struct vase__layout *l = &s->model->layout;
+    const struct vase_layout *l = &s->model->layout;
     Vase__Envelope *reply;
 
     if (!s->commit_pending)
@@ -180,10 +181,11 @@ static int finish_commit(struct vase_seq *s, bool wait) {
     } else {
         const Vase__CommitReply *cr = reply->commit_reply;
         if (cr->seq_id != s->id || cr->capacity < s->len ||
-            (uint64_t)cr->n_pages * l->tokens_per_page < cr->capacity)
-            r = -EPROTO;
+            (uint64_t)cr->n_pages * l->block_tokens < cr->capacity || cr->n_pages > s->n_pages ||
+            memcmp(cr->pages, s->pages, cr->n_pages * sizeof(uint32_t)) != 0)
+            r = -EPROTO; /* the block table only ever loses its tail */
         else
-            r = vase__seq_copy_pages(cr->pages, cr->n_pages, s->model->arena, &pages);
+            r = vase__seq_copy_pages(cr->pages, cr->n_pages, l->num_blocks, &pages);
     }
     if (r == -EPROTO && reply->body_case != VASE__ENVELOPE__BODY_ERROR)
         vase__client_fail(s->client, r,
@@ -202,13 +204,12 @@ static int finish_commit(struct vase_seq *s, bool wait) {
 
 /* Copies one layer's keep lists ([kv_heads][K]) out of the plan area into keep. */
 static void read_layer_plan(const struct vase_seq *s, uint32_t layer, uint32_t *keep) {
-    const struct vase__layout *l = &s->model->layout;
+    const struct vase_layout *l = &s->model->layout;
     const char *map = s->model->arena->map;
 
     for (uint32_t h = 0; h < l->kv_heads; h++) {
         uint32_t i = layer * l->kv_heads + h;
-        memcpy(keep + (size_t)h * s->keep,
-               map + vase__plan_offset(l->page_bytes, s->plan_pages, s->plans_per_page, s->keep, i),
+        memcpy(keep + (size_t)h * s->keep, map + vase_layout_plan_offset(&s->plan, s->plan_pages, i),
                (size_t)s->keep * sizeof(*keep));
     }
 }
@@ -217,7 +218,7 @@ static void read_layer_plan(const struct vase_seq *s, uint32_t layer, uint32_t *
  * list: layer by layer, the lists are checked before anything of that layer moves, so a bad
  * one leaves the earlier layers compacted). */
 static int compact_host(struct vase_seq *s, uint32_t n) {
-    const struct vase__layout *l = &s->model->layout;
+    const struct vase_layout *l = &s->model->layout;
     int new_len = 0;
 
     uint32_t *keep = malloc((size_t)l->kv_heads * s->keep * sizeof(*keep) + 1);
@@ -225,10 +226,8 @@ static int compact_host(struct vase_seq *s, uint32_t n) {
         return -ENOMEM;
     for (uint32_t layer = 0; layer < l->layers; layer++) {
         read_layer_plan(s, layer, keep);
-        struct vase_view kv =
-            vase__layout_kv_view(l, s->model->arena->map, s->pages, layer, VASE_K);
-        struct vase_view vv =
-            vase__layout_kv_view(l, s->model->arena->map, s->pages, layer, VASE_V);
+        struct vase_view kv = vase_layout_kv_view(l, s->model->arena->map, s->pages, layer, VASE_K);
+        struct vase_view vv = vase_layout_kv_view(l, s->model->arena->map, s->pages, layer, VASE_V);
         new_len = vase_compact_layer(&kv, &vv, keep, s->keep, n, s->len);
         if (new_len < 0) {
             new_len = new_len == -EINVAL ? -EPROTO : new_len;
@@ -248,7 +247,7 @@ static int compact_device(struct vase_seq *s, uint32_t n) {
         .pages = s->pages,
         .n_pages = s->n_pages,
         .plan_pages = s->plan_pages,
-        .plans_per_page = s->plans_per_page,
+        .plan = &s->plan,
         .keep = s->keep,
         .n = n,
         .len = s->len,
@@ -332,7 +331,7 @@ static int64_t last_trigger(const struct vase_seq *s, uint32_t n) {
         uint64_t pos = s->position - 1 - after;
         if (pos < s->prompt_len)
             break;
-        if (vase__evict_due(pos, s->prompt_len, s->len - after, s->budget, s->window))
+        if (vase_layout_evict_due(pos, s->prompt_len, s->len - after, s->budget, s->window))
             return after;
     }
     return -1;
@@ -516,7 +515,7 @@ int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind
 
     if (!s)
         return -EINVAL;
-    const struct vase__layout *l = &s->model->layout;
+    const struct vase_layout *l = &s->model->layout;
     size_t count = (size_t)l->kv_heads * len;
     vase__client_lock(s->client);
     if (!values || len == 0 || (kind != VASE_STATS_ACC_ADD && kind != VASE_STATS_WINDOW_SCORES) ||

@@ -11,10 +11,10 @@
 
 #include "chan.h"
 #include "cuda_arena.h"
-#include "layout.h"
 #include "session.h"
 #include "vase.h"
 #include "vase_kernels.h"
+#include "vase_layout.h"
 
 /* Stats pushes remembered so that a refusal (an Error with the push's request id) reaches its
  * sequence; a refusal older than this many pushes is dropped. */
@@ -25,7 +25,7 @@ struct vase_model {
     struct vase_model *next;
     uint32_t id;
     struct vase__arena *arena;
-    struct vase__layout layout;
+    struct vase_layout layout;
 };
 
 struct vase_seq {
@@ -42,13 +42,13 @@ struct vase_seq {
     uint64_t position;
     uint32_t rounds;
 
-    uint32_t *pages; /* block table, capacity / tokens_per_page entries or more */
+    uint32_t *pages; /* block table, capacity / block_tokens entries or more */
     size_t n_pages;
     uint32_t *ring_pages;
     size_t n_ring_pages;
     uint32_t *plan_pages;
     size_t n_plan_pages;
-    uint32_t plans_per_page;
+    struct vase_plan_layout plan;
 
     /* The request in flight, if any: its id, and the len and position it was sent with. */
     bool pending;
@@ -139,7 +139,7 @@ struct vase_seq *vase__seq_free(struct vase_seq *s);
 void vase__seq_clear_draws(struct vase_seq *s);
 /* Copies a page list (a block table) into a new malloc'd array *ret after checking that every
  * page lies inside the arena. 0, -EPROTO for a page outside it, -ENOMEM. */
-int vase__seq_copy_pages(const uint32_t *src, size_t n, const struct vase__arena *a,
+int vase__seq_copy_pages(const uint32_t *src, size_t n, uint64_t limit,
                          uint32_t **ret);
 /* Frees a model's local state; accepts NULL. */
 struct vase_model *vase__model_free(struct vase_model *m);

@@ -36,13 +36,14 @@ int vase_arena_find(struct vase_client *c, const char *name, uint32_t *ret_id) {
     return -ENOENT;
 }
 
-static bool layout_matches(const struct vase__layout *want, const Vase__ModelLayout *got) {
-    return got->tokens_per_page == want->tokens_per_page && got->page_bytes == want->page_bytes &&
+static bool layout_matches(const struct vase_layout *want, const Vase__ModelLayout *got) {
+    return got->block_tokens == want->block_tokens && got->page_bytes == want->page_bytes &&
            got->layer_stride == want->layer_stride && got->kv_stride == want->kv_stride &&
            got->token_stride == want->token_stride && got->head_stride == want->head_stride &&
            got->ring_rows_per_page == want->ring_rows_per_page &&
            got->ring_row_stride == want->ring_row_stride &&
-           (want->ring_rows_per_page == 0 || got->ring_layer_stride == want->ring_layer_stride);
+           got->ring_layer_stride == want->ring_layer_stride &&
+           got->ring_page_bytes == want->ring_page_bytes && got->num_blocks == want->num_blocks;
 }
 
 int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
@@ -51,7 +52,8 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
     Vase__RegisterModel reg = VASE__REGISTER_MODEL__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     Vase__Envelope *reply = NULL;
-    struct vase__layout layout;
+    struct vase_layout layout;
+    char why[200];
     int r;
 
     if (!c)
@@ -70,14 +72,18 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
         r = vase__client_fail(c, -EINVAL, "no arena %u", g->arena);
         goto out;
     }
-    r = vase__layout_compute(g, arena->page_bytes, &layout);
+    struct vase_layout_geometry lg = {
+        .layers = g->layers,
+        .q_heads = g->q_heads,
+        .kv_heads = g->kv_heads,
+        .head_dim = g->head_dim,
+        .dtype = g->dtype,
+        .block_tokens = g->block_tokens,
+    };
+    r = vase_layout_compute(&lg, arena->size_bytes, &layout, why, sizeof(why));
     if (r < 0) {
-        const char *dtype = vase_dtype_to_string(g->dtype);
-        vase__client_fail(c, r,
-                          "arena %u (pages of %llu bytes) cannot lay out %u layers, %u query "
-                          "heads, %u KV heads of dimension %u, dtype %s, alignment %u",
-                          g->arena, (unsigned long long)arena->page_bytes, g->layers, g->q_heads,
-                          g->kv_heads, g->head_dim, dtype ? dtype : "unknown", g->align);
+        vase__client_fail(c, r, "arena %u (\"%s\", %llu bytes) cannot hold the model: %s",
+                          g->arena, arena->name, (unsigned long long)arena->size_bytes, why);
         goto out;
     }
     /* A device arena is mapped when the first model is registered on it, so that a client
@@ -100,7 +106,7 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
     geo.kv_heads = g->kv_heads;
     geo.head_dim = g->head_dim;
     geo.dtype = (Vase__Dtype)g->dtype;
-    geo.align = g->align ? g->align : 1;
+    geo.block_tokens = layout.block_tokens;
     geo.arena_id = g->arena;
     reg.geometry = &geo;
     e.body_case = VASE__ENVELOPE__BODY_REGISTER_MODEL;
@@ -136,5 +142,38 @@ out:
 }
 
 uint32_t vase_model_tokens_per_page(const struct vase_model *m) {
-    return m ? m->layout.tokens_per_page : 0;
+    return m ? m->layout.block_tokens : 0;
+}
+
+uint64_t vase_model_page_bytes(const struct vase_model *m) {
+    return m ? m->layout.page_bytes : 0;
+}
+
+int vase_model_kv_tensor(const struct vase_model *m, uint32_t layer, enum vase_kv kv,
+                         struct vase_tensor *ret) {
+    if (!m)
+        return -EINVAL;
+    vase__client_lock(m->client);
+    int r = 0;
+    if (!ret || layer >= m->layout.layers || (kv != VASE_K && kv != VASE_V)) {
+        r = vase__client_fail(m->client, -EINVAL,
+                              "vase_model_kv_tensor: layer %u of %u, kv %d, result pointer %s",
+                              layer, m->layout.layers, (int)kv, ret ? "given" : "NULL");
+    } else {
+        struct vase_layout_tensor t;
+        vase_layout_kv_tensor(&m->layout, layer, kv, &t);
+        *ret = (struct vase_tensor){
+            .data = (char *)m->arena->map + t.offset,
+            .dtype = m->layout.dtype,
+            .device = vase__arena_on_device(m->arena) ? m->arena->device : -1,
+            .ndim = 4,
+        };
+        for (int i = 0; i < 4; i++) {
+            ret->shape[i] = t.shape[i];
+            ret->strides[i] = t.strides[i];
+            ret->byte_strides[i] = t.byte_strides[i];
+        }
+    }
+    pthread_mutex_unlock(&m->client->lock);
+    return r;
 }

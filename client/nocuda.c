@@ -43,10 +43,16 @@ int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t
     return -EOPNOTSUPP;
 }
 
-int vase__cuda_seq_new(int device, size_t max_pages, size_t keep_entries,
+const uint32_t *vase__cuda_seq_table(const struct vase__cuda_seq *cs) {
+    (void)cs;
+    return NULL;
+}
+
+int vase__cuda_seq_new(int device, const uint32_t *table, size_t n_pages, size_t keep_entries,
                        struct vase__cuda_seq **ret) {
     (void)device;
-    (void)max_pages;
+    (void)table;
+    (void)n_pages;
     (void)keep_entries;
     (void)ret;
     return -EOPNOTSUPP;

@@ -36,11 +36,11 @@ struct vase_seq *vase__seq_free(struct vase_seq *s) {
     return NULL;
 }
 
-/* Copies a page list after checking every page lies inside the arena. */
-int vase__seq_copy_pages(const uint32_t *src, size_t n, const struct vase__arena *a,
-                         uint32_t **ret) {
+/* Copies a page list after checking every page lies inside the arena: below limit, the pages
+ * of that size the arena holds. */
+int vase__seq_copy_pages(const uint32_t *src, size_t n, uint64_t limit, uint32_t **ret) {
     for (size_t i = 0; i < n; i++)
-        if (src[i] >= a->num_pages)
+        if (src[i] >= limit)
             return -EPROTO;
     uint32_t *p = malloc((n ? n : 1) * sizeof(*p));
     if (!p)
@@ -77,24 +77,26 @@ static int close_remote(struct vase_client *c, uint32_t id) {
 /* Checks a SeqLayout against what was asked and what the model's layout allows. */
 static int check_layout(const struct vase_model *m, const struct vase_seq_config *cfg,
                         const Vase__SeqLayout *sl) {
-    const struct vase__layout *l = &m->layout;
+    const struct vase_layout *l = &m->layout;
     uint32_t keep = vase_plan_keep_count(&cfg->params);
-    uint64_t need =
-        (uint64_t)(cfg->prompt_len > cfg->params.budget ? cfg->prompt_len : cfg->params.budget) +
-        cfg->params.window;
-    uint64_t lists = (uint64_t)l->layers * l->kv_heads;
+    struct vase_plan_layout plan;
 
-    if (sl->window != cfg->params.window || sl->budget != cfg->params.budget || sl->keep != keep ||
-        sl->capacity < need || (uint64_t)sl->n_pages * l->tokens_per_page < sl->capacity)
+    if (sl->window != cfg->params.window || sl->budget != cfg->params.budget || sl->keep != keep)
         return -EPROTO;
     if (cfg->slack >= 0 && sl->slack != (uint32_t)cfg->slack)
         return -EPROTO;
-    if (sl->plans_per_page == 0 ||
-        sl->plans_per_page != vase__plans_per_page(l->page_bytes, sl->keep) ||
-        (uint64_t)sl->n_plan_pages * sl->plans_per_page < lists)
+    /* Exactly the pages vase_layout.h prescribes, no more and no fewer. */
+    uint32_t blocks = vase_layout_blocks_for(
+        l, vase_layout_open_slots(cfg->prompt_len, sl->budget, sl->window, sl->slack));
+    if (sl->n_pages != blocks || sl->capacity != (uint64_t)blocks * l->block_tokens)
         return -EPROTO;
-    if (sl->n_ring_pages &&
-        (l->ring_rows_per_page == 0 || sl->n_ring_pages < vase__layout_ring_pages(l, sl->window)))
+    if (vase_layout_plans(l, keep, &plan, NULL, 0) < 0 || sl->plans_per_page != plan.plans_per_page ||
+        sl->plan_page_bytes != plan.plan_page_bytes || sl->n_plan_pages != plan.plan_pages)
+        return -EPROTO;
+    uint32_t ring = vase_policy_needs(cfg->policy) & VASE_NEEDS_Q
+                        ? vase_layout_ring_pages(l, sl->window, NULL)
+                        : 0;
+    if (sl->n_ring_pages != ring || (vase_policy_needs(cfg->policy) & VASE_NEEDS_Q && ring == 0))
         return -EPROTO;
     return 0;
 }
@@ -118,21 +120,26 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
         .slack = sl->slack,
         .prompt_len = cfg->prompt_len,
         .capacity = sl->capacity,
-        .plans_per_page = sl->plans_per_page,
         .n_pages = sl->n_pages,
         .n_ring_pages = sl->n_ring_pages,
         .n_plan_pages = sl->n_plan_pages,
     };
-    const struct vase__arena *a = m->arena;
-    if ((r = vase__seq_copy_pages(sl->pages, sl->n_pages, a, &s->pages)) < 0 ||
-        (r = vase__seq_copy_pages(sl->ring_pages, sl->n_ring_pages, a, &s->ring_pages)) < 0 ||
-        (r = vase__seq_copy_pages(sl->plan_pages, sl->n_plan_pages, a, &s->plan_pages)) < 0) {
+    const struct vase_layout *l = &m->layout;
+    uint64_t size = l->arena_bytes;
+    vase_layout_plans(l, sl->keep, &s->plan, NULL, 0); /* checked by check_layout() */
+    if ((r = vase__seq_copy_pages(sl->pages, sl->n_pages, l->num_blocks, &s->pages)) < 0 ||
+        (r = vase__seq_copy_pages(sl->ring_pages, sl->n_ring_pages,
+                                  vase_layout_units(size, l->ring_page_bytes), &s->ring_pages)) <
+            0 ||
+        (r = vase__seq_copy_pages(sl->plan_pages, sl->n_plan_pages,
+                                  vase_layout_units(size, s->plan.plan_page_bytes),
+                                  &s->plan_pages)) < 0) {
         vase__seq_free(s);
         return r;
     }
     /* The block table only shrinks after the open, so its device copy never has to grow. */
     if (vase__arena_on_device(m->arena) &&
-        (r = vase__cuda_seq_new(m->arena->device, sl->n_pages ? sl->n_pages : 1,
+        (r = vase__cuda_seq_new(m->arena->device, s->pages, sl->n_pages,
                                 (size_t)m->layout.kv_heads * sl->keep, &s->cuda)) < 0) {
         vase__seq_free(s);
         return r;
@@ -283,7 +290,7 @@ int vase_seq_kv_view(const struct vase_seq *s, uint32_t layer, enum vase_kv kv,
                               "vase_seq_kv_view: layer %u of %u, kv %d, result pointer %s", layer,
                               s->model->layout.layers, (int)kv, ret ? "given" : "NULL");
     else
-        *ret = vase__layout_kv_view(&s->model->layout, s->model->arena->map, s->pages, layer, kv);
+        *ret = vase_layout_kv_view(&s->model->layout, s->model->arena->map, s->pages, layer, kv);
     pthread_mutex_unlock(&s->client->lock);
     return r;
 }
@@ -292,27 +299,47 @@ void *vase_seq_kv_ptr(const struct vase_seq *s, uint32_t layer, enum vase_kv kv,
                       uint32_t kv_head) {
     if (!s || (kv != VASE_K && kv != VASE_V))
         return NULL;
-    const struct vase__layout *l = &s->model->layout;
+    const struct vase_layout *l = &s->model->layout;
     if (layer >= l->layers || kv_head >= l->kv_heads)
         return NULL;
     void *p = NULL;
     pthread_mutex_lock(&s->client->lock);
     if (slot < s->capacity)
         p = (char *)s->model->arena->map +
-            vase__layout_kv_offset(l, s->pages, layer, kv, slot, kv_head);
+            vase_layout_kv_offset(l, s->pages, layer, kv, slot, kv_head);
     pthread_mutex_unlock(&s->client->lock);
     return p;
+}
+
+int vase_seq_block_table(const struct vase_seq *s, const int32_t **ret_table, uint32_t *ret_n) {
+    if (!s)
+        return -EINVAL;
+    int r = 0;
+    vase__client_lock(s->client);
+    if (!ret_table || !ret_n) {
+        r = vase__client_fail(s->client, -EINVAL, "vase_seq_block_table: NULL result pointer");
+    } else {
+        /* Block indices are below 2^31 (vase_layout.h): the same bits as int32. */
+        *ret_table = (const int32_t *)s->pages;
+        *ret_n = (uint32_t)s->n_pages;
+    }
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
+}
+
+const int32_t *vase_seq_block_table_device(const struct vase_seq *s) {
+    return s ? (const int32_t *)vase__cuda_seq_table(s->cuda) : NULL;
 }
 
 void *vase_seq_query_ptr(const struct vase_seq *s, uint32_t layer, uint64_t pos, uint32_t q_head) {
     if (!s || s->n_ring_pages == 0)
         return NULL;
-    const struct vase__layout *l = &s->model->layout;
+    const struct vase_layout *l = &s->model->layout;
     if (layer >= l->layers || q_head >= l->q_heads)
         return NULL;
     /* The ring pages never change after the open: no lock needed. */
     return (char *)s->model->arena->map +
-           vase__layout_query_offset(l, s->ring_pages, s->window, layer, pos, q_head);
+           vase_layout_query_offset(l, s->ring_pages, s->window, layer, pos, q_head);
 }
 
 /* ---- the engine's stream and convenience copies ---- */
@@ -348,7 +375,7 @@ static int kv_copy(struct vase_seq *s, uint32_t layer, uint32_t slot, void *k, v
 
     if (!s)
         return -EINVAL;
-    const struct vase__layout *l = &s->model->layout;
+    const struct vase_layout *l = &s->model->layout;
     /* A token's heads are contiguous ([token][kv_head][dim]): one copy each for K and V. */
     size_t bytes = (size_t)l->token_stride;
     vase__client_lock(s->client);
@@ -358,10 +385,10 @@ static int kv_copy(struct vase_seq *s, uint32_t layer, uint32_t slot, void *k, v
                               slot, s->capacity, k && v ? "" : ", a NULL buffer");
         goto out;
     }
-    r = arena_copy(s, vase__layout_kv_offset(l, s->pages, layer, VASE_K, slot, 0), k, bytes,
+    r = arena_copy(s, vase_layout_kv_offset(l, s->pages, layer, VASE_K, slot, 0), k, bytes,
                    to_arena);
     if (r == 0)
-        r = arena_copy(s, vase__layout_kv_offset(l, s->pages, layer, VASE_V, slot, 0), v, bytes,
+        r = arena_copy(s, vase_layout_kv_offset(l, s->pages, layer, VASE_V, slot, 0), v, bytes,
                        to_arena);
 out:
     pthread_mutex_unlock(&s->client->lock);
@@ -382,7 +409,7 @@ int vase_seq_write_query(struct vase_seq *s, uint32_t layer, uint64_t pos, const
 
     if (!s)
         return -EINVAL;
-    const struct vase__layout *l = &s->model->layout;
+    const struct vase_layout *l = &s->model->layout;
     vase__client_lock(s->client);
     if (s->n_ring_pages == 0)
         r = vase__client_fail(s->client, -EINVAL,
@@ -393,7 +420,7 @@ int vase_seq_write_query(struct vase_seq *s, uint32_t layer, uint64_t pos, const
                               l->layers, q ? "" : ", no query");
     else
         /* A ring entry's query heads are contiguous ([entry][q_head][dim]). */
-        r = arena_copy(s, vase__layout_query_offset(l, s->ring_pages, s->window, layer, pos, 0),
+        r = arena_copy(s, vase_layout_query_offset(l, s->ring_pages, s->window, layer, pos, 0),
                        (void *)q, (size_t)l->ring_row_stride, true);
     pthread_mutex_unlock(&s->client->lock);
     return r;

@@ -226,8 +226,8 @@ static int take_arena(const Vase__ArenaInfo *info, int fd, struct vase__arena *a
     int r = 0;
 
     a->id = info->id;
-    a->page_bytes = info->page_bytes;
-    a->num_pages = info->num_pages;
+    a->granule_bytes = info->granule_bytes;
+    a->granules = info->granules;
     a->size_bytes = info->size_bytes;
     a->fd = -1;
     a->device = -1;
@@ -239,8 +239,9 @@ static int take_arena(const Vase__ArenaInfo *info, int fd, struct vase__arena *a
         r = -ENOMEM;
         goto out;
     }
-    if (a->page_bytes == 0 || a->num_pages == 0 || a->size_bytes / a->page_bytes != a->num_pages ||
-        a->size_bytes % a->page_bytes != 0 || a->size_bytes > SIZE_MAX) {
+    if (a->granule_bytes == 0 || a->granules == 0 ||
+        a->size_bytes / a->granule_bytes != a->granules || a->size_bytes % a->granule_bytes != 0 ||
+        a->size_bytes > SIZE_MAX) {
         r = -EPROTO;
         goto out;
     }

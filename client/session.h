@@ -18,8 +18,8 @@ struct vase__arena {
     char *name;  /* "default", or the NAME of its [arena NAME] section in vased.conf */
     char *kind;  /* "host", "cuda:N" */
     char *share; /* "memfd", "cuda-ipc", "cuda-vmm" */
-    uint64_t page_bytes;
-    uint32_t num_pages;
+    uint64_t granule_bytes;
+    uint32_t granules;
     uint64_t size_bytes;
     void *map; /* memfd: MAP_SHARED read/write mapping; device arenas: the device address once
                 * mapped (NULL before) */

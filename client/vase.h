@@ -60,7 +60,7 @@
 extern "C" {
 #endif
 
-#define VASE_PROTOCOL_VERSION 1
+#define VASE_PROTOCOL_VERSION 2
 
 /* The vase-specific error codes (VASE_EPROTOVERSION, VASE_ESTALE) come from vase_errors.h;
  * the element types, policies, parameters and views from vase_types.h. */
@@ -107,12 +107,26 @@ const char *vase_last_error(struct vase_client *c);
 /* Round trip of a Ping, for health checks and benchmarks. 0 or -errno. */
 int vase_ping(struct vase_client *c);
 
+/*
+ * A model's geometry, and the block size of the engine's attention kernel: block_tokens tokens
+ * make one page (block) of the model's paged KV cache. Kernels constrain it: vLLM's
+ * FlashAttention backend wants a multiple of 16, FlashAttention-2's flash_attn_with_kvcache
+ * with a block_table a multiple of 256, FlashInfer any size. 0 means 16.
+ *
+ * Layout (PROTOCOL.md "Memory"): a page holds block_tokens tokens of every layer, ordered
+ * [layer][K,V][token][kv_head][dim], so
+ *     page_bytes = block_tokens * layers * 2 * kv_heads * head_dim * dtype_bytes,
+ * and block b of the model starts at byte b * page_bytes of the arena. For each layer, K (and V)
+ * of the whole arena is then one strided tensor [num_blocks][block_tokens][kv_heads][head_dim]
+ * (vase_model_kv_tensor()), and a sequence's block table (vase_seq_block_table()) lists int32
+ * block indices into it: slot s is token s % block_tokens of block table[s / block_tokens].
+ */
 struct vase_geometry {
     const char *name;
     uint32_t layers, q_heads, kv_heads, head_dim;
     enum vase_dtype dtype;
-    uint32_t align; /* token alignment of the engine's attention kernel; 0 or 1: none */
-    uint32_t arena; /* arena id: 0 is the default arena; see vase_arena_find() */
+    uint32_t block_tokens; /* tokens per page of the engine's attention kernel; 0: 16 */
+    uint32_t arena;        /* arena id: 0 is the default arena; see vase_arena_find() */
 };
 
 /*
@@ -126,15 +140,47 @@ int vase_arena_find(struct vase_client *c, const char *name, uint32_t *ret_id);
 /* Registers a model geometry; *ret is owned by the client (freed with it). The first model on
  * a CUDA arena maps it (once per process and daemon incarnation, shared by every client of the
  * process; unmapped when the last such client disconnects). -EINVAL for a geometry the arena
- * cannot lay out or an unknown arena id, -EPROTO if the daemon's layout differs from the one
- * PROTOCOL.md prescribes. A CUDA arena that cannot be mapped: -EOPNOTSUPP (libvase built
+ * cannot lay out (a page of block_tokens tokens larger than the arena, a bound exceeded;
+ * vase_last_error() says which and what to change) or an unknown arena id, -EPROTO if the
+ * daemon's layout differs from the one PROTOCOL.md prescribes. A CUDA arena that cannot be mapped: -EOPNOTSUPP (libvase built
  * without CUDA, or a driver without the VMM API for cuda-vmm), -ENODEV (no CUDA device or
  * driver, or no device with the arena's UUID visible to this process), -EBUSY (the device's
  * compute mode forbids sharing it), -ENOMEM, -EIO; vase_last_error() then says which. */
 int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
                         struct vase_model **ret);
-/* Tokens per page of the model's layout. */
+/* Tokens per page of the model's layout: exactly its block_tokens. */
 uint32_t vase_model_tokens_per_page(const struct vase_model *m);
+/* Bytes of one page (block) of the model: the block stride of its tensors. */
+uint64_t vase_model_page_bytes(const struct vase_model *m);
+
+/*
+ * A strided tensor in the arena, described as DLPack and PyTorch describe one. data is the
+ * address of element [0][0][0][0]; element [i][j][k][l] is at
+ *     data + i * byte_strides[0] + j * byte_strides[1] + k * byte_strides[2] + l * byte_strides[3]
+ * (strides[] are the same in elements). On a CUDA arena data is a device address of the arena's
+ * GPU, device its ordinal in this process; -1 for host memory.
+ */
+struct vase_tensor {
+    void *data;
+    enum vase_dtype dtype;
+    int device;
+    uint32_t ndim; /* 4 */
+    int64_t shape[4];
+    int64_t strides[4];
+    int64_t byte_strides[4];
+};
+
+/*
+ * K or V of one layer over the whole arena, as the paged-KV attention kernels take it:
+ * shape [num_blocks][block_tokens][kv_heads][head_dim] with num_blocks = floor(arena bytes /
+ * page_bytes), strides [page_bytes, kv_heads * head_dim, head_dim, 1] / dtype_bytes in
+ * elements; the last three dimensions are contiguous. Valid as long as the client. Index it
+ * with a sequence's block table: FlashAttention's flash_attn_with_kvcache(q, k_cache, v_cache,
+ * block_table=...), vLLM's paged attention and FlashInfer's paged KV (NHD layout) take it as is
+ * (README, "Attention kernels"). 0, or -EINVAL for a layer out of range.
+ */
+int vase_model_kv_tensor(const struct vase_model *m, uint32_t layer, enum vase_kv kv,
+                         struct vase_tensor *ret);
 
 enum vase_mode {
     VASE_MODE_ASYNC = 0,
@@ -168,11 +214,6 @@ uint64_t vase_seq_position(const struct vase_seq *s);
 /* Eviction rounds applied. */
 uint32_t vase_seq_rounds(const struct vase_seq *s);
 
-enum vase_kv {
-    VASE_K = 0,
-    VASE_V = 1,
-};
-
 /* A view of one layer's K or V, every slot of the sequence, for the engine's kernels and for
  * its writes (vase_view_row() gives the address of a slot). The view stays valid until the
  * next vase_seq_poll()/vase_seq_append() that applies a plan (the block table may change).
@@ -180,6 +221,19 @@ enum vase_kv {
  * engine kernel needs its own device copy of the table. */
 int vase_seq_kv_view(const struct vase_seq *s, uint32_t layer, enum vase_kv kv,
                      struct vase_view *ret);
+/*
+ * The sequence's block table: *ret_n int32 block indices into the tensors of
+ * vase_model_kv_tensor(); slot s of the sequence is token s % block_tokens of block
+ * (*ret_table)[s / block_tokens]. Host memory, valid until the next call that applies a plan or
+ * reads a commit's reply (vase_seq_poll(), vase_seq_wait(), vase_seq_append(),
+ * vase_seq_flush()): the table only ever loses entries at its end (after the first eviction of
+ * a prompt longer than the steady state), never changes an entry. 0 or -EINVAL.
+ */
+int vase_seq_block_table(const struct vase_seq *s, const int32_t **ret_table, uint32_t *ret_n);
+/* On a CUDA arena, a device copy of the block table for the engine's kernels (its first
+ * entries stay exactly the host table for the life of the sequence); NULL on the host arena. */
+const int32_t *vase_seq_block_table_device(const struct vase_seq *s);
+
 /* Address of (slot, kv_head) of layer's K or V; NULL if out of range. A device address on a
  * CUDA arena. */
 void *vase_seq_kv_ptr(const struct vase_seq *s, uint32_t layer, enum vase_kv kv, uint32_t slot,

@@ -229,28 +229,29 @@ static int cmd_ping(struct vase_admin *a) {
 }
 
 static int add_arena_row(struct table *t, const Vase__ArenaStatus *a) {
-    char b1[32], b2[32];
-    double used =
-        a->pages_total ? 100.0 * (double)(a->pages_total - a->pages_free) / a->pages_total : 0.0;
+    char b1[32], b2[32], b3[32], b4[32];
+    double used = a->bytes_total
+                      ? 100.0 * (double)(a->bytes_total - a->bytes_free) / (double)a->bytes_total
+                      : 0.0;
     int r;
 
     if ((r = vasectl_table_add(t, "%" PRIu32, a->id)) < 0 ||
         (r = vasectl_table_add(t, "%s", a->name)) < 0 ||
         (r = vasectl_table_add(t, "%s", a->kind)) < 0 ||
-        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(a->page_bytes, b1, sizeof(b1)))) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, a->pages_total)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, a->pages_free)) < 0 ||
+        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(a->bytes_total, b1, sizeof(b1)))) < 0 ||
+        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(a->bytes_free, b2, sizeof(b2)))) < 0 ||
+        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(a->bytes_pages, b3, sizeof(b3)))) < 0 ||
         (r = vasectl_table_add(t, "%.1f%%", used)) < 0)
         return r;
-    return vasectl_table_add(
-        t, "%s", vasectl_fmt_bytes((uint64_t)a->pages_total * a->page_bytes, b2, sizeof(b2)));
+    return vasectl_table_add(t, "%s", vasectl_fmt_bytes(a->granule_bytes, b4, sizeof(b4)));
 }
 
 static int cmd_status(struct vase_admin *a) {
     Vase__StatusReply *s;
     struct table t = {
         .ncols = 8,
-        .headers = {">ARENA", "NAME", "KIND", ">PAGE", ">PAGES", ">FREE", ">USED", "SIZE"}};
+        .headers = {">ARENA", "NAME", "KIND", ">SIZE", ">FREE", ">IN PAGES", ">USED",
+                    ">GRANULE"}};
     char b1[32];
     int r;
 
@@ -286,7 +287,7 @@ out:
 }
 
 static int add_client_row(struct table *t, const Vase__ClientInfo *c) {
-    char b[32], name[4 * 256 + 1];
+    char b[32], b2[32], name[4 * 256 + 1];
     int r;
 
     /* A client chose its name: no terminal control sequences from it. */
@@ -296,7 +297,7 @@ static int add_client_row(struct table *t, const Vase__ClientInfo *c) {
         (r = vasectl_table_add(t, "%" PRIu32, c->pid)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, c->uid)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, c->gid)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, c->pages)) < 0 ||
+        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(c->bytes, b2, sizeof(b2)))) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, c->seqs)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, c->models)) < 0)
         return r;
@@ -306,7 +307,7 @@ static int add_client_row(struct table *t, const Vase__ClientInfo *c) {
 static int cmd_clients(struct vase_admin *a) {
     Vase__ClientsReply *cr;
     struct table t = {.ncols = 9,
-                      .headers = {">ID", "NAME", ">PID", ">UID", ">GID", ">PAGES", ">SEQS",
+                      .headers = {">ID", "NAME", ">PID", ">UID", ">GID", ">MEMORY", ">SEQS",
                                   ">MODELS", "CONNECTED"}};
     int r;
 
@@ -334,6 +335,7 @@ out:
 }
 
 static int add_seq_row(struct table *t, const Vase__SeqInfo *s) {
+    char b[32];
     int r;
 
     if ((r = vasectl_table_add(t, "%" PRIu32, s->seq_id)) < 0 ||
@@ -347,6 +349,7 @@ static int add_seq_row(struct table *t, const Vase__SeqInfo *s) {
         (r = vasectl_table_add(t, "%" PRIu32, s->len)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->capacity)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->pages)) < 0 ||
+        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(s->bytes, b, sizeof(b)))) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->rounds)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu64, s->position)) < 0 ||
         (r = vasectl_table_add(t, "%s", s->state)) < 0)
@@ -356,10 +359,10 @@ static int add_seq_row(struct table *t, const Vase__SeqInfo *s) {
 
 static int cmd_seqs(struct vase_admin *a, uint32_t client_id) {
     Vase__SeqsReply *sr;
-    struct table t = {.ncols = 15,
+    struct table t = {.ncols = 16,
                       .headers = {">ID", ">CLIENT", ">ARENA", ">MODEL", "POLICY", "MODE", ">BUDGET",
-                                  ">WINDOW", ">LEN", ">CAPACITY", ">PAGES", ">ROUNDS", ">POSITION",
-                                  "STATE", ">LAST PLAN"}};
+                                  ">WINDOW", ">LEN", ">CAPACITY", ">PAGES", ">MEMORY", ">ROUNDS",
+                                  ">POSITION", "STATE", ">LAST PLAN"}};
     int r;
 
     r = vase_admin_seqs(a, client_id, &sr);
@@ -401,8 +404,12 @@ static int cmd_seq(struct vase_admin *a, uint32_t id) {
         printf("model       %" PRIu32 "\n", s->model_id);
         printf("policy      %s (%s)\n", s->policy, vasectl_mode_name(s->mode));
         printf("budget      %" PRIu32 ", window %" PRIu32 "\n", s->budget, s->window);
-        printf("len         %" PRIu32 " of %" PRIu32 " slots (%" PRIu32 " pages)\n", s->len,
-               s->capacity, s->pages);
+        char b[32];
+        printf("len         %" PRIu32 " of %" PRIu32 " slots (%" PRIu32 " pages of %" PRIu32
+               " tokens)\n",
+               s->len, s->capacity, s->pages, s->block_tokens);
+        printf("memory      %s (KV, query ring and plan pages)\n",
+               vasectl_fmt_bytes(s->bytes, b, sizeof(b)));
         printf("position    %" PRIu64 "\n", s->position);
         printf("rounds      %" PRIu32 ", last plan %.3f ms\n", s->rounds,
                s->last_plan_seconds * 1e3);

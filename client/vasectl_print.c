@@ -139,7 +139,7 @@ void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json) {
         printf("%s client %" PRIu32 " '%s'",
                ev->body_case == VASE__EVENT__BODY_CLIENT_JOIN ? "join " : "leave", c->client_id,
                name);
-        printf(" pid %" PRIu32 " uid %" PRIu32 " pages %" PRIu32 "\n", c->pid, c->uid, c->pages);
+        printf(" pid %" PRIu32 " uid %" PRIu32 " bytes %" PRIu64 "\n", c->pid, c->uid, c->bytes);
         break;
     }
     case VASE__EVENT__BODY_SEQ_OPEN:
@@ -147,10 +147,10 @@ void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json) {
         const Vase__SeqInfo *s =
             ev->body_case == VASE__EVENT__BODY_SEQ_OPEN ? ev->seq_open : ev->seq_close;
         printf("%s seq %" PRIu32 " client %" PRIu32 " %s %s budget %" PRIu32 " window %" PRIu32
-               " pages %" PRIu32 " rounds %" PRIu32 "\n",
+               " pages %" PRIu32 " bytes %" PRIu64 " rounds %" PRIu32 "\n",
                ev->body_case == VASE__EVENT__BODY_SEQ_OPEN ? "open " : "close", s->seq_id,
                s->client_id, s->policy, vasectl_mode_name(s->mode), s->budget, s->window, s->pages,
-               s->rounds);
+               s->bytes, s->rounds);
         break;
     }
     case VASE__EVENT__BODY_EVICTION: {
@@ -162,8 +162,8 @@ void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json) {
     }
     case VASE__EVENT__BODY_PRESSURE: {
         const Vase__ArenaStatus *a = ev->pressure;
-        printf("arena %" PRIu32 " \"%s\" (%s) %" PRIu32 " of %" PRIu32 " pages free\n", a->id,
-               a->name, a->kind, a->pages_free, a->pages_total);
+        printf("arena %" PRIu32 " \"%s\" (%s) %" PRIu64 " of %" PRIu64 " bytes free\n", a->id,
+               a->name, a->kind, a->bytes_free, a->bytes_total);
         break;
     }
     default:

@@ -45,13 +45,7 @@ static int handle_status(struct vased *d, const struct vase_reply_to *p,
     for (uint32_t i = 0; i < d->n_arenas; i++) {
         if (!who->admin && !(who->arenas & (1u << i)))
             continue;
-        vase__arena_status__init(&as[n]);
-        as[n].id = d->arenas[i]->id;
-        as[n].name = (char *)d->arena_names[i];
-        as[n].kind = d->arenas[i]->kind;
-        as[n].page_bytes = d->arenas[i]->page_bytes;
-        as[n].pages_total = d->allocs[i]->num_pages;
-        as[n].pages_free = d->allocs[i]->n_free;
+        vase_publish_arena_status(d, i, &as[n]);
         asp[n] = &as[n];
         n++;
     }

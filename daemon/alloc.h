@@ -2,40 +2,85 @@
 #pragma once
 
 /*
- * The page allocator of one arena: which pages are free. Reservations are all-or-nothing
- * against the free count and a client's quota; releases check that every page was allocated.
- * Only the main thread touches an allocator.
+ * The allocator of one arena. The arena is cut into granules (granule_bytes); pages of many
+ * sizes are carved from them: a model's KV pages (its page_bytes), query ring pages and plan
+ * pages. A page of size U has an index i and lies at bytes [i * U, (i + 1) * U) of the arena, so
+ * the kernels address it as block i of a tensor with block stride U. Pages of one size form a
+ * class; a granule belongs to at most one class at a time (the granules a class owns are those
+ * its pages touch, and only pages of that class go into them), and goes back to the free pool as
+ * soon as no page touches it. A page may straddle granules; the only memory lost to carving is
+ * where granules of two classes meet.
+ *
+ * Reservations are all-or-nothing over several sizes at once and charged in bytes against a
+ * client's quota; releases check every page before they return any. Only the main thread
+ * touches an allocator.
  */
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-struct vase_alloc {
-    uint32_t num_pages;
-    uint32_t n_free;
-    uint32_t *free_stack; /* free_stack[0 .. n_free) are the free pages */
-    uint8_t *used;        /* used[p]: page p is allocated */
+struct vase_alloc_class {
+    uint64_t unit;     /* page bytes; 0: the slot is unused */
+    uint32_t n_units;  /* floor(arena_bytes / unit) */
+    uint64_t *used;    /* bitmap of allocated pages */
+    uint32_t n_used;   /* pages allocated */
+    uint32_t granules; /* granules this class owns */
 };
 
-/* An allocator of num_pages pages (>= 1), all free. 0, -EINVAL or -ENOMEM. */
-int vase_alloc_new(uint32_t num_pages, struct vase_alloc **ret);
+struct vase_alloc {
+    uint64_t arena_bytes, granule_bytes;
+    uint32_t n_granules;
+    uint32_t n_free_granules;
+    uint32_t *owner; /* owner[g]: class index + 1, or 0 if granule g is free */
+    uint32_t *refs;  /* refs[g]: allocated pages that touch granule g */
+    struct vase_alloc_class *classes;
+    uint32_t n_classes; /* slots in classes[], some unused */
+    uint64_t used_bytes; /* bytes of all allocated pages */
+};
+
+/* One part of a reservation: n pages of unit bytes, their indices written to ret[0 .. n). */
+struct vase_alloc_req {
+    uint64_t unit;
+    uint32_t n;
+    uint32_t *ret;
+};
+
+/* An allocator of arena_bytes in granules of granule_bytes (which must divide it), all free.
+ * 0, -EINVAL or -ENOMEM. */
+int vase_alloc_new(uint64_t arena_bytes, uint64_t granule_bytes, struct vase_alloc **ret);
 struct vase_alloc *vase_alloc_free(struct vase_alloc *a);
 
 /*
- * Takes n pages into ret_pages[0..n). *client_pages is the client's current holding and is
- * increased by n; quota 0 means none. -EDQUOT if the client would hold more than quota (checked
- * first: it is the client's own limit), -ENOSPC if fewer than n pages are free, -EINVAL for
- * n == 0. On failure nothing is taken and *client_pages is unchanged.
+ * Takes every part of reqs[0 .. n_reqs) or nothing. *client_bytes is the client's holding and
+ * grows by the bytes taken; quota 0 means none. -EDQUOT if the client would hold more than quota
+ * (checked first), -ENOSPC if the arena has no room for all of it, -ENOMEM, -EINVAL (a unit of
+ * 0 or larger than the arena, or more than 2^31 pages of it). On failure nothing is taken and
+ * *client_bytes is unchanged.
  */
-int vase_alloc_reserve(struct vase_alloc *a, uint32_t n, uint32_t quota, uint32_t *client_pages,
-                       uint32_t *ret_pages);
+int vase_alloc_reserve(struct vase_alloc *a, const struct vase_alloc_req *reqs, size_t n_reqs,
+                       uint64_t quota, uint64_t *client_bytes);
 
 /*
- * Returns pages[0..n) to the free pool and decreases *client_pages (may be NULL) by n. -EINVAL,
- * and nothing released, if any page is out of range, not allocated, or listed twice.
+ * Returns pages[0 .. n) of unit bytes to the free pool and decreases *client_bytes (may be NULL)
+ * by their bytes. -EINVAL, and nothing released, if any page is not allocated or listed twice.
  */
-int vase_alloc_release(struct vase_alloc *a, const uint32_t *pages, uint32_t n,
-                       uint32_t *client_pages);
+int vase_alloc_release(struct vase_alloc *a, uint64_t unit, const uint32_t *pages, uint32_t n,
+                       uint64_t *client_bytes);
 
-/* True if page p is allocated. */
-bool vase_alloc_is_used(const struct vase_alloc *a, uint32_t p);
+/* True if page p of unit bytes is allocated. */
+bool vase_alloc_is_used(const struct vase_alloc *a, uint64_t unit, uint32_t p);
+/* Bytes of the free granules: what any new page size can still use. */
+uint64_t vase_alloc_free_bytes(const struct vase_alloc *a);
+/* Bytes of the granules some class owns: arena_bytes - free bytes. */
+uint64_t vase_alloc_held_bytes(const struct vase_alloc *a);
+/* Pages of unit bytes the allocator could still hand out without taking a free granule (the
+ * holes of that class). */
+uint32_t vase_alloc_class_holes(const struct vase_alloc *a, uint64_t unit);
+
+/*
+ * Recomputes every count from the bitmaps and checks the invariants: each granule's owner and
+ * reference count match the pages that touch it, free + held granules = all, used_bytes matches.
+ * 0, or -EUCLEAN with the first broken invariant in msg. For tests and debugging: O(arena).
+ */
+int vase_alloc_check(const struct vase_alloc *a, char *msg, size_t msg_size);

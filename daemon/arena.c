@@ -120,7 +120,7 @@ static bool parse_cuda_device(const char *dev, int *ret_ordinal, char uuid[VASE_
 }
 
 int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, uint64_t size,
-                   uint64_t page_bytes, struct vase_arena **ret) {
+                   uint64_t granule_bytes, struct vase_arena **ret) {
     const struct vase_arena_ops *ops;
     int device = -1, r;
     char uuid[VASE_ARENA_UUID_MAX] = "";
@@ -147,11 +147,11 @@ int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, ui
                                "Unknown arena \"%s\" (expected \"host\", \"cuda:N\" or "
                                "\"cuda:GPU-<uuid>\").",
                                spec);
-    if (page_bytes < 4096 || page_bytes % 4096 != 0 || size == 0 || size % page_bytes != 0 ||
-        size / page_bytes > INT32_MAX)
+    if (granule_bytes < 4096 || granule_bytes % 4096 != 0 || size == 0 || size % granule_bytes != 0 ||
+        size / granule_bytes > INT32_MAX)
         return log_error_errno(-EINVAL,
-                               "Arena \"%s\": %llu bytes cannot be cut into pages of %llu bytes.",
-                               spec, (unsigned long long)size, (unsigned long long)page_bytes);
+                               "Arena \"%s\": %llu bytes cannot be cut into granules of %llu bytes.",
+                               spec, (unsigned long long)size, (unsigned long long)granule_bytes);
 
     struct vase_arena *a = calloc(1, sizeof(*a));
     if (!a)
@@ -160,8 +160,8 @@ int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, ui
         .id = id,
         .ops = ops,
         .size = size,
-        .page_bytes = page_bytes,
-        .num_pages = (uint32_t)(size / page_bytes),
+        .granule_bytes = granule_bytes,
+        .num_granules = (uint32_t)(size / granule_bytes),
         .fd = -1,
         .device = device,
     };
@@ -192,8 +192,8 @@ struct vase_arena *vase_arena_free(struct vase_arena *a) {
     return NULL;
 }
 
-void *vase_arena_page(const struct vase_arena *a, uint32_t p) {
-    return (char *)a->map + (uint64_t)p * a->page_bytes;
+void *vase_arena_at(const struct vase_arena *a, uint64_t off) {
+    return (char *)a->map + off;
 }
 
 bool vase_arena_on_device(const struct vase_arena *a) {

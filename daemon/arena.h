@@ -48,8 +48,8 @@ struct vase_arena {
     char *kind; /* "host", "cuda:N" or "cuda:GPU-<uuid>", as configured */
     const struct vase_arena_ops *ops;
     uint64_t size;
-    uint64_t page_bytes;
-    uint32_t num_pages;
+    uint64_t granule_bytes; /* the allocator's unit (alloc.h) */
+    uint32_t num_granules;
     void *map; /* the whole arena, readable and writable by the daemon (a device address for
                 * CUDA arenas: only device code and CUDA copies may touch it) */
     int fd;    /* host: the memfd; cuda-vmm: the exported POSIX fd; -1 otherwise */
@@ -63,18 +63,18 @@ struct vase_arena {
 };
 
 /*
- * Creates arena id from spec ("host", "cuda:N" or "cuda:GPU-<uuid>"), size bytes cut into pages
- * of page_bytes (which must divide size and be a multiple of 4096); share chooses how a CUDA
+ * Creates arena id from spec ("host", "cuda:N" or "cuda:GPU-<uuid>"), size bytes managed in
+ * granules of granule_bytes (which must divide size and be a multiple of 4096); share chooses how a CUDA
  * arena is shared (ignored for host). -EINVAL for a bad spec or geometry, -EOPNOTSUPP for CUDA
  * in a build without it, -ENODEV (no such device, no driver), -EBUSY (the device's compute
  * mode forbids sharing it), -ENOMEM, -EIO (other CUDA failures). Logs the reason.
  */
 int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, uint64_t size,
-                   uint64_t page_bytes, struct vase_arena **ret);
+                   uint64_t granule_bytes, struct vase_arena **ret);
 struct vase_arena *vase_arena_free(struct vase_arena *a);
 
-/* Address of page p in the daemon's mapping (a device address for CUDA arenas). p < num_pages. */
-void *vase_arena_page(const struct vase_arena *a, uint32_t p);
+/* Address of byte offset off in the daemon's mapping (a device address for CUDA arenas). */
+void *vase_arena_at(const struct vase_arena *a, uint64_t off);
 /* Whether the arena's memory is on a device (its plans are computed there: planner.h). */
 bool vase_arena_on_device(const struct vase_arena *a);
 

@@ -79,8 +79,8 @@ static int send_welcome(struct vased *d, struct vased_client *c) {
         info[n].id = a->id;
         info[n].name = (char *)d->arena_names[i];
         info[n].kind = a->kind;
-        info[n].page_bytes = a->page_bytes;
-        info[n].num_pages = a->num_pages;
+        info[n].granule_bytes = a->granule_bytes;
+        info[n].granules = a->num_granules;
         info[n].size_bytes = a->size;
         info[n].share = (char *)a->ops->share;
         if (a->ipc_handle_len) {
@@ -190,7 +190,8 @@ static void on_pending(struct vased *d, size_t i) {
 /* Ends client c, whose session closed: its sequences close (those with a plan in flight keep their
  * pages until it finishes), its pages return, a client_leave event goes out. */
 static void drop_client(struct vased *d, struct vased_client *c) {
-    uint32_t pages = c->pages, waiting = 0;
+    uint64_t bytes = c->bytes;
+    uint32_t waiting = 0;
     vase_publish_client(d, c, false);
     while (c->seqs) {
         struct vased_seq *s = c->seqs;
@@ -201,8 +202,8 @@ static void drop_client(struct vased *d, struct vased_client *c) {
     if (c->log_limit.suppressed)
         log_notice("Client %u: %u more messages about it were suppressed.", c->id,
                    c->log_limit.suppressed);
-    log_info("Client %u \"%s\" (pid %u) disconnected; %u pages released%s.", c->id,
-             c->name ? c->name : "", c->pid, pages,
+    log_info("Client %u \"%s\" (pid %u) disconnected; %llu bytes released%s.", c->id,
+             c->name ? c->name : "", c->pid, (unsigned long long)bytes,
              waiting ? " (those of sequences with a plan in flight when it finishes)" : "");
     vase_registry_remove_client(d->reg, c);
     vase_publish_pressure(d, false);

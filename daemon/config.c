@@ -42,10 +42,11 @@ const struct vase_setting vase_settings[] = {
      "How a CUDA arena is shared with engines: \"ipc\" (cudaMalloc, legacy CUDA IPC handle) or "
      "\"vmm\" (cuMemCreate, POSIX file descriptor passed over the session socket)."},
     {"arena_bytes", VASE_SETTING_SIZE, OFF(arena_bytes), 1 << 16, INT64_C(1) << 40, "256M", false,
-     "Size of the arena in bytes (K, M, G, T suffixes); a multiple of page_bytes."},
-    {"page_bytes", VASE_SETTING_SIZE, OFF(page_bytes), 4096, INT64_C(1) << 30, "2M", false,
-     "Size of one page, the unit of allocation and of the shared budget; a multiple of 4096 "
-     "that divides arena_bytes."},
+     "Size of the arena in bytes (K, M, G, T suffixes); a multiple of granule_bytes."},
+    {"granule_bytes", VASE_SETTING_SIZE, OFF(granule_bytes), 4096, INT64_C(1) << 30, "2M", false,
+     "Size of a granule, the unit in which the arena is managed: each granule holds pages of "
+     "one size (one model's) at a time and returns to the free pool when its last page is "
+     "released; a multiple of 4096 that divides arena_bytes."},
     {"arena_users", VASE_SETTING_STRING, OFF(arena_users), 0, 0, "", false,
      "Users (names or numeric uids, separated by commas or spaces) who may use the default "
      "arena (arena 0). With arena_groups, both empty: everyone admitted by allow_users and "
@@ -70,8 +71,10 @@ const struct vase_setting vase_settings[] = {
      "Most sessions open at once; more are refused at the handshake."},
     {"max_seqs_per_client", VASE_SETTING_U32, OFF(max_seqs_per_client), 1, 65536, "1024", true,
      "Most sequences one client may have open (EDQUOT beyond)."},
-    {"max_pages_per_client", VASE_SETTING_U32, OFF(max_pages_per_client), 0, INT32_MAX, "0", true,
-     "Most pages one client may hold (EDQUOT beyond); 0: no quota."},
+    {"max_bytes_per_client", VASE_SETTING_SIZE, OFF(max_bytes_per_client), 0, INT64_C(1) << 40,
+     "0", true,
+     "Most arena bytes one client's sequences may hold (KV, query ring and plan pages; EDQUOT "
+     "beyond); 0: no quota."},
     {"max_models_per_client", VASE_SETTING_U32, OFF(max_models_per_client), 1, 1024, "16", true,
      "Most model geometries one client may register (EDQUOT beyond)."},
     {"max_stats_bytes_per_client", VASE_SETTING_SIZE, OFF(max_stats_bytes_per_client), 0,
@@ -414,15 +417,15 @@ void vase_setting_bounds(const struct vase_setting *s, char *buf, size_t len) {
 
 /* ---- relations between settings ---- */
 
-const char *vase_arena_problem(uint64_t arena_bytes, uint64_t page_bytes, const char *cuda_share) {
-    if (page_bytes == 0 || page_bytes % 4096 != 0)
-        return "page_bytes must be a multiple of 4096";
-    if (arena_bytes % page_bytes != 0)
-        return "page_bytes must divide arena_bytes";
-    if (arena_bytes / page_bytes > INT32_MAX)
-        return "arena_bytes / page_bytes must be below 2^31 pages";
-    if (arena_bytes / page_bytes < 2)
-        return "the arena must hold at least 2 pages";
+const char *vase_arena_problem(uint64_t arena_bytes, uint64_t granule_bytes, const char *cuda_share) {
+    if (granule_bytes == 0 || granule_bytes % 4096 != 0)
+        return "granule_bytes must be a multiple of 4096";
+    if (arena_bytes % granule_bytes != 0)
+        return "granule_bytes must divide arena_bytes";
+    if (arena_bytes / granule_bytes > INT32_MAX)
+        return "arena_bytes / granule_bytes must be below 2^31 granules";
+    if (arena_bytes / granule_bytes < 2)
+        return "the arena must hold at least 2 granules";
     if (cuda_share && strcmp(cuda_share, "ipc") != 0 && strcmp(cuda_share, "vmm") != 0)
         return "cuda_share must be \"ipc\" or \"vmm\"";
     return NULL;
@@ -445,7 +448,7 @@ static bool in_bounds(const char *setting, uint64_t v) {
 int vase_config_check(const struct vase_config *c, const char **ret_msg) {
     /* Messages about an [arena NAME] section name it; this thread's last one lives here. */
     static _Thread_local char buf[160];
-    const char *msg = vase_arena_problem(c->arena_bytes, c->page_bytes, c->cuda_share);
+    const char *msg = vase_arena_problem(c->arena_bytes, c->granule_bytes, c->cuda_share);
 
     if (!msg && c->n_extra_arenas > VASE_CONFIG_MAX_EXTRA_ARENAS)
         msg = "too many [arena NAME] sections";
@@ -462,10 +465,10 @@ int vase_config_check(const struct vase_config *c, const char **ret_msg) {
         if (!what && (!a->arena || !a->cuda_share || !a->users || !a->groups))
             what = "a value is missing";
         if (!what &&
-            (!in_bounds("arena_bytes", a->arena_bytes) || !in_bounds("page_bytes", a->page_bytes)))
-            what = "arena_bytes or page_bytes out of bounds";
+            (!in_bounds("arena_bytes", a->arena_bytes) || !in_bounds("granule_bytes", a->granule_bytes)))
+            what = "arena_bytes or granule_bytes out of bounds";
         if (!what)
-            what = vase_arena_problem(a->arena_bytes, a->page_bytes, a->cuda_share);
+            what = vase_arena_problem(a->arena_bytes, a->granule_bytes, a->cuda_share);
         if (what) {
             snprintf(buf, sizeof(buf), "[arena %s]: %s", a->name, what);
             msg = buf;
@@ -511,7 +514,7 @@ bool vase_config_arenas_equal(const struct vase_config *a, const struct vase_con
         const struct vase_arena_config *x = &a->extra_arenas[i], *y = &b->extra_arenas[i];
         if (!str_equal(x->name, y->name) || !str_equal(x->arena, y->arena) ||
             !str_equal(x->cuda_share, y->cuda_share) || x->arena_bytes != y->arena_bytes ||
-            x->page_bytes != y->page_bytes || !str_equal(x->users, y->users) ||
+            x->granule_bytes != y->granule_bytes || !str_equal(x->users, y->users) ||
             !str_equal(x->groups, y->groups))
             return false;
     }

@@ -24,7 +24,7 @@
 
 /*
  * One [arena NAME] section, every field filled. Of the keys the section leaves out, arena,
- * cuda_share, arena_bytes and page_bytes hold the value the [vased] section of the same file
+ * cuda_share, arena_bytes and granule_bytes hold the value the [vased] section of the same file
  * gives (or that setting's default; command-line flags change only the default arena), users
  * and groups are empty. Strings are allocated, never NULL.
  */
@@ -32,7 +32,7 @@ struct vase_arena_config {
     char *name;       /* the NAME of [arena NAME]; the default arena is not listed */
     char *arena;      /* "host", "cuda:N", "cuda:GPU-<uuid>" (checked by vase_arena_new()) */
     char *cuda_share; /* "ipc" or "vmm" */
-    uint64_t arena_bytes, page_bytes;
+    uint64_t arena_bytes, granule_bytes;
     char *users, *groups; /* who may use it; both empty: everyone the daemon admits */
 };
 
@@ -41,7 +41,7 @@ struct vase_config {
     char *arena;
     char *cuda_share;
     uint64_t arena_bytes;
-    uint64_t page_bytes;
+    uint64_t granule_bytes;
     char *arena_users; /* who may use the default arena; both empty: everyone admitted */
     char *arena_groups;
     char *allow_users;
@@ -50,7 +50,7 @@ struct vase_config {
     char *admin_group; /* members may change settings through the control socket */
     uint32_t max_clients;
     uint32_t max_seqs_per_client;
-    uint32_t max_pages_per_client;
+    uint64_t max_bytes_per_client; /* 0: no quota */
     uint32_t max_models_per_client;
     uint64_t max_stats_bytes_per_client; /* 0: no attention statistics accepted */
     uint64_t max_message_bytes;
@@ -122,7 +122,7 @@ int vase_config_format(const struct vase_config *c, const struct vase_setting *s
 
 /*
  * Checks relations between settings, for the default arena and each [arena NAME] section:
- * page_bytes a multiple of 4096 that divides arena_bytes, at least 2 and below 2^31 pages,
+ * granule_bytes a multiple of 4096 that divides arena_bytes, at least 2 and below 2^31 granules,
  * cuda_share "ipc" or "vmm"; arena names valid and distinct, at most
  * VASE_CONFIG_MAX_EXTRA_ARENAS of them. 0 or -EINVAL, the reason in *ret_msg when ret_msg is
  * not NULL (a static string, or a per-thread buffer valid until this thread's next call).
@@ -151,7 +151,7 @@ bool vase_config_arenas_equal(const struct vase_config *a, const struct vase_con
  * -EISDIR (a directory), -EFBIG (over 1 MiB). Failures in what it says stop the parse at the
  * first bad line and are logged with its number:
  *   -EINVAL  a key before any section, an unknown key or section, a malformed value or line,
- *            a bad arena name, an arena whose page_bytes and arena_bytes do not fit;
+ *            a bad arena name, an arena whose granule_bytes and arena_bytes do not fit;
  *   -ERANGE  a value out of its bounds;
  *   -EEXIST  a key given twice in one section, or a section given twice (both lines named);
  *   -E2BIG   more arena sections than VASE_CONFIG_MAX_EXTRA_ARENAS;

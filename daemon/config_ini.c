@@ -73,7 +73,7 @@ static const struct arena_key {
     {"arena", "arena", AOFF(arena), true},
     {"cuda_share", "cuda_share", AOFF(cuda_share), true},
     {"arena_bytes", "arena_bytes", AOFF(arena_bytes), true},
-    {"page_bytes", "page_bytes", AOFF(page_bytes), true},
+    {"granule_bytes", "granule_bytes", AOFF(granule_bytes), true},
     {"users", "arena_users", AOFF(users), false},
     {"groups", "arena_groups", AOFF(groups), false},
 };
@@ -296,7 +296,7 @@ static int set_arena(struct ini_parse *p, const char *key, const char *value) {
     if (i == N_ARENA_KEYS)
         return bad_line(p, -EINVAL,
                         "unknown key \"%s\" in [arena %s] (expected arena, cuda_share, "
-                        "arena_bytes, page_bytes, users or groups)",
+                        "arena_bytes, granule_bytes, users or groups)",
                         key, sec->a.name);
     if (sec->key_line[i])
         return bad_line(p, -EEXIST, "%s given twice in [arena %s] (lines %u and %u)",
@@ -369,7 +369,7 @@ static int finish_arenas(struct ini_parse *p) {
                 return log_oom();
         }
         const char *what =
-            vase_arena_problem(sec->a.arena_bytes, sec->a.page_bytes, sec->a.cuda_share);
+            vase_arena_problem(sec->a.arena_bytes, sec->a.granule_bytes, sec->a.cuda_share);
         if (what) {
             p->line_no = sec->line;
             return bad_line(p, -EINVAL, "[arena %s]: %s", sec->a.name, what);
@@ -527,7 +527,7 @@ static void dump_arenas(const struct vase_config *c, FILE *f) {
     snprintf(text, sizeof(text),
              "Besides the default arena of [vased] (arena 0), up to %d more, one section each, "
              "numbered 1, 2, ... in the order given. NAME: 1 to %d letters, digits, '_' or '-', "
-             "not \"default\". Keys: arena, cuda_share, arena_bytes and page_bytes as in [vased] "
+             "not \"default\". Keys: arena, cuda_share, arena_bytes and granule_bytes as in [vased] "
              "(a key left out takes the [vased] section's value; command-line flags change only "
              "the default arena); users and groups, who may use the arena (as allow_users and "
              "allow_groups). With users and groups both empty, everyone the daemon admits may "
@@ -540,12 +540,12 @@ static void dump_arenas(const struct vase_config *c, FILE *f) {
     fprintf(f, "#\n#   [arena bob]\n#   arena = cuda:1\n#   arena_bytes = 8G\n#   users = bob\n");
     for (size_t i = 0; i < c->n_extra_arenas; i++) {
         const struct vase_arena_config *a = &c->extra_arenas[i];
-        char arena_bytes[32], page_bytes[32];
+        char arena_bytes[32], granule_bytes[32];
         vase_format_size(a->arena_bytes, arena_bytes, sizeof(arena_bytes));
-        vase_format_size(a->page_bytes, page_bytes, sizeof(page_bytes));
+        vase_format_size(a->granule_bytes, granule_bytes, sizeof(granule_bytes));
         fprintf(f, "\n[arena %s]\n", a->name);
         const char *values[] = {a->arena,   a->cuda_share, arena_bytes,
-                                page_bytes, a->users,      a->groups};
+                                granule_bytes, a->users,      a->groups};
         static_assert(sizeof(values) / sizeof(values[0]) == N_ARENA_KEYS, "one value per key");
         for (size_t k = 0; k < N_ARENA_KEYS; k++) {
             const char *v = values[k] ? values[k] : "";

@@ -47,9 +47,8 @@ static float *copy_floats(const float *x, size_t n) {
  * keep lists the threads write. 0 or -ENOMEM. */
 static int copy_seq(struct vased *d, struct vased_seq *s, const Vase__EvictRequest *req,
                     struct vase_plan_run *run) {
-    const struct vased_model *m = s->model;
     const struct vase_arena *a = d->arenas[s->arena_id];
-    uint32_t L = m->geo.layers, H = m->geo.kv_heads;
+    uint32_t L = s->layout.layers, H = s->layout.kv_heads;
 
     run->seq_id = s->id;
     run->round = s->rounds;
@@ -58,17 +57,17 @@ static int copy_seq(struct vased *d, struct vased_seq *s, const Vase__EvictReque
     run->keep = s->keep;
     run->layers = L;
     run->kv_heads = H;
-    run->q_heads = m->geo.q_heads;
-    run->head_dim = m->geo.head_dim;
-    run->dtype = m->geo.dtype;
+    run->q_heads = s->layout.q_heads;
+    run->head_dim = s->layout.head_dim;
+    run->dtype = s->layout.dtype;
     run->policy = s->policy;
     run->params = s->params;
     run->seed = s->seed;
     run->arena = a;
     run->arena_base = a->map;
-    run->layout = m->layout;
+    run->layout = s->layout;
     run->ring_first = req->ring_first;
-    run->plans_per_page = s->plans_per_page;
+    run->plan = s->plan;
     run->n_pages = s->n_pages;
     run->n_plan_pages = s->n_plan_pages;
     run->owner = s;
@@ -341,10 +340,9 @@ static void compact_stats(struct vased_seq *s, const struct vase_plan_run *run, 
 /* Pages a long prompt needed beyond the steady state go back now; keep what the current
  * length still needs, the rest returns at a later commit. > 0 if pages were released. */
 static int release_surplus(struct vased *d, struct vased_seq *s, uint32_t new_len) {
-    uint32_t tpp = s->tokens_per_page;
-    uint32_t steady =
-        (uint32_t)(((uint64_t)s->params.budget + s->params.window + s->slack + tpp - 1) / tpp);
-    uint32_t need = (uint32_t)(((uint64_t)new_len + tpp - 1) / tpp);
+    uint32_t steady = vase_layout_blocks_for(
+        &s->layout, vase_layout_steady_slots(s->params.budget, s->params.window, s->slack));
+    uint32_t need = vase_layout_blocks_for(&s->layout, new_len);
     uint32_t target = steady > need ? steady : need;
     int r = vase_registry_shrink_seq(s, d->allocs[s->arena_id], target);
     if (r < 0)

@@ -42,33 +42,34 @@ static int handle_register_model(struct vased *d, struct vased_client *c,
     if ((unsigned)g->dtype >= _VASE_DTYPE_MAX)
         return vase_reply_error(d, p, EINVAL, "unknown dtype %d", (int)g->dtype);
 
-    struct vase_geometry_desc geo = {
+    struct vase_layout_geometry geo = {
         .layers = g->layers,
         .q_heads = g->q_heads,
         .kv_heads = g->kv_heads,
         .head_dim = g->head_dim,
         .dtype = (enum vase_dtype)g->dtype,
-        .align = g->align,
+        .block_tokens = g->block_tokens,
     };
     struct vase_layout layout;
-    const char *msg = NULL;
-    int r = vase_layout_compute(&geo, d->arenas[g->arena_id]->page_bytes, &layout, &msg);
+    char msg[256];
+    int r = vase_layout_compute(&geo, d->arenas[g->arena_id]->size, &layout, msg, sizeof(msg));
     if (r < 0)
-        return vase_reply_error(d, p, -r, "bad geometry: %s", msg ? msg : "invalid");
+        return vase_reply_error(d, p, -r, "bad geometry for arena %u: %s", g->arena_id, msg);
 
     struct vased_model *m;
-    r = vase_registry_add_model(d->reg, c, g->name, g->arena_id, &geo, &layout, &m);
+    r = vase_registry_add_model(d->reg, c, g->name, g->arena_id, &layout, &m);
     if (r < 0)
         return vase_reply_error(d, p, -r, "cannot register the model: %s", strerror(-r));
     log_info("Client %u registered model %u \"%s\": %u layers, %u/%u heads, dim %u, %s, "
-             "%u tokens per page.",
-             c->id, m->id, m->name, geo.layers, geo.q_heads, geo.kv_heads, geo.head_dim,
-             vase_dtype_to_string(geo.dtype), layout.tokens_per_page);
+             "%u tokens per page of %llu bytes.",
+             c->id, m->id, m->name, layout.layers, layout.q_heads, layout.kv_heads,
+             layout.head_dim, vase_dtype_to_string(layout.dtype), layout.block_tokens,
+             (unsigned long long)layout.page_bytes);
 
     Vase__ModelLayout ml = VASE__MODEL_LAYOUT__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     ml.model_id = m->id;
-    ml.tokens_per_page = layout.tokens_per_page;
+    ml.block_tokens = layout.block_tokens;
     ml.page_bytes = layout.page_bytes;
     ml.layer_stride = layout.layer_stride;
     ml.kv_stride = layout.kv_stride;
@@ -77,6 +78,8 @@ static int handle_register_model(struct vased *d, struct vased_client *c,
     ml.ring_rows_per_page = layout.ring_rows_per_page;
     ml.ring_layer_stride = layout.ring_layer_stride;
     ml.ring_row_stride = layout.ring_row_stride;
+    ml.ring_page_bytes = layout.ring_page_bytes;
+    ml.num_blocks = layout.num_blocks;
     e.body_case = VASE__ENVELOPE__BODY_MODEL_LAYOUT;
     e.model_layout = &ml;
     vase_reply_send(d, p, &e);
@@ -236,13 +239,16 @@ static int handle_open_seq(struct vased *d, struct vased_client *c, const struct
         return vase_reply_error(d, p, EINVAL, "bad open_seq: %s", msg);
 
     struct vased_seq *s;
+    char why[256];
     r = vase_registry_open_seq(d->reg, d->allocs[m->arena_id], c, m, &req,
-                               d->cfg.max_seqs_per_client, d->cfg.max_pages_per_client, &s, &msg);
+                               d->cfg.max_seqs_per_client, d->cfg.max_bytes_per_client, &s, why,
+                               sizeof(why));
     if (r < 0)
-        return vase_reply_error(d, p, -r, "cannot open the sequence: %s", msg ? msg : strerror(-r));
-    log_debug("Client %u opened sequence %u: %s, budget %u, window %u, %u pages.", c->id, s->id,
+        return vase_reply_error(d, p, -r, "cannot open the sequence: %s",
+                                why[0] ? why : strerror(-r));
+    log_debug("Client %u opened sequence %u: %s, budget %u, window %u, %llu bytes.", c->id, s->id,
               vase_policy_to_string(s->policy), s->params.budget, s->params.window,
-              s->n_pages + s->n_ring_pages + s->n_plan_pages);
+              (unsigned long long)vase_registry_seq_bytes(s));
 
     Vase__SeqLayout sl = VASE__SEQ_LAYOUT__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
@@ -255,7 +261,8 @@ static int handle_open_seq(struct vased *d, struct vased_client *c, const struct
     sl.n_plan_pages = s->n_plan_pages;
     sl.plan_pages = s->plan_pages;
     sl.keep = s->keep;
-    sl.plans_per_page = s->plans_per_page;
+    sl.plans_per_page = s->plan.plans_per_page;
+    sl.plan_page_bytes = s->plan.plan_page_bytes;
     sl.window = s->params.window;
     sl.budget = s->params.budget;
     sl.slack = s->slack;

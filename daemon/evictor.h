@@ -40,13 +40,14 @@ struct vase_plan_run {
     uint64_t seed;
     const struct vase_arena *arena; /* NULL: host memory at arena_base (tests) */
     void *arena_base;               /* the arena's mapping: a device address on a device arena */
-    struct vase_layout layout;      /* the model's, copied */
+    struct vase_layout layout;      /* the sequence's (its model's), copied */
     uint32_t *pages;                /* copies of the block table, ring and plan pages */
     uint32_t n_pages;
     uint32_t *ring_pages;
     uint32_t ring_first;
     uint32_t *plan_pages;
-    uint32_t n_plan_pages, plans_per_page;
+    uint32_t n_plan_pages;
+    struct vase_plan_layout plan;
     float *acc;     /* [layers][kv_heads][n] snapshot (h2o), or NULL */
     float **scores; /* [layers] -> [kv_heads][n] pushed window scores or NULL; array may be NULL */
     float *exp_draws; /* injected [layers][kv_heads][n], or NULL */

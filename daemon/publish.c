@@ -16,6 +16,18 @@
 #include "registry.h"
 #include "state.h"
 
+void vase_publish_arena_status(const struct vased *d, uint32_t i, Vase__ArenaStatus *ret) {
+    const struct vase_alloc *a = d->allocs[i];
+    vase__arena_status__init(ret);
+    ret->id = d->arenas[i]->id;
+    ret->name = (char *)d->arena_names[i];
+    ret->kind = d->arenas[i]->kind;
+    ret->granule_bytes = a->granule_bytes;
+    ret->bytes_total = a->arena_bytes;
+    ret->bytes_free = vase_alloc_free_bytes(a);
+    ret->bytes_pages = a->used_bytes;
+}
+
 void vase_publish_client_info(const struct vased *d, const struct vased_client *c,
                               Vase__ClientInfo *ret) {
     vase__client_info__init(ret);
@@ -24,7 +36,7 @@ void vase_publish_client_info(const struct vased *d, const struct vased_client *
     ret->pid = c->pid;
     ret->uid = c->uid;
     ret->gid = c->gid;
-    ret->pages = c->pages;
+    ret->bytes = c->bytes;
     ret->seqs = c->n_seqs;
     ret->models = c->n_models;
     ret->connected_seconds = vased_now() - c->connected_at;
@@ -42,7 +54,9 @@ void vase_publish_seq_info(const struct vased_seq *s, Vase__SeqInfo *ret) {
     ret->window = s->params.window;
     ret->len = s->len;
     ret->capacity = s->capacity;
-    ret->pages = s->n_pages + s->n_ring_pages + s->n_plan_pages;
+    ret->pages = s->n_pages;
+    ret->bytes = vase_registry_seq_bytes(s);
+    ret->block_tokens = s->layout.block_tokens;
     ret->rounds = s->rounds;
     ret->position = s->position;
     ret->state = (char *)vase_registry_state_name(s->state);
@@ -77,23 +91,20 @@ void vase_publish_client(struct vased *d, const struct vased_client *c, bool joi
 void vase_publish_pressure(struct vased *d, bool force) {
     for (uint32_t i = 0; i < d->n_arenas; i++) {
         const struct vase_alloc *a = d->allocs[i];
-        bool low = (uint64_t)a->n_free * 10 < a->num_pages;
+        uint64_t free_bytes = vase_alloc_free_bytes(a);
+        bool low = free_bytes < a->arena_bytes / 10;
         if (!force && low == d->pressure_low[i])
             continue;
         if (low != d->pressure_low[i])
             log_full_errno(low ? LOG_WARNING : LOG_INFO, 0,
-                           "Arena %u: %u of %u pages free (%s 10%%).", i, a->n_free, a->num_pages,
+                           "Arena %u: %llu of %llu bytes free (%s 10%%).", i,
+                           (unsigned long long)free_bytes, (unsigned long long)a->arena_bytes,
                            low ? "below" : "back above");
         d->pressure_low[i] = low;
 
-        Vase__ArenaStatus as = VASE__ARENA_STATUS__INIT;
+        Vase__ArenaStatus as;
         Vase__Event e = VASE__EVENT__INIT;
-        as.id = d->arenas[i]->id;
-        as.name = (char *)d->arena_names[i];
-        as.kind = d->arenas[i]->kind;
-        as.page_bytes = d->arenas[i]->page_bytes;
-        as.pages_total = a->num_pages;
-        as.pages_free = a->n_free;
+        vase_publish_arena_status(d, i, &as);
         e.body_case = VASE__EVENT__BODY_PRESSURE;
         e.pressure = &as;
         vase_events_publish(d->events, "pressure", &e);

@@ -8,6 +8,7 @@
  */
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "vase.pb-c.h"
 
@@ -16,6 +17,7 @@ struct vased_client;
 struct vased_seq;
 
 /* Fill info messages from registry objects (strings point into the objects). */
+void vase_publish_arena_status(const struct vased *d, uint32_t i, Vase__ArenaStatus *ret);
 void vase_publish_client_info(const struct vased *d, const struct vased_client *c,
                               Vase__ClientInfo *ret);
 void vase_publish_seq_info(const struct vased_seq *s, Vase__SeqInfo *ret);

@@ -4,12 +4,13 @@
  * The registry of clients, models and sequences. Invariants: ids are never reused within an
  * incarnation; a live sequence is on its client's list and in the id table, an orphan on the
  * orphan list only; the pages of a sequence are charged to its client while it is live
- * (client->pages), and stay out of the free pool until the sequence is freed, so no plan is
+ * (client->bytes), and stay out of the free pool until the sequence is freed, so no plan is
  * ever written into pages someone else owns. All page movement goes through the allocator's
  * all-or-nothing calls.
  */
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -146,68 +147,11 @@ void vase_registry_remove_client(struct vase_registry *reg, struct vased_client 
     client_free(c);
 }
 
-/* ---- layout ---- */
-
-int vase_layout_compute(const struct vase_geometry_desc *g, uint64_t page_bytes,
-                        struct vase_layout *ret, const char **ret_msg) {
-    const char *msg = NULL;
-    size_t es = vase_dtype_size(g->dtype);
-
-    if (es == 0)
-        msg = "unknown dtype";
-    else if (g->layers == 0 || g->layers > VASE_MAX_LAYERS)
-        msg = "layers must be 1 .. 1024";
-    else if (g->kv_heads == 0 || g->kv_heads > VASE_MAX_HEADS)
-        msg = "kv_heads must be 1 .. 1024";
-    else if (g->q_heads == 0 || g->q_heads > VASE_MAX_HEADS)
-        msg = "q_heads must be 1 .. 1024";
-    else if (g->q_heads % g->kv_heads != 0)
-        msg = "q_heads must be a multiple of kv_heads";
-    else if (g->head_dim == 0 || g->head_dim > VASE_MAX_DIM)
-        msg = "head_dim must be 1 .. 1024";
-    else if (g->align > VASE_MAX_ALIGN)
-        msg = "align must be at most 65536";
-    if (msg) {
-        if (ret_msg)
-            *ret_msg = msg;
-        return -EINVAL;
-    }
-
-    uint64_t token_stride = (uint64_t)g->kv_heads * g->head_dim * es;
-    uint64_t tpp = page_bytes / ((uint64_t)g->layers * 2 * token_stride);
-    uint32_t align = g->align ? g->align : 1;
-    tpp -= tpp % align;
-    if (tpp == 0) {
-        if (ret_msg)
-            *ret_msg = "a page cannot hold one token of every layer (tokens_per_page would be 0)";
-        return -EINVAL;
-    }
-    if (tpp > UINT32_MAX)
-        tpp = UINT32_MAX - (UINT32_MAX % align);
-
-    uint64_t ring_row_stride = (uint64_t)g->q_heads * g->head_dim * es;
-    uint64_t rrpp = page_bytes / ((uint64_t)g->layers * ring_row_stride);
-    if (rrpp > UINT32_MAX)
-        rrpp = UINT32_MAX;
-    *ret = (struct vase_layout){
-        .tokens_per_page = (uint32_t)tpp,
-        .page_bytes = page_bytes,
-        .token_stride = token_stride,
-        .kv_stride = tpp * token_stride,
-        .layer_stride = 2 * tpp * token_stride,
-        .head_stride = (uint64_t)g->head_dim * es,
-        .ring_rows_per_page = (uint32_t)rrpp,
-        .ring_row_stride = ring_row_stride,
-        .ring_layer_stride = rrpp * ring_row_stride,
-    };
-    return 0;
-}
-
 /* ---- models ---- */
 
 int vase_registry_add_model(struct vase_registry *reg, struct vased_client *c, const char *name,
-                            uint32_t arena_id, const struct vase_geometry_desc *g,
-                            const struct vase_layout *layout, struct vased_model **ret) {
+                            uint32_t arena_id, const struct vase_layout *layout,
+                            struct vased_model **ret) {
     struct vased_model *m = calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;
@@ -219,7 +163,6 @@ int vase_registry_add_model(struct vase_registry *reg, struct vased_client *c, c
     m->id = reg->next_model_id++;
     m->arena_id = arena_id;
     m->client = c;
-    m->geo = *g;
     m->layout = *layout;
     m->next = c->models;
     c->models = m;
@@ -274,105 +217,106 @@ int vase_registry_get_seq(const struct vase_registry *reg, const struct vased_cl
     return 0;
 }
 
-static uint32_t div_up(uint64_t a, uint64_t b) {
-    uint64_t q = (a + b - 1) / b;
-    return q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
-}
-
-int vase_registry_page_counts(const struct vased_model *m, const struct vased_seq_request *req,
-                              uint32_t *ret_kv, uint32_t *ret_ring, uint32_t *ret_plan,
-                              uint32_t *ret_plans_per_page, const char **ret_msg) {
-    const struct vase_layout *L = &m->layout;
-    uint32_t W = req->params.window, K = vase_plan_keep_count(&req->params);
+int vase_registry_footprint(const struct vase_layout *l, const struct vased_seq_request *req,
+                            struct vased_seq_footprint *ret, char *msg, size_t msg_size) {
+    uint32_t W = req->params.window;
     uint64_t slots =
-        (uint64_t)(req->prompt_len > req->params.budget ? req->prompt_len : req->params.budget) +
-        W + req->slack;
-    uint32_t kv = div_up(slots, L->tokens_per_page);
-    uint32_t ring = 0;
-
-    if (vase_policy_needs(req->policy) & VASE_NEEDS_Q) {
-        if (L->ring_rows_per_page == 0) {
-            *ret_msg = "the query ring of this model does not fit a page (q_heads * head_dim "
-                       "* layers too large for page_bytes)";
-            return -EINVAL;
-        }
-        ring = div_up(2 * (uint64_t)W, L->ring_rows_per_page);
-    }
-    uint64_t ppp = L->page_bytes / (4 * (uint64_t)K);
-    if (ppp == 0) {
-        *ret_msg = "one keep list (4 * (budget - window) bytes) does not fit a page";
+        vase_layout_open_slots(req->prompt_len, req->params.budget, W, req->slack);
+    *ret = (struct vased_seq_footprint){.kv_pages = vase_layout_blocks_for(l, slots)};
+    if (slots > UINT32_MAX || (uint64_t)ret->kv_pages * l->block_tokens > UINT32_MAX) {
+        snprintf(msg, msg_size, "the sequence's capacity does not fit 32 bits");
         return -EINVAL;
     }
-    if (ppp > UINT32_MAX)
-        ppp = UINT32_MAX;
-    uint32_t plan = div_up((uint64_t)m->geo.layers * m->geo.kv_heads, ppp);
-    *ret_kv = kv;
-    *ret_ring = ring;
-    *ret_plan = plan;
-    *ret_plans_per_page = (uint32_t)ppp;
+    if (vase_policy_needs(req->policy) & VASE_NEEDS_Q) {
+        bool fits;
+        ret->ring_pages = vase_layout_ring_pages(l, W, &fits);
+        if (!fits) {
+            snprintf(msg, msg_size,
+                     "one query ring page of this model (%llu bytes) does not fit the arena",
+                     (unsigned long long)l->ring_page_bytes);
+            return -EINVAL;
+        }
+    }
+    int r = vase_layout_plans(l, vase_plan_keep_count(&req->params), &ret->plan, msg, msg_size);
+    if (r < 0)
+        return r;
+    ret->bytes = (uint64_t)ret->kv_pages * l->page_bytes +
+                 (uint64_t)ret->ring_pages * l->ring_page_bytes +
+                 (uint64_t)ret->plan.plan_pages * ret->plan.plan_page_bytes;
     return 0;
+}
+
+uint64_t vase_registry_seq_bytes(const struct vased_seq *s) {
+    return (uint64_t)s->n_pages * s->layout.page_bytes +
+           (uint64_t)s->n_ring_pages * s->layout.ring_page_bytes +
+           (uint64_t)s->n_plan_pages * s->plan.plan_page_bytes;
 }
 
 int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
                            struct vased_client *c, struct vased_model *m,
                            const struct vased_seq_request *req, uint32_t max_seqs,
-                           uint32_t page_quota, struct vased_seq **ret, const char **ret_msg) {
-    uint32_t n_kv, n_ring, n_plan, ppp;
-    uint32_t *all = NULL;
+                           uint64_t byte_quota, struct vased_seq **ret, char *msg,
+                           size_t msg_size) {
+    struct vased_seq_footprint fp;
     int r;
 
-    *ret_msg = NULL;
+    msg[0] = '\0';
     if (c->n_seqs >= max_seqs) {
-        *ret_msg = "the client has max_seqs_per_client sequences open";
+        snprintf(msg, msg_size, "the client has max_seqs_per_client (%u) sequences open",
+                 max_seqs);
         return -EDQUOT;
     }
-    r = vase_registry_page_counts(m, req, &n_kv, &n_ring, &n_plan, &ppp, ret_msg);
+    r = vase_registry_footprint(&m->layout, req, &fp, msg, msg_size);
     if (r < 0)
         return r;
-    uint64_t total = (uint64_t)n_kv + n_ring + n_plan;
-    if (total > alloc->num_pages) {
-        *ret_msg = "the sequence needs more pages than the whole arena has";
+    if (fp.bytes > alloc->arena_bytes) {
+        snprintf(msg, msg_size,
+                 "the sequence needs %llu bytes, more than the whole arena (%llu bytes)",
+                 (unsigned long long)fp.bytes, (unsigned long long)alloc->arena_bytes);
         return -ENOSPC;
-    }
-    if (total * m->layout.tokens_per_page > UINT32_MAX) {
-        *ret_msg = "the sequence's capacity does not fit 32 bits";
-        return -EINVAL;
     }
 
     struct vased_seq *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    s->pages = malloc((size_t)n_kv * sizeof(uint32_t));
-    s->ring_pages = malloc((size_t)(n_ring ? n_ring : 1) * sizeof(uint32_t));
-    s->plan_pages = malloc((size_t)n_plan * sizeof(uint32_t));
-    s->scores = calloc(m->geo.layers, sizeof(float *));
-    s->scores_len = calloc(m->geo.layers, sizeof(uint32_t));
-    all = malloc((size_t)total * sizeof(uint32_t));
-    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len || !all) {
+    s->pages = malloc((size_t)fp.kv_pages * sizeof(uint32_t));
+    s->ring_pages = malloc((size_t)(fp.ring_pages ? fp.ring_pages : 1) * sizeof(uint32_t));
+    s->plan_pages = malloc((size_t)fp.plan.plan_pages * sizeof(uint32_t));
+    s->scores = calloc(m->layout.layers, sizeof(float *));
+    s->scores_len = calloc(m->layout.layers, sizeof(uint32_t));
+    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
         r = -ENOMEM;
         goto free_seq;
     }
 
     /* One reservation for everything: the sequence exists whole or not at all. */
-    r = vase_alloc_reserve(alloc, (uint32_t)total, page_quota, &c->pages, all);
+    struct vase_alloc_req parts[3] = {
+        {.unit = m->layout.page_bytes, .n = fp.kv_pages, .ret = s->pages},
+        {.unit = m->layout.ring_page_bytes, .n = fp.ring_pages, .ret = s->ring_pages},
+        {.unit = fp.plan.plan_page_bytes, .n = fp.plan.plan_pages, .ret = s->plan_pages},
+    };
+    r = vase_alloc_reserve(alloc, parts, 3, byte_quota, &c->bytes);
     if (r == -EDQUOT)
-        *ret_msg = "the sequence would take the client over max_pages_per_client";
+        snprintf(msg, msg_size,
+                 "the sequence needs %llu bytes; the client holds %llu of its "
+                 "max_bytes_per_client %llu",
+                 (unsigned long long)fp.bytes, (unsigned long long)c->bytes,
+                 (unsigned long long)byte_quota);
     else if (r == -ENOSPC)
-        *ret_msg = "not enough free pages in the arena";
+        snprintf(msg, msg_size,
+                 "not enough free memory in the arena for the sequence's %llu bytes (%llu of "
+                 "%llu bytes in granules no model holds)",
+                 (unsigned long long)fp.bytes, (unsigned long long)vase_alloc_free_bytes(alloc),
+                 (unsigned long long)alloc->arena_bytes);
     if (r < 0)
         goto free_seq;
-
-    memcpy(s->pages, all, (size_t)n_kv * sizeof(uint32_t));
-    memcpy(s->ring_pages, all + n_kv, (size_t)n_ring * sizeof(uint32_t));
-    memcpy(s->plan_pages, all + n_kv + n_ring, (size_t)n_plan * sizeof(uint32_t));
-    free(all);
 
     s->id = reg->next_seq_id++;
     s->client = c;
     s->model = m;
     s->arena_id = m->arena_id;
-    s->layers = m->geo.layers;
-    s->kv_heads = m->geo.kv_heads;
+    s->layers = m->layout.layers;
+    s->kv_heads = m->layout.kv_heads;
     s->policy = req->policy;
     s->params = req->params;
     s->keep = vase_plan_keep_count(&req->params);
@@ -380,12 +324,12 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     s->slack = req->slack;
     s->prompt_len = req->prompt_len;
     s->seed = req->seed;
-    s->tokens_per_page = m->layout.tokens_per_page;
-    s->n_pages = n_kv;
-    s->n_ring_pages = n_ring;
-    s->n_plan_pages = n_plan;
-    s->plans_per_page = ppp;
-    s->capacity = n_kv * m->layout.tokens_per_page;
+    s->layout = m->layout;
+    s->plan = fp.plan;
+    s->n_pages = fp.kv_pages;
+    s->n_ring_pages = fp.ring_pages;
+    s->n_plan_pages = fp.plan.plan_pages;
+    s->capacity = fp.kv_pages * m->layout.block_tokens;
     s->acc_stride = s->capacity;
     s->state = VASED_SEQ_IDLE;
 
@@ -400,17 +344,18 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     return 0;
 
 free_seq:
-    free(all);
     seq_free(s);
     return r;
 }
 
 static void seq_release_pages(struct vased_seq *s, struct vase_alloc *alloc,
-                              uint32_t *client_pages) {
+                              uint64_t *client_bytes) {
     /* Cannot fail: these pages were reserved for this sequence and nothing else frees them. */
-    vase_alloc_release(alloc, s->pages, s->n_pages, client_pages);
-    vase_alloc_release(alloc, s->ring_pages, s->n_ring_pages, client_pages);
-    vase_alloc_release(alloc, s->plan_pages, s->n_plan_pages, client_pages);
+    vase_alloc_release(alloc, s->layout.page_bytes, s->pages, s->n_pages, client_bytes);
+    vase_alloc_release(alloc, s->layout.ring_page_bytes, s->ring_pages, s->n_ring_pages,
+                       client_bytes);
+    vase_alloc_release(alloc, s->plan.plan_page_bytes, s->plan_pages, s->n_plan_pages,
+                       client_bytes);
     s->n_pages = s->n_ring_pages = s->n_plan_pages = 0;
 }
 
@@ -433,15 +378,15 @@ int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     if (s->state == VASED_SEQ_PLANNING) {
         /* Evictor threads may still write this sequence's plan pages: keep every page out of
          * the free pool until they are done, but stop charging the client for them. */
-        uint32_t held = s->n_pages + s->n_ring_pages + s->n_plan_pages;
-        c->pages -= held < c->pages ? held : c->pages;
+        uint64_t held = vase_registry_seq_bytes(s);
+        c->bytes -= held < c->bytes ? held : c->bytes;
         s->client = NULL;
         s->model = NULL;
         s->next = reg->orphans;
         reg->orphans = s;
         return 1;
     }
-    seq_release_pages(s, alloc, &c->pages);
+    seq_release_pages(s, alloc, &c->bytes);
     seq_free(s);
     return 0;
 }
@@ -459,12 +404,12 @@ void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, str
 int vase_registry_shrink_seq(struct vased_seq *s, struct vase_alloc *alloc, uint32_t keep_pages) {
     if (keep_pages >= s->n_pages)
         return 0;
-    int r = vase_alloc_release(alloc, s->pages + keep_pages, s->n_pages - keep_pages,
-                               s->client ? &s->client->pages : NULL);
+    int r = vase_alloc_release(alloc, s->layout.page_bytes, s->pages + keep_pages,
+                               s->n_pages - keep_pages, s->client ? &s->client->bytes : NULL);
     if (r < 0)
         return r;
     s->n_pages = keep_pages;
-    s->capacity = keep_pages * s->tokens_per_page;
+    s->capacity = keep_pages * s->layout.block_tokens;
     return 1;
 }
 

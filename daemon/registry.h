@@ -14,14 +14,13 @@
 
 #include "log.h"
 #include "vase_kernels.h"
+#include "vase_layout.h"
 
 struct vase_alloc;
 struct vase_plan_run;
 
 /* Hard limits on what one request may describe (the kernels' limits cover heads and dims). */
-#define VASE_MAX_LAYERS 1024u
 #define VASE_MAX_NAME 256u
-#define VASE_MAX_ALIGN 65536u
 #define VASE_TOKEN_BYTES 16u
 /* What one client's behaviour may make the daemon log: a burst, then a summary per interval. */
 #define VASE_CLIENT_LOG_INTERVAL 10.0
@@ -36,7 +35,7 @@ struct vased_client {
     gid_t gid;
     int fd;               /* the session socket; closed by vase_registry_remove_client() */
     double connected_at;  /* CLOCK_MONOTONIC seconds */
-    uint32_t pages;       /* pages charged to this client (quota) */
+    uint64_t bytes;       /* arena bytes charged to this client (quota) */
     uint64_t stats_bytes; /* daemon memory its sequences' pushed statistics hold (quota) */
     uint32_t arenas;      /* bit i: the client may use arena i */
     uint32_t n_seqs, n_models;
@@ -47,27 +46,11 @@ struct vased_client {
     struct vased_client *next;
 };
 
-/* What RegisterModel describes, and the layout the daemon derives from it. */
-struct vase_geometry_desc {
-    uint32_t layers, q_heads, kv_heads, head_dim;
-    enum vase_dtype dtype;
-    uint32_t align;
-};
-
-struct vase_layout {
-    uint32_t tokens_per_page;
-    uint64_t page_bytes;
-    uint64_t layer_stride, kv_stride, token_stride, head_stride;
-    uint32_t ring_rows_per_page; /* 0: the query ring does not fit a page */
-    uint64_t ring_layer_stride, ring_row_stride;
-};
-
 struct vased_model {
     uint32_t id;
     uint32_t arena_id;
     char *name;
     struct vased_client *client;
-    struct vase_geometry_desc geo;
     struct vase_layout layout;
     struct vased_model *next;
 };
@@ -91,12 +74,12 @@ struct vased_seq {
     uint32_t slack;
     uint32_t prompt_len;
     uint64_t seed;
-    uint32_t tokens_per_page;
-    uint32_t capacity; /* n_pages * tokens_per_page */
-    uint32_t *pages, n_pages;
-    uint32_t *ring_pages, n_ring_pages;
-    uint32_t *plan_pages, n_plan_pages;
-    uint32_t plans_per_page;
+    struct vase_layout layout;    /* the model's, copied: an orphan no longer has its model */
+    struct vase_plan_layout plan; /* its plan area */
+    uint32_t capacity;            /* n_pages * block_tokens */
+    uint32_t *pages, n_pages;     /* block table: KV pages of layout.page_bytes */
+    uint32_t *ring_pages, n_ring_pages; /* of layout.ring_page_bytes */
+    uint32_t *plan_pages, n_plan_pages; /* of plan.plan_page_bytes */
     uint32_t len; /* the last length the client reported (request or commit) */
     uint64_t position;
     uint32_t rounds; /* committed evictions */
@@ -138,16 +121,9 @@ struct vased_client *vase_registry_find_token(const struct vase_registry *reg, c
 /* Unlinks and frees a client with its models; its sequences must be gone already. */
 void vase_registry_remove_client(struct vase_registry *reg, struct vased_client *c);
 
-/*
- * Computes the layout of PROTOCOL.md for g in pages of page_bytes. -EINVAL with the reason in
- * *ret_msg for a geometry out of bounds, or one whose tokens_per_page would be 0.
- */
-int vase_layout_compute(const struct vase_geometry_desc *g, uint64_t page_bytes,
-                        struct vase_layout *ret, const char **ret_msg);
-
 int vase_registry_add_model(struct vase_registry *reg, struct vased_client *c, const char *name,
-                            uint32_t arena_id, const struct vase_geometry_desc *g,
-                            const struct vase_layout *layout, struct vased_model **ret);
+                            uint32_t arena_id, const struct vase_layout *layout,
+                            struct vased_model **ret);
 /* The client's model id: -ENOENT if there is none, -EPERM if another client's. */
 int vase_registry_get_model(const struct vase_registry *reg, const struct vased_client *c,
                             uint32_t id, struct vased_model **ret);
@@ -162,20 +138,29 @@ struct vased_seq_request {
     uint32_t slack;
 };
 
-/* Page counts of a sequence for a model, per PROTOCOL.md. -EINVAL with *ret_msg. */
-int vase_registry_page_counts(const struct vased_model *m, const struct vased_seq_request *req,
-                              uint32_t *ret_kv, uint32_t *ret_ring, uint32_t *ret_plan,
-                              uint32_t *ret_plans_per_page, const char **ret_msg);
+/* What a sequence of model m holds at open (vase_layout.h). */
+struct vased_seq_footprint {
+    uint32_t kv_pages, ring_pages;
+    struct vase_plan_layout plan;
+    uint64_t bytes; /* all of it */
+};
+
+/* The footprint of a sequence for a model. -EINVAL with the reason in msg. */
+int vase_registry_footprint(const struct vase_layout *l, const struct vased_seq_request *req,
+                            struct vased_seq_footprint *ret, char *msg, size_t msg_size);
 
 /*
  * Opens a sequence: one all-or-nothing reservation of its KV, ring and plan pages in alloc,
- * charged to c (quota 0: none). -EDQUOT (sequence or page quota), -ENOSPC (arena full),
- * -EINVAL (layout, *ret_msg), -ENOMEM. Nothing is held on failure.
+ * charged to c in bytes (quota 0: none). -EDQUOT (sequence or byte quota), -ENOSPC (arena
+ * full), -EINVAL (layout), -ENOMEM; the reason in msg. Nothing is held on failure.
  */
 int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
                            struct vased_client *c, struct vased_model *m,
                            const struct vased_seq_request *req, uint32_t max_seqs,
-                           uint32_t page_quota, struct vased_seq **ret, const char **ret_msg);
+                           uint64_t byte_quota, struct vased_seq **ret, char *msg,
+                           size_t msg_size);
+/* Bytes of arena the sequence holds now. */
+uint64_t vase_registry_seq_bytes(const struct vased_seq *s);
 /* The client's sequence: -ENOENT if there is none, -EPERM if another client's. */
 int vase_registry_get_seq(const struct vase_registry *reg, const struct vased_client *c,
                           uint32_t id, struct vased_seq **ret);

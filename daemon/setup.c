@@ -193,19 +193,20 @@ static bool blank(const char *s) {
 
 /* One arena: its memory, its allocator and who may use it. */
 static int add_arena(struct vased *d, const char *name, const char *spec, const char *cuda_share,
-                     uint64_t bytes, uint64_t page_bytes, const char *users, const char *groups) {
+                     uint64_t bytes, uint64_t granule_bytes, const char *users,
+                     const char *groups) {
     uint32_t i = d->n_arenas;
     enum vase_cuda_share share;
     int r = vase_cuda_share_from_string(cuda_share, &share);
     if (r < 0)
         return log_error_errno(r, "Arena %s: cuda_share=\"%s\": expected \"ipc\" or \"vmm\".", name,
                                cuda_share);
-    r = vase_arena_new(i, spec, share, bytes, page_bytes, &d->arenas[i]);
+    r = vase_arena_new(i, spec, share, bytes, granule_bytes, &d->arenas[i]);
     if (r < 0)
         return r;
     d->n_arenas++;
     d->arena_names[i] = name;
-    r = vase_alloc_new(d->arenas[i]->num_pages, &d->allocs[i]);
+    r = vase_alloc_new(d->arenas[i]->size, d->arenas[i]->granule_bytes, &d->allocs[i]);
     if (r < 0)
         return log_oom();
     /* An arena that names no one is open to every allowed peer; one whose names do not
@@ -214,10 +215,11 @@ static int add_arena(struct vased *d, const char *name, const char *spec, const 
     if (vase_allow_parse(users, groups, &d->arena_allow[i]) < 0)
         return log_oom();
     log_info(
-        "Arena %u \"%s\" (%s%s%s, shared as %s): %llu bytes, %u pages of %llu bytes; for %s%s%s%s.",
+        "Arena %u \"%s\" (%s%s%s, shared as %s): %llu bytes, %u granules of %llu bytes; for "
+        "%s%s%s%s.",
         i, name, d->arenas[i]->kind, d->arenas[i]->device_uuid[0] ? ", " : "",
         d->arenas[i]->device_uuid, d->arenas[i]->ops->share, (unsigned long long)d->arenas[i]->size,
-        d->arenas[i]->num_pages, (unsigned long long)d->arenas[i]->page_bytes,
+        d->arenas[i]->num_granules, (unsigned long long)d->arenas[i]->granule_bytes,
         d->arena_open[i] ? "every allowed peer" : "users: ", d->arena_open[i] ? "" : users,
         d->arena_open[i] ? "" : "; groups: ", d->arena_open[i] ? "" : groups);
     return 0;
@@ -225,11 +227,11 @@ static int add_arena(struct vased *d, const char *name, const char *spec, const 
 
 static int setup_arenas(struct vased *d) {
     const struct vase_config *c = &d->cfg;
-    int r = add_arena(d, "default", c->arena, c->cuda_share, c->arena_bytes, c->page_bytes,
+    int r = add_arena(d, "default", c->arena, c->cuda_share, c->arena_bytes, c->granule_bytes,
                       c->arena_users, c->arena_groups);
     for (size_t i = 0; r >= 0 && i < c->n_extra_arenas; i++) {
         const struct vase_arena_config *a = &c->extra_arenas[i];
-        r = add_arena(d, a->name, a->arena, a->cuda_share, a->arena_bytes, a->page_bytes, a->users,
+        r = add_arena(d, a->name, a->arena, a->cuda_share, a->arena_bytes, a->granule_bytes, a->users,
                       a->groups);
     }
     return r;

@@ -35,14 +35,14 @@
 
 static void update_status(struct vased *d, bool force) {
     char status[256];
-    uint64_t free_pages = 0, total = 0;
+    uint64_t free_bytes = 0, total = 0;
     for (uint32_t i = 0; i < d->n_arenas; i++) {
-        free_pages += d->allocs[i]->n_free;
-        total += d->allocs[i]->num_pages;
+        free_bytes += vase_alloc_free_bytes(d->allocs[i]);
+        total += d->allocs[i]->arena_bytes;
     }
-    snprintf(status, sizeof(status), "%u clients, %u sequences, %llu/%llu pages free%s",
-             d->reg->n_clients, d->reg->n_seqs, (unsigned long long)free_pages,
-             (unsigned long long)total, d->stopping ? ", stopping" : "");
+    snprintf(status, sizeof(status), "%u clients, %u sequences, %llu MiB of %llu MiB free%s",
+             d->reg->n_clients, d->reg->n_seqs, (unsigned long long)(free_bytes >> 20),
+             (unsigned long long)(total >> 20), d->stopping ? ", stopping" : "");
     if (!force && strcmp(status, d->last_status) == 0)
         return;
     memcpy(d->last_status, status, sizeof(status));

@@ -94,6 +94,12 @@ int vase_metric_from_string(const char *s, enum vase_metric *ret);
 #define VASE_NEEDS_GAUSS (1u << 5) /* a D x r Gaussian sketch */
 unsigned vase_policy_needs(enum vase_policy p);
 
+/* The two halves of a layer's cache. */
+enum vase_kv {
+    VASE_K = 0,
+    VASE_V = 1,
+};
+
 struct vase_params {
     uint32_t budget;   /* slots kept after an eviction; multiple of window, > window */
     uint32_t window;   /* W */

@@ -10,7 +10,7 @@
 #include "vase.pb-c.h"
 #include "vase_errors.h"
 
-#define VASE_WIRE_VERSION 1
+#define VASE_WIRE_VERSION 2
 /* Default and hard ceiling of one control message. */
 #define VASE_WIRE_DEFAULT_MAX (16u << 20)
 #define VASE_WIRE_HARD_MAX (256u << 20)

@@ -154,8 +154,8 @@ static void test_defaults_valid(void **state) {
     assert_int_equal(vase_config_check(&c, NULL), 0);
     assert_string_equal(c.arena, "host");
     assert_int_equal(c.arena_bytes, 256u << 20);
-    assert_int_equal(c.page_bytes, 2u << 20);
-    assert_int_equal(c.max_pages_per_client, 0);
+    assert_int_equal(c.granule_bytes, 2u << 20);
+    assert_int_equal(c.max_bytes_per_client, 0);
     assert_int_equal(c.log_level, LOG_INFO);
     assert_int_equal(c.default_slack, -1);
     assert_string_equal(c.runtime_dir, "");
@@ -233,13 +233,13 @@ static void test_set_get(void **state) {
     assert_int_equal(vase_config_set(&c, "max_clients", "seven", 0), -EINVAL);
     assert_int_equal(c.max_clients, 8); /* unchanged by the failures */
     assert_int_equal(vase_config_set(&c, "no_such_thing", "1", 0), -ENOENT);
-    assert_int_equal(vase_config_set(&c, "page_bytes", "4M", VASE_CONFIG_RUNTIME), -EPERM);
+    assert_int_equal(vase_config_set(&c, "granule_bytes", "4M", VASE_CONFIG_RUNTIME), -EPERM);
     assert_int_equal(vase_config_set(&c, "arena", "host", VASE_CONFIG_RUNTIME), -EPERM);
     assert_int_equal(vase_config_set(&c, "runtime_dir", "/x", VASE_CONFIG_RUNTIME), -EPERM);
-    assert_int_equal(c.page_bytes, 2u << 20);
-    assert_int_equal(vase_config_set(&c, "page_bytes", "4M", 0), 0);
-    assert_int_equal(c.page_bytes, 4u << 20);
-    assert_int_equal(vase_config_set(&c, "page_bytes", "1K", 0), -ERANGE);
+    assert_int_equal(c.granule_bytes, 2u << 20);
+    assert_int_equal(vase_config_set(&c, "granule_bytes", "4M", 0), 0);
+    assert_int_equal(c.granule_bytes, 4u << 20);
+    assert_int_equal(vase_config_set(&c, "granule_bytes", "1K", 0), -ERANGE);
     assert_int_equal(vase_config_set(&c, "log_level", "debug", VASE_CONFIG_RUNTIME), 0);
     assert_int_equal(c.log_level, LOG_DEBUG);
     assert_int_equal(vase_config_set(&c, "log_level", "loud", 0), -EINVAL);
@@ -279,7 +279,7 @@ static void test_set_get(void **state) {
     assert_null(strstr(rd->description, "0770"));
     assert_non_null(strstr(rd->description, "symlink"));
 
-    assert_int_equal(vase_config_get(&c, "page_bytes", &v), 0);
+    assert_int_equal(vase_config_get(&c, "granule_bytes", &v), 0);
     assert_string_equal(v, "4M");
     free(v);
     assert_int_equal(vase_config_get(&c, "log-level", &v), 0);
@@ -303,11 +303,11 @@ static void test_check(void **state) {
     assert_int_equal(vase_config_set(&c, "arena_bytes", "3M", 0), 0);
     assert_int_equal(vase_config_check(&c, &msg), -EINVAL);
     assert_non_null(msg);
-    assert_int_equal(vase_config_set(&c, "page_bytes", "1M", 0), 0);
+    assert_int_equal(vase_config_set(&c, "granule_bytes", "1M", 0), 0);
     assert_int_equal(vase_config_check(&c, &msg), 0);
-    assert_int_equal(vase_config_set(&c, "page_bytes", "6144", 0), 0);
+    assert_int_equal(vase_config_set(&c, "granule_bytes", "6144", 0), 0);
     assert_int_equal(vase_config_check(&c, &msg), -EINVAL); /* not a multiple of 4096 */
-    assert_int_equal(vase_config_set(&c, "page_bytes", "2M", 0), 0);
+    assert_int_equal(vase_config_set(&c, "granule_bytes", "2M", 0), 0);
     assert_int_equal(vase_config_set(&c, "arena_bytes", "2M", 0), 0);
     assert_int_equal(vase_config_check(&c, &msg), -EINVAL); /* one page is too few */
     vase_config_done(&c);
@@ -319,11 +319,11 @@ static void test_ini(void **state) {
     assert_int_equal(vase_config_init(&c), 0);
     assert_int_equal(vase_config_parse_string(&c, "; comment\n# comment\n[vased]\n"
                                                   "arena_bytes = 512M\n"
-                                                  "max_pages_per_client=100\n"
+                                                  "max_bytes_per_client=100\n"
                                                   "allow_groups = vase video\n"),
                      0);
     assert_int_equal(c.arena_bytes, 512u << 20);
-    assert_int_equal(c.max_pages_per_client, 100);
+    assert_int_equal(c.max_bytes_per_client, 100);
     assert_string_equal(c.allow_groups, "vase video");
     assert_int_equal(vase_config_parse_string(&c, "[vased]\nmax_clients = 3\n"), 0);
     assert_int_equal(c.max_clients, 3);
@@ -341,7 +341,7 @@ static void test_ini(void **state) {
     assert_int_equal(vase_config_parse_string(&c, "[other]\nmax_clients = 5\n"), -EINVAL);
     assert_int_equal(vase_config_parse_string(&c, "[vased]\nthis line has no equals sign\n"),
                      -EINVAL);
-    assert_int_equal(vase_config_parse_string(&c, "[vased]\npage_bytes = 12x\n"), -EINVAL);
+    assert_int_equal(vase_config_parse_string(&c, "[vased]\ngranule_bytes = 12x\n"), -EINVAL);
     assert_int_equal(vase_config_parse_string(&c, "[vased\nmax_clients = 5\n"), -EINVAL);
     assert_int_equal(vase_config_parse_string(&c, "[vased] x\nmax_clients = 5\n"), -EINVAL);
     assert_int_equal(vase_config_parse_string(&c, "[vased]\n= 5\n"), -EINVAL);
@@ -395,7 +395,7 @@ static void test_dump_round_trip(void **state) {
     assert_int_equal(vase_config_init(&c), 0);
     round_trip(&c);
     assert_int_equal(vase_config_set(&c, "arena_bytes", "1G", 0), 0);
-    assert_int_equal(vase_config_set(&c, "page_bytes", "12288", 0), 0);
+    assert_int_equal(vase_config_set(&c, "granule_bytes", "12288", 0), 0);
     assert_int_equal(vase_config_set(&c, "allow_users", "root,1000", 0), 0);
     assert_int_equal(vase_config_set(&c, "runtime_dir", "/run/vase", 0), 0);
     assert_int_equal(vase_config_set(&c, "log_level", "debug", 0), 0);
@@ -405,7 +405,7 @@ static void test_dump_round_trip(void **state) {
     round_trip(&c);
 
     /* Arena sections are written back whole, each key spelled out. */
-    assert_int_equal(vase_config_set(&c, "page_bytes", "4M", 0), 0);
+    assert_int_equal(vase_config_set(&c, "granule_bytes", "4M", 0), 0);
     assert_int_equal(vase_config_parse_string(&c, "[vased]\narena_users = alice\n"
                                                   "[arena bob]\narena = cuda:0\n"
                                                   "cuda_share = vmm\narena_bytes = 8G\n"
@@ -420,10 +420,10 @@ static void test_dump_round_trip(void **state) {
     assert_int_equal(vase_config_dump(&c, f), 0);
     fclose(f);
     assert_non_null(strstr(text, "\n[arena bob]\narena = cuda:0\ncuda_share = vmm\n"
-                                 "arena_bytes = 8G\npage_bytes = 4M\nusers = bob, 1001\n"
+                                 "arena_bytes = 8G\ngranule_bytes = 4M\nusers = bob, 1001\n"
                                  "groups =\n"));
     assert_non_null(strstr(text, "\n[arena t-2_x]\narena = host\ncuda_share = ipc\n"
-                                 "arena_bytes = 1G\npage_bytes = 4M\nusers =\n"
+                                 "arena_bytes = 1G\ngranule_bytes = 4M\nusers =\n"
                                  "groups = tenants\n"));
     free(text);
     assert_int_equal(vase_config_check(&c, NULL), 0);
@@ -786,12 +786,12 @@ static void test_arena_sections(void **state) {
     assert_int_equal(vase_config_init(&c), 0);
     /* An arena section before [vased] takes the [vased] values of the whole text. */
     assert_int_equal(vase_config_parse_string(&c, "[arena early]\nusers = carol\n"
-                                                  "[vased]\narena_bytes = 1G\npage_bytes = 4M\n"
+                                                  "[vased]\narena_bytes = 1G\ngranule_bytes = 4M\n"
                                                   "cuda_share = vmm\narena_users = alice\n"
                                                   "arena_groups = staff\n"
                                                   "[arena bob]\narena = cuda:GPU-0a1b2c3d-0000-"
                                                   "1111-2222-333344445555\narena-bytes = 8G\n"
-                                                  "page_bytes = 1M\ncuda_share = ipc\n"
+                                                  "granule_bytes = 1M\ncuda_share = ipc\n"
                                                   "users = bob\ngroups = bobs, 2000\n"),
                      0);
     assert_int_equal(c.n_extra_arenas, 2);
@@ -800,7 +800,7 @@ static void test_arena_sections(void **state) {
     assert_string_equal(e->arena, "host");
     assert_string_equal(e->cuda_share, "vmm");
     assert_int_equal(e->arena_bytes, 1u << 30);
-    assert_int_equal(e->page_bytes, 4u << 20);
+    assert_int_equal(e->granule_bytes, 4u << 20);
     assert_string_equal(e->users, "carol");
     /* The default arena's tenants are not another arena's. */
     assert_string_equal(e->groups, "");
@@ -808,7 +808,7 @@ static void test_arena_sections(void **state) {
     assert_string_equal(b->arena, "cuda:GPU-0a1b2c3d-0000-1111-2222-333344445555");
     assert_string_equal(b->cuda_share, "ipc");
     assert_int_equal(b->arena_bytes, UINT64_C(8) << 30);
-    assert_int_equal(b->page_bytes, 1u << 20);
+    assert_int_equal(b->granule_bytes, 1u << 20);
     assert_string_equal(b->users, "bob");
     assert_string_equal(b->groups, "bobs, 2000");
     assert_string_equal(c.arena_users, "alice");
@@ -845,17 +845,17 @@ static void test_arena_sections(void **state) {
 
     /* Command-line flags change the default arena only. */
     char path[64];
-    write_temp(path, "[vased]\npage_bytes = 1M\n[arena x]\n");
+    write_temp(path, "[vased]\ngranule_bytes = 1M\n[arena x]\n");
     char config[96];
     snprintf(config, sizeof(config), "--config=%s", path);
     char *argv[] = {"vased", config, "--page-bytes=4M", "--arena-bytes=1G", NULL};
     struct vase_cmdline cmd;
     assert_int_equal(vase_cmdline_parse(4, argv, &cmd), 0);
     assert_int_equal(vase_config_load(&c, &cmd), 0);
-    assert_int_equal(c.page_bytes, 4u << 20);
+    assert_int_equal(c.granule_bytes, 4u << 20);
     assert_int_equal(c.arena_bytes, 1u << 30);
     assert_int_equal(c.n_extra_arenas, 1);
-    assert_int_equal(c.extra_arenas[0].page_bytes, 1u << 20);
+    assert_int_equal(c.extra_arenas[0].granule_bytes, 1u << 20);
     assert_int_equal(c.extra_arenas[0].arena_bytes, 256u << 20);
     vase_config_done(&c);
     vase_cmdline_done(&cmd);
@@ -882,18 +882,18 @@ static void test_arena_section_errors(void **state) {
         {"[arena x]\narena_bytes = 2T\n", -ERANGE,
          "(string):2: bad value \"2T\" for arena_bytes in [arena x]"},
         {"[arena x]\narena_bytes = 32K\n", -ERANGE, "for arena_bytes in [arena x]"},
-        {"[arena x]\npage_bytes = 1K\n", -ERANGE, "for page_bytes in [arena x]"},
-        {"[arena x]\npage_bytes = lots\n", -EINVAL, "for page_bytes in [arena x]"},
-        {"[arena x]\npage_bytes = 6144\n", -EINVAL,
-         "(string):1: [arena x]: page_bytes must be a multiple of 4096"},
+        {"[arena x]\ngranule_bytes = 1K\n", -ERANGE, "for granule_bytes in [arena x]"},
+        {"[arena x]\ngranule_bytes = lots\n", -EINVAL, "for granule_bytes in [arena x]"},
+        {"[arena x]\ngranule_bytes = 6144\n", -EINVAL,
+         "(string):1: [arena x]: granule_bytes must be a multiple of 4096"},
         {"[vased]\n\n[arena x]\narena_bytes = 3M\n", -EINVAL,
-         "(string):3: [arena x]: page_bytes must divide arena_bytes"},
+         "(string):3: [arena x]: granule_bytes must divide arena_bytes"},
         {"[arena x]\narena_bytes = 2M\n", -EINVAL, "[arena x]: the arena must hold at least 2"},
         {"[arena x]\ncuda_share = nvlink\n", -EINVAL,
          "[arena x]: cuda_share must be \"ipc\" or \"vmm\""},
         /* An arena section's values inherited from [vased] are checked as its own. */
-        {"[vased]\npage_bytes = 1M\narena_bytes = 1G\n[arena x]\narena_bytes = 1536K\n", -EINVAL,
-         "[arena x]: page_bytes must divide arena_bytes"},
+        {"[vased]\ngranule_bytes = 1M\narena_bytes = 1G\n[arena x]\narena_bytes = 1536K\n", -EINVAL,
+         "[arena x]: granule_bytes must divide arena_bytes"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct vase_config c;
@@ -919,13 +919,13 @@ static void test_arena_check(void **state) {
     assert_int_equal(vase_config_check(&c, &msg), 0);
     assert_null(msg);
 
-    c.extra_arenas[1].page_bytes = 3u << 20;
+    c.extra_arenas[1].granule_bytes = 3u << 20;
     assert_int_equal(vase_config_check(&c, &msg), -EINVAL);
-    assert_string_equal(msg, "[arena b]: page_bytes must divide arena_bytes");
-    c.extra_arenas[1].page_bytes = 2u << 20;
+    assert_string_equal(msg, "[arena b]: granule_bytes must divide arena_bytes");
+    c.extra_arenas[1].granule_bytes = 2u << 20;
     c.extra_arenas[1].arena_bytes = UINT64_C(2) << 40;
     assert_int_equal(vase_config_check(&c, &msg), -EINVAL);
-    assert_string_equal(msg, "[arena b]: arena_bytes or page_bytes out of bounds");
+    assert_string_equal(msg, "[arena b]: arena_bytes or granule_bytes out of bounds");
     c.extra_arenas[1].arena_bytes = 256u << 20;
     free(c.extra_arenas[1].name);
     c.extra_arenas[1].name = strdup("a");
@@ -963,7 +963,7 @@ static void test_arenas_equal(void **state) {
         "[arena a]\nusers = alice\n[arena b]\narena = cuda:1\n", /* arena */
         "[arena a]\nusers = alice\n[arena b]\narena = cuda:0\ncuda_share = vmm\n",
         "[arena a]\nusers = alice\n[arena b]\narena = cuda:0\narena_bytes = 512M\n",
-        "[arena a]\nusers = alice\n[arena b]\narena = cuda:0\npage_bytes = 4M\n",
+        "[arena a]\nusers = alice\n[arena b]\narena = cuda:0\ngranule_bytes = 4M\n",
         "[arena a]\nusers = bob\n[arena b]\narena = cuda:0\n",               /* users */
         "[arena a]\nusers = alice\ngroups = g\n[arena b]\narena = cuda:0\n", /* groups */
         "",                                                                  /* none */
