@@ -189,8 +189,8 @@ static void granule_pages(const struct vase_alloc *a, const struct vase_alloc_cl
 }
 
 /* Takes up to n pages of class ci in one placement tier (the file comment), writing them to
- * out; returns how many it took. Tier 0: pages inside owned granules; 1: pages touching an
- * owned granule and free ones; 2: pages in free granules only. */
+ * out; returns how many it took. Tier 0: pages inside owned granules (holes); 1: pages that
+ * touch an owned granule; 2: pages from the free granules on, lowest address first. */
 static uint32_t take_tier(struct vase_alloc *a, uint32_t ci, int tier, uint32_t n, uint32_t *out) {
     struct vase_alloc_class *c = &a->classes[ci];
     uint32_t taken = 0;
@@ -202,7 +202,9 @@ static uint32_t take_tier(struct vase_alloc *a, uint32_t ci, int tier, uint32_t 
         for (uint32_t p = lo; p < hi && taken < n; p++) {
             bool all;
             int owned = page_fit(a, ci, p, &all);
-            bool ok = tier == 0 ? owned > 0 && all : tier == 1 ? owned > 0 && !all : owned == 0;
+            /* Once a page is taken, the granules it claimed become the class's: the rest of
+             * them is filled in the same pass. */
+            bool ok = tier == 0 ? owned > 0 && all : tier == 1 ? owned > 0 : owned >= 0;
             if (!ok)
                 continue;
             take_page(a, ci, p);
@@ -216,7 +218,7 @@ static void release_taken(struct vase_alloc *a, const struct vase_alloc_req *req
                           size_t done, uint32_t partial) {
     for (size_t i = 0; i <= done && i < n_reqs; i++) {
         uint32_t ci, n = i < done ? reqs[i].n : partial;
-        if (n == 0 || !find_class(a, reqs[i].unit, &ci))
+        if (reqs[i].n == 0 || !find_class(a, reqs[i].unit, &ci))
             continue;
         for (uint32_t k = 0; k < n; k++)
             drop_page(a, ci, reqs[i].ret[k]);

@@ -4,7 +4,7 @@
  * Integration tests of sessions, models and admission against a real vased (started by the
  * harness in a temporary runtime directory) through the real libvase: the layout of
  * PROTOCOL.md "Memory" as the engine sees it (addresses of K, V and queries, tokens per page,
- * pages charged per sequence), geometries the arena cannot lay out, admission up to and past
+ * bytes charged per sequence, block tables), geometries the arena cannot lay out, admission up to and past
  * the arena, per-client quotas, the allow-list, and a daemon restart under a connected client.
  * Every test starts its own daemon, so no state leaks from one to the next.
  */
@@ -34,7 +34,7 @@ static int setup(void **state) {
 }
 
 static int setup_quota(void **state) {
-    static const char *const args[] = {"--max-pages-per-client=12", "--max-seqs-per-client=2",
+    static const char *const args[] = {"--max-bytes-per-client=768K", "--max-seqs-per-client=2",
                                        NULL};
     return harness_fixture_setup(state, sizeof(struct harness_fixture), args);
 }
@@ -69,28 +69,36 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) {
 
 /* The PROTOCOL.md formulas, computed here independently of both daemon and library. */
 struct expected_layout {
-    uint64_t es, token_stride, kv_stride, layer_stride, ring_row, ring_rows_per_page;
+    uint64_t es, token_stride, kv_stride, layer_stride, page_bytes;
+    uint64_t ring_row, ring_rows_per_page, ring_page_bytes, plan_page_bytes;
     uint32_t tpp, kv_pages, ring_pages, plan_pages;
+    uint64_t bytes; /* all pages of one sequence */
 };
 
 static struct expected_layout expect_layout(const struct layout_case *lc) {
     const struct vase_geometry *g = &lc->g;
     struct expected_layout e = {.es = vase_dtype_size(g->dtype)};
+    e.tpp = g->block_tokens ? g->block_tokens : 16;
     e.token_stride = (uint64_t)g->kv_heads * g->head_dim * e.es;
-    uint64_t tpp = HARNESS_PAGE_BYTES / (g->layers * 2 * e.token_stride);
-    uint32_t align = g->align ? g->align : 1;
-    e.tpp = (uint32_t)(tpp - tpp % align);
     e.kv_stride = e.tpp * e.token_stride;
     e.layer_stride = 2 * e.kv_stride;
+    e.page_bytes = g->layers * e.layer_stride;
     uint32_t slack = lc->window; /* the default */
     e.kv_pages = (uint32_t)ceil_div(lc->budget + lc->window + slack, e.tpp);
     e.ring_row = (uint64_t)g->q_heads * g->head_dim * e.es;
-    e.ring_rows_per_page = HARNESS_PAGE_BYTES / (g->layers * e.ring_row);
+    e.ring_rows_per_page = e.page_bytes / (g->layers * e.ring_row);
+    if (e.ring_rows_per_page == 0)
+        e.ring_rows_per_page = 1;
+    e.ring_page_bytes = e.ring_rows_per_page * g->layers * e.ring_row;
     if (vase_policy_needs(lc->policy) & VASE_NEEDS_Q)
         e.ring_pages = (uint32_t)ceil_div(2 * lc->window, e.ring_rows_per_page);
-    uint32_t keep = lc->budget - lc->window;
-    uint64_t plans_per_page = HARNESS_PAGE_BYTES / (4 * keep);
-    e.plan_pages = (uint32_t)ceil_div((uint64_t)g->layers * g->kv_heads, plans_per_page);
+    uint32_t keep = lc->budget - lc->window, lists = g->layers * g->kv_heads;
+    uint64_t plans_per_page = e.page_bytes / (4 * keep);
+    plans_per_page = plans_per_page < 1 ? 1 : plans_per_page > lists ? lists : plans_per_page;
+    e.plan_page_bytes = plans_per_page * 4 * keep;
+    e.plan_pages = (uint32_t)ceil_div(lists, plans_per_page);
+    e.bytes = e.kv_pages * e.page_bytes + e.ring_pages * e.ring_page_bytes +
+              e.plan_pages * e.plan_page_bytes;
     return e;
 }
 
@@ -102,8 +110,8 @@ static ptrdiff_t kv_diff(const struct vase_seq *s, uint32_t l1, enum vase_kv k1,
     return a - b;
 }
 
-static void check_kv_addresses(const struct vase_seq *s, const struct layout_case *lc,
-                               const struct expected_layout *e) {
+static void check_kv_addresses(const struct vase_model *m, const struct vase_seq *s,
+                               const struct layout_case *lc, const struct expected_layout *e) {
     const struct vase_geometry *g = &lc->g;
     uint32_t cap = vase_seq_capacity(s);
     /* Within a page: [layer][K,V][token][kv_head][dim]. */
@@ -119,19 +127,28 @@ static void check_kv_addresses(const struct vase_seq *s, const struct layout_cas
                                  (ptrdiff_t)e->kv_stride);
             }
     }
-    /* Pages: distinct, whole pages apart. */
-    for (uint32_t p = 1; p < cap / e->tpp; p++)
-        for (uint32_t q = 0; q < p; q++) {
-            ptrdiff_t diff = kv_diff(s, 0, VASE_K, p * e->tpp, 0, 0, VASE_K, q * e->tpp, 0);
-            assert_int_not_equal(diff, 0);
-            assert_int_equal(diff % (ptrdiff_t)HARNESS_PAGE_BYTES, 0);
-        }
+    /* Pages: distinct, and every one at a multiple of page_bytes from the arena base (the
+     * address of block 0 of layer 0's K tensor), at the block its table entry names. */
+    struct vase_tensor t;
+    const int32_t *table;
+    uint32_t n_table;
+    assert_int_equal(vase_model_kv_tensor(m, 0, VASE_K, &t), 0);
+    assert_int_equal(vase_seq_block_table(s, &table, &n_table), 0);
+    assert_int_equal(n_table, e->kv_pages);
+    for (uint32_t p = 0; p < cap / e->tpp; p++) {
+        ptrdiff_t off = (char *)vase_seq_kv_ptr(s, 0, VASE_K, p * e->tpp, 0) - (char *)t.data;
+        assert_int_equal(off % (ptrdiff_t)e->page_bytes, 0);
+        assert_int_equal(off / (ptrdiff_t)e->page_bytes, table[p]);
+        assert_true(table[p] >= 0 && table[p] < t.shape[0]);
+        for (uint32_t q = 0; q < p; q++)
+            assert_int_not_equal(table[p], table[q]);
+    }
     /* The views the engine's kernels get say the same. */
     for (uint32_t l = 0; l < g->layers; l++) {
         struct vase_view v;
         assert_int_equal(vase_seq_kv_view(s, l, VASE_V, &v), 0);
         assert_int_equal(v.tokens_per_page, e->tpp);
-        assert_int_equal(v.page_stride, HARNESS_PAGE_BYTES);
+        assert_int_equal(v.page_stride, e->page_bytes);
         assert_int_equal(v.token_stride, e->token_stride);
         assert_int_equal(v.head_stride, g->head_dim * e->es);
         assert_int_equal(v.heads, g->kv_heads);
@@ -171,22 +188,32 @@ static void check_query_addresses(const struct vase_seq *s, const struct layout_
         if ((pos + 1) % e->ring_rows_per_page != 0 && pos + 1 < entries)
             assert_int_equal((char *)vase_seq_query_ptr(s, 0, pos + 1, 0) - q0,
                              (ptrdiff_t)e->ring_row);
+        else if (pos + 1 < entries) /* the next ring page, at a multiple of its size */
+            assert_int_equal(((char *)vase_seq_query_ptr(s, 0, pos + 1, 0) -
+                              (char *)vase_seq_query_ptr(s, 0, 0, 0)) %
+                                 (ptrdiff_t)e->ring_page_bytes,
+                             0);
     }
 }
 
-/* Every geometry: tokens per page, pages charged, addresses of K, V and queries. */
+/* Every geometry and block size: tokens per page, bytes charged, addresses of K, V and
+ * queries. */
 static void test_layout_matches_protocol(void **state) {
     struct harness_fixture *f = *state;
     static const struct layout_case cases[] = {
-        {{"f32", 2, 4, 2, 32, VASE_DTYPE_F32, 1, 0}, 128, 32, VASE_POLICY_SNAPKV},
-        {{"f16-align8", 3, 8, 2, 24, VASE_DTYPE_F16, 8, 0}, 128, 32, VASE_POLICY_VASE_ATTNV},
-        {{"bf16-align16", 1, 7, 7, 128, VASE_DTYPE_BF16, 16, 0}, 64, 16, VASE_POLICY_RKV},
-        {{"f32-wide", 4, 16, 4, 64, VASE_DTYPE_F32, 0, 0}, 32, 8, VASE_POLICY_STREAMING},
-        {{"one-token-pages", 16, 8, 8, 64, VASE_DTYPE_F32, 1, 0}, 8, 4, VASE_POLICY_SNAPKV},
+        {{"f32-block64", 2, 4, 2, 32, VASE_DTYPE_F32, 64, 0}, 128, 32, VASE_POLICY_SNAPKV},
+        {{"f16-block8", 3, 8, 2, 24, VASE_DTYPE_F16, 8, 0}, 128, 32, VASE_POLICY_VASE_ATTNV},
+        {{"bf16-block16", 1, 7, 7, 128, VASE_DTYPE_BF16, 16, 0}, 64, 16, VASE_POLICY_RKV},
+        {{"f32-default-block", 4, 16, 4, 64, VASE_DTYPE_F32, 0, 0}, 32, 8, VASE_POLICY_STREAMING},
+        {{"one-token-blocks", 16, 8, 8, 64, VASE_DTYPE_F32, 1, 0}, 8, 4, VASE_POLICY_SNAPKV},
+        {{"gqa-block1", 2, 8, 2, 16, VASE_DTYPE_F16, 1, 0}, 32, 8, VASE_POLICY_VASE_ATTNV},
+        {{"f16-block256", 1, 1, 1, 8, VASE_DTYPE_F16, 256, 0}, 512, 64, VASE_POLICY_SNAPKV},
     };
     assert_int_equal(harness_connect(&f->d, "layout", &f->c[0]), 0);
-    uint32_t total = status_of(&f->d).pages_total;
-    assert_int_equal(total, HARNESS_ARENA_PAGES);
+    struct harness_status st = status_of(&f->d);
+    assert_int_equal(st.bytes_total, HARNESS_ARENA_BYTES);
+    assert_int_equal(st.bytes_free, HARNESS_ARENA_BYTES);
+    assert_int_equal(st.bytes_pages, 0);
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const struct layout_case *lc = &cases[i];
@@ -196,8 +223,8 @@ static void test_layout_matches_protocol(void **state) {
         if (r < 0)
             fail_msg("%s: vase_model_register: %s", lc->g.name, vase_strerror(r));
         assert_int_equal(vase_model_tokens_per_page(m), e.tpp);
+        assert_int_equal(vase_model_page_bytes(m), e.page_bytes);
 
-        uint32_t free_before = status_of(&f->d).pages_free;
         struct vase_seq_config cfg =
             harness_seq_config(lc->policy, lc->budget, lc->window, 0, VASE_MODE_SYNC);
         struct vase_seq *s;
@@ -206,16 +233,21 @@ static void test_layout_matches_protocol(void **state) {
             fail_msg("%s: vase_seq_open: %s", lc->g.name, vase_strerror(r));
         assert_int_equal(vase_seq_capacity(s), e.kv_pages * e.tpp);
         assert_int_equal(vase_seq_len(s), 0);
-        uint32_t used = free_before - status_of(&f->d).pages_free;
-        if (used != e.kv_pages + e.ring_pages + e.plan_pages)
-            fail_msg("%s: %u pages charged, PROTOCOL.md gives %u KV + %u ring + %u plan",
-                     lc->g.name, used, e.kv_pages, e.ring_pages, e.plan_pages);
-        check_kv_addresses(s, lc, &e);
+        uint64_t used = status_of(&f->d).bytes_pages;
+        if (used != e.bytes)
+            fail_msg("%s: %llu bytes charged, PROTOCOL.md gives %u KV pages of %llu + %u ring "
+                     "pages of %llu + %u plan pages of %llu",
+                     lc->g.name, (unsigned long long)used, e.kv_pages,
+                     (unsigned long long)e.page_bytes, e.ring_pages,
+                     (unsigned long long)e.ring_page_bytes, e.plan_pages,
+                     (unsigned long long)e.plan_page_bytes);
+        check_kv_addresses(m, s, lc, &e);
         check_query_addresses(s, lc, &e);
         assert_int_equal(vase_seq_close(s), 0);
-        assert_int_equal(status_of(&f->d).pages_free, free_before);
+        st = status_of(&f->d);
+        assert_int_equal(st.bytes_pages, 0);
+        assert_int_equal(st.bytes_free, HARNESS_ARENA_BYTES);
     }
-    assert_int_equal(status_of(&f->d).pages_free, total);
 }
 
 /* Two sequences of one client never share a page. */
@@ -244,30 +276,40 @@ static void test_sequences_disjoint(void **state) {
     assert_int_equal(vase_seq_close(b), 0);
 }
 
-/* Geometries no arena can lay out are refused with -EINVAL, and the client stays usable. */
+/* Geometries no arena can lay out are refused with -EINVAL and a reason, and the client stays
+ * usable. */
 static void test_invalid_geometry(void **state) {
     struct harness_fixture *f = *state;
-    static const struct vase_geometry bad[] = {
-        {"no-layers", 0, 4, 2, 32, VASE_DTYPE_F32, 1, 0},
-        {"no-kv-heads", 2, 4, 0, 32, VASE_DTYPE_F32, 1, 0},
-        {"no-q-heads", 2, 0, 2, 32, VASE_DTYPE_F32, 1, 0},
-        {"group-not-integral", 2, 3, 2, 32, VASE_DTYPE_F32, 1, 0},
-        {"no-dim", 2, 4, 2, 0, VASE_DTYPE_F32, 1, 0},
-        {"dim-too-large", 1, 1, 1, VASE_MAX_DIM + 1, VASE_DTYPE_F32, 1, 0},
-        {"bad-dtype", 2, 4, 2, 32, (enum vase_dtype)7, 1, 0},
-        /* 64 layers * 2 * 8 heads * 128 * 4 bytes = 512 KiB per token: tokens_per_page 0. */
-        {"token-larger-than-page", 64, 8, 8, 128, VASE_DTYPE_F32, 1, 0},
-        /* 64 tokens fit a page, but not one group of 128 aligned tokens. */
-        {"align-larger-than-page", 2, 4, 2, 32, VASE_DTYPE_F32, 128, 0},
+    static const struct {
+        struct vase_geometry g;
+        const char *why; /* a part of vase_last_error() */
+    } bad[] = {
+        {{"no-layers", 0, 4, 2, 32, VASE_DTYPE_F32, 1, 0}, "layers"},
+        {{"no-kv-heads", 2, 4, 0, 32, VASE_DTYPE_F32, 1, 0}, "kv_heads"},
+        {{"no-q-heads", 2, 0, 2, 32, VASE_DTYPE_F32, 1, 0}, "q_heads"},
+        {{"group-not-integral", 2, 3, 2, 32, VASE_DTYPE_F32, 1, 0}, "multiple of kv_heads"},
+        {{"no-dim", 2, 4, 2, 0, VASE_DTYPE_F32, 1, 0}, "head_dim"},
+        {{"dim-too-large", 1, 1, 1, VASE_MAX_DIM + 1, VASE_DTYPE_F32, 1, 0}, "head_dim"},
+        {{"bad-dtype", 2, 4, 2, 32, (enum vase_dtype)7, 1, 0}, "dtype"},
+        /* 64 layers * 2 * 8 heads * 128 * 4 bytes = 512 KiB per token: a block of 16 tokens
+         * is 8 MiB, more than the 4 MiB arena. */
+        {{"page-larger-than-arena", 64, 8, 8, 128, VASE_DTYPE_F32, 0, 0}, "block_tokens"},
+        /* 4 KiB per token of the harness model: 1024 tokens are 4 MiB + 1 page too many. */
+        {{"block-larger-than-arena", 2, 4, 2, 32, VASE_DTYPE_F32, 4097, 0}, "block_tokens"},
+        {{"block-too-large", 1, 1, 1, 1, VASE_DTYPE_F16, 65537, 0}, "block_tokens"},
     };
     assert_int_equal(harness_connect(&f->d, "invalid", &f->c[0]), 0);
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct vase_model *m = (struct vase_model *)0x1;
-        int r = vase_model_register(f->c[0], &bad[i], &m);
+        int r = vase_model_register(f->c[0], &bad[i].g, &m);
         if (r != -EINVAL)
-            fail_msg("%s: vase_model_register returned %d (%s), want -EINVAL", bad[i].name, r,
+            fail_msg("%s: vase_model_register returned %d (%s), want -EINVAL", bad[i].g.name, r,
                      vase_strerror(r));
         assert_ptr_equal(m, (struct vase_model *)0x1);
+        const char *why = vase_last_error(f->c[0]);
+        if (!strstr(why, bad[i].why))
+            fail_msg("%s: vase_last_error() is \"%s\", which does not mention %s", bad[i].g.name,
+                     why, bad[i].why);
     }
     /* An arena that does not exist. */
     struct vase_geometry g = harness_geometry();
@@ -289,7 +331,6 @@ static void test_invalid_seq_params(void **state) {
     struct vase_geometry g = harness_geometry();
     struct vase_model *m;
     assert_int_equal(harness_engine_open(&f->d, "params", &g, &f->c[0], &m), 0);
-    uint32_t total = status_of(&f->d).pages_total;
     struct vase_seq_config bad[4];
     bad[0] = harness_seq_config(VASE_POLICY_SNAPKV, 100, 32, 0, 0); /* budget % window */
     bad[1] = harness_seq_config(VASE_POLICY_SNAPKV, 32, 32, 0, 0);  /* budget == window */
@@ -304,7 +345,8 @@ static void test_invalid_seq_params(void **state) {
         assert_null(s);
     }
     struct harness_status st = status_of(&f->d);
-    assert_int_equal(st.pages_free, total);
+    assert_int_equal(st.bytes_free, st.bytes_total);
+    assert_int_equal(st.bytes_pages, 0);
     assert_int_equal(st.seqs, 0);
 }
 
@@ -339,6 +381,13 @@ static int open_until_full(struct vase_client *c, struct vase_model *m,
     return n;
 }
 
+/* Granules that n streaming sequences of the harness model with budget 128 and window 32 take:
+ * 3 KV pages of one granule each, and n plan pages of 4 keep lists of 96 slots (1536 bytes),
+ * packed into granules of their own. */
+static uint32_t streaming_granules(uint32_t n) {
+    return 3 * n + (uint32_t)ceil_div((uint64_t)n * 1536, HARNESS_PAGE_BYTES);
+}
+
 /* Sequences are admitted until the arena is full, then refused whole with -ENOSPC; after
  * everything closes (and after clients disconnect) every page is free again. */
 static void test_admission_enospc(void **state) {
@@ -348,46 +397,51 @@ static void test_admission_enospc(void **state) {
     assert_int_equal(harness_engine_open(&f->d, "admit-0", &g, &f->c[0], &m0), 0);
     assert_int_equal(harness_engine_open(&f->d, "admit-1", &g, &f->c[1], &m1), 0);
     struct harness_status st = status_of(&f->d);
-    uint32_t total = st.pages_total;
-    assert_int_equal(st.pages_free, total);
+    assert_int_equal(st.bytes_free, HARNESS_ARENA_BYTES);
     assert_int_equal(st.clients, 2);
 
-    /* streaming, budget 128, window 32: 3 KV pages + 1 plan page, no ring. */
+    /* streaming, budget 128, window 32: 3 KV pages + a plan page of 1536 bytes, no ring. */
     struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_STREAMING, 128, 32, 0, 0);
-    const uint32_t per_seq = 4;
+    const uint64_t per_seq = harness_seq_bytes(3, 0, 96);
+    uint32_t fit = 0;
+    while (streaming_granules(fit + 1) <= HARNESS_ARENA_PAGES)
+        fit++;
     struct vase_seq *seqs[2][64] = {{0}};
     int err;
     int n0 = open_until_full(f->c[0], m0, &cfg, seqs[0], 10, &err);
     assert_int_equal(n0, 10);
     int n1 = open_until_full(f->c[1], m1, &cfg, seqs[1], 64, &err);
     assert_int_equal(err, -ENOSPC);
-    assert_int_equal((uint32_t)(n0 + n1), total / per_seq);
+    assert_int_equal((uint32_t)(n0 + n1), fit);
     assert_string_equal(vase_strerror(err), "No space left on device");
     st = status_of(&f->d);
-    assert_int_equal(st.pages_free, total % per_seq);
+    assert_int_equal(st.bytes_pages, fit * per_seq);
+    assert_int_equal(st.bytes_free,
+                     HARNESS_ARENA_BYTES - streaming_granules(fit) * (uint64_t)HARNESS_PAGE_BYTES);
     assert_int_equal(st.seqs, (uint32_t)(n0 + n1));
 
     /* Refusals hold nothing, on either client. */
     struct vase_seq *s = NULL;
     assert_int_equal(vase_seq_open(f->c[0], m0, &cfg, &s), -ENOSPC);
     assert_null(s);
-    assert_int_equal(status_of(&f->d).pages_free, total % per_seq);
+    assert_int_equal(status_of(&f->d).bytes_pages, fit * per_seq);
 
     /* One sequence closes: exactly one fits again; a larger one (5 KV pages) does not. */
     assert_int_equal(vase_seq_close(seqs[1][0]), 0);
     seqs[1][0] = NULL;
-    assert_int_equal(status_of(&f->d).pages_free, total % per_seq + per_seq);
+    assert_int_equal(status_of(&f->d).bytes_pages, (fit - 1) * per_seq);
     struct vase_seq_config big = harness_seq_config(VASE_POLICY_STREAMING, 256, 32, 0, 0);
     assert_int_equal(vase_seq_open(f->c[1], m1, &big, &s), -ENOSPC);
-    assert_int_equal(status_of(&f->d).pages_free, total % per_seq + per_seq);
+    assert_int_equal(status_of(&f->d).bytes_pages, (fit - 1) * per_seq);
     assert_int_equal(vase_seq_open(f->c[1], m1, &cfg, &seqs[1][0]), 0);
 
     /* Close everything of client 0, disconnect client 1 with its sequences open. */
     for (int i = 0; i < n0; i++)
         assert_int_equal(vase_seq_close(seqs[0][i]), 0);
     f->c[1] = vase_disconnect(f->c[1]);
-    assert_int_equal(harness_wait_pages_free(&f->d, total, HARNESS_WAIT_MS, NULL), 0);
+    assert_int_equal(harness_wait_bytes_pages(&f->d, 0, HARNESS_WAIT_MS, NULL), 0);
     st = status_of(&f->d);
+    assert_int_equal(st.bytes_free, HARNESS_ARENA_BYTES);
     assert_int_equal(st.seqs, 0);
     assert_int_equal(st.clients, 1);
 }
@@ -398,7 +452,7 @@ static void config_set(const struct harness_daemon *d, const char *key, const ch
         fail_msg("ConfigSet %s=%s: %s", key, value, vase_strerror(r));
 }
 
-/* Per-client quotas (12 pages, 2 sequences): -EDQUOT, nothing held, other clients unaffected,
+/* Per-client quotas (768 KiB, 2 sequences): -EDQUOT, nothing held, other clients unaffected,
  * and a runtime ConfigSet of the quota takes effect. */
 static void test_quota_edquot(void **state) {
     struct harness_fixture *f = *state;
@@ -406,35 +460,38 @@ static void test_quota_edquot(void **state) {
     struct vase_model *m0, *m1;
     assert_int_equal(harness_engine_open(&f->d, "quota-0", &g, &f->c[0], &m0), 0);
     assert_int_equal(harness_engine_open(&f->d, "quota-1", &g, &f->c[1], &m1), 0);
-    uint32_t total = status_of(&f->d).pages_total;
 
     struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_STREAMING, 128, 32, 0, 0);
+    const uint64_t small = harness_seq_bytes(3, 0, 96);
     struct vase_seq *a, *b, *c = NULL;
     assert_int_equal(vase_seq_open(f->c[0], m0, &cfg, &a), 0);
     assert_int_equal(vase_seq_open(f->c[0], m0, &cfg, &b), 0);
     /* A third sequence: over the sequence quota. */
     assert_int_equal(vase_seq_open(f->c[0], m0, &cfg, &c), -EDQUOT);
     assert_null(c);
-    assert_int_equal(status_of(&f->d).pages_free, total - 8);
+    assert_int_equal(status_of(&f->d).bytes_pages, 2 * small);
 
-    /* Client 1: 12 pages at most. budget 512: 9 KV pages + 1 plan page fits; then a 4-page
-     * sequence would make 14. */
+    /* Client 1: 768 KiB at most. budget 512: 9 KV pages + 7680 bytes of plan fit; then a
+     * small sequence would take it over. */
     struct vase_seq_config big = harness_seq_config(VASE_POLICY_STREAMING, 512, 32, 0, 0);
+    const uint64_t large = harness_seq_bytes(9, 0, 480);
     struct vase_seq *d1, *d2 = NULL;
     assert_int_equal(vase_seq_open(f->c[1], m1, &big, &d1), 0);
+    assert_true(large <= 768 * 1024 && large + small > 768 * 1024);
     assert_int_equal(vase_seq_open(f->c[1], m1, &cfg, &d2), -EDQUOT);
     assert_null(d2);
-    /* Over the quota and over the free pages (57 of the 46 free, the arena has 64): the
-     * client's own limit is what it hears. */
+    assert_non_null(strstr(vase_last_error(f->c[1]), "max_bytes_per_client"));
+    /* Over the quota and over the free memory (56 KV pages): the client's own limit is what it
+     * hears. */
     struct vase_seq_config huge = harness_seq_config(VASE_POLICY_STREAMING, 3520, 32, 0, 0);
     assert_int_equal(vase_seq_open(f->c[1], m1, &huge, &d2), -EDQUOT);
     assert_string_equal(vase_strerror(-EDQUOT), "Disk quota exceeded");
-    assert_int_equal(status_of(&f->d).pages_free, total - 8 - 10);
+    assert_int_equal(status_of(&f->d).bytes_pages, 2 * small + large);
 
     /* Raise the sequence quota while running. */
     config_set(&f->d, "max_seqs_per_client", "3");
     assert_int_equal(vase_seq_open(f->c[0], m0, &cfg, &c), 0);
-    assert_int_equal(status_of(&f->d).pages_free, total - 12 - 10);
+    assert_int_equal(status_of(&f->d).bytes_pages, 3 * small + large);
 }
 
 /*
@@ -715,7 +772,8 @@ static void test_daemon_killed(void **state) {
     assert_int_equal(harness_engine_open(&f->d, "after", &g, &f->c[0], &m), 0);
     struct harness_status st = status_of(&f->d);
     assert_int_equal(st.clients, 1);
-    assert_int_equal(st.pages_free, st.pages_total);
+    assert_int_equal(st.bytes_free, st.bytes_total);
+    assert_int_equal(st.bytes_pages, 0);
 }
 
 int main(void) {

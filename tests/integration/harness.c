@@ -554,8 +554,9 @@ int harness_status(const struct harness_daemon *d, struct harness_status *ret) {
     } else {
         *ret = (struct harness_status){
             .incarnation = s->incarnation,
-            .pages_total = s->arenas[0]->pages_total,
-            .pages_free = s->arenas[0]->pages_free,
+            .bytes_total = s->arenas[0]->bytes_total,
+            .bytes_free = s->arenas[0]->bytes_free,
+            .bytes_pages = s->arenas[0]->bytes_pages,
             .clients = s->clients,
             .seqs = s->seqs,
             .evictions_total = s->evictions_total,
@@ -582,38 +583,52 @@ int harness_config_set(const struct harness_daemon *d, const char *key, const ch
                        NULL);
 }
 
-/* Polls Status until the counter at offset (a uint32_t of struct harness_status) is want. */
-static int wait_status(const struct harness_daemon *d, size_t offset, const char *what,
-                       uint32_t want, int timeout_ms, double *ret_seconds) {
+/* Polls Status until the counter at offset (a uint32_t, or a uint64_t when wide, of struct
+ * harness_status) is want. */
+static int wait_status(const struct harness_daemon *d, size_t offset, bool wide, const char *what,
+                       uint64_t want, int timeout_ms, double *ret_seconds) {
     double start = harness_now(), end = start + timeout_ms / 1000.0;
     struct harness_status st = {0};
     for (;;) {
         int r = harness_status(d, &st);
         if (r < 0)
             return r;
-        uint32_t v;
-        memcpy(&v, (const char *)&st + offset, sizeof(v));
+        uint64_t v;
+        if (wide) {
+            memcpy(&v, (const char *)&st + offset, sizeof(v));
+        } else {
+            uint32_t v32;
+            memcpy(&v32, (const char *)&st + offset, sizeof(v32));
+            v = v32;
+        }
         if (v == want) {
             if (ret_seconds)
                 *ret_seconds = harness_now() - start;
             return 0;
         }
         if (harness_now() > end) {
-            fprintf(stderr, "harness: %s is %u after %d ms, want %u\n", what, v, timeout_ms, want);
+            fprintf(stderr, "harness: %s is %llu after %d ms, want %llu\n", what,
+                    (unsigned long long)v, timeout_ms, (unsigned long long)want);
             return -ETIMEDOUT;
         }
         harness_sleep_ms(1);
     }
 }
 
-int harness_wait_pages_free(const struct harness_daemon *d, uint32_t want, int timeout_ms,
-                            double *ret_seconds) {
-    return wait_status(d, offsetof(struct harness_status, pages_free), "pages_free", want,
+int harness_wait_bytes_pages(const struct harness_daemon *d, uint64_t want, int timeout_ms,
+                             double *ret_seconds) {
+    return wait_status(d, offsetof(struct harness_status, bytes_pages), true, "bytes_pages", want,
                        timeout_ms, ret_seconds);
 }
 
+uint64_t harness_seq_bytes(uint32_t kv_pages, uint32_t ring_pages, uint32_t keep) {
+    /* 2 layers * 2 KV heads = 4 keep lists of 4 * keep bytes fit one plan page of the model's
+     * 64 KiB whenever keep <= 4096, so the plan area is exactly those 4 lists. */
+    return ((uint64_t)kv_pages + ring_pages) * HARNESS_PAGE_BYTES + 4 * 4 * (uint64_t)keep;
+}
+
 int harness_wait_clients(const struct harness_daemon *d, uint32_t want, int timeout_ms) {
-    return wait_status(d, offsetof(struct harness_status, clients), "clients", want, timeout_ms,
+    return wait_status(d, offsetof(struct harness_status, clients), false, "clients", want, timeout_ms,
                        NULL);
 }
 
@@ -671,7 +686,7 @@ int harness_daemon_start(struct harness_daemon *d, const char *const *args) {
     snprintf(conf_arg, sizeof(conf_arg), "--config=%s/vased.conf", d->dir);
     snprintf(arena_arg, sizeof(arena_arg), "--arena-bytes=%u",
              HARNESS_PAGE_BYTES * HARNESS_ARENA_PAGES);
-    snprintf(page_arg, sizeof(page_arg), "--page-bytes=%u", HARNESS_PAGE_BYTES);
+    snprintf(page_arg, sizeof(page_arg), "--granule-bytes=%u", HARNESS_PAGE_BYTES);
     const char *argv[40] = {path, dir_arg, conf_arg, arena_arg, page_arg, "--evictor-threads=2"};
     size_t argc = 6;
     for (size_t i = 0; args && args[i]; i++) {
@@ -767,7 +782,7 @@ struct vase_geometry harness_geometry(void) {
         .kv_heads = 2,
         .head_dim = 32,
         .dtype = VASE_DTYPE_F32,
-        .align = 1,
+        .block_tokens = 64,
     };
 }
 

@@ -39,9 +39,11 @@
 /* A state the tests poll for (a count in Status, a child that says it is ready). */
 #define HARNESS_WAIT_MS 30000
 
-/* The small arena most tests use: 64 pages of 64 KiB. */
+/* The small arena most tests use: 64 granules of 64 KiB. The harness model (harness_geometry())
+ * has pages of exactly one granule. */
 #define HARNESS_PAGE_BYTES 65536u
 #define HARNESS_ARENA_PAGES 64u
+#define HARNESS_ARENA_BYTES ((uint64_t)HARNESS_PAGE_BYTES * HARNESS_ARENA_PAGES)
 
 /* Monotonic seconds. */
 double harness_now(void);
@@ -86,8 +88,8 @@ int harness_connect(const struct harness_daemon *d, const char *name, struct vas
 
 /* ---- engines ---- */
 
-/* The small model most tests use: 2 layers, 4 query heads, 2 KV heads, head dim 32, f32, so
- * 64 tokens per 64 KiB page. */
+/* The small model most tests use: 2 layers, 4 query heads, 2 KV heads, head dim 32, f32, blocks
+ * of 64 tokens: pages of 64 KiB; query ring pages of 64 entries, 64 KiB too. */
 struct vase_geometry harness_geometry(void);
 /* A sequence configuration: vase_params_default(budget) with window, seed 1, default slack. */
 struct vase_seq_config harness_seq_config(enum vase_policy policy, uint32_t budget, uint32_t window,
@@ -163,7 +165,7 @@ int harness_ping(const struct harness_daemon *d);
 
 struct harness_status {
     uint64_t incarnation;
-    uint32_t pages_total, pages_free; /* arena 0 */
+    uint64_t bytes_total, bytes_free, bytes_pages; /* arena 0 (ArenaStatus) */
     uint32_t clients, seqs;
     uint64_t evictions_total, errors_total, stats_messages_total;
 };
@@ -176,10 +178,14 @@ int harness_config_set(const struct harness_daemon *d, const char *key, const ch
 /* A GetSeq request; *ret is the whole reply envelope (body seq_info on success). 0, -errno, or
  * the Error code negated. */
 int harness_get_seq(const struct harness_daemon *d, uint32_t seq_id, Vase__Envelope **ret);
-/* Polls Status until pages_free == want; the seconds it took in *ret_seconds. 0 or -ETIMEDOUT
- * after timeout_ms (the last count is printed). */
-int harness_wait_pages_free(const struct harness_daemon *d, uint32_t want, int timeout_ms,
-                            double *ret_seconds);
+/* Polls Status until bytes_pages (arena 0's bytes in pages of sequences) == want; the seconds
+ * it took in *ret_seconds. 0 or -ETIMEDOUT after timeout_ms (the last count is printed). */
+int harness_wait_bytes_pages(const struct harness_daemon *d, uint64_t want, int timeout_ms,
+                             double *ret_seconds);
+/* The bytes a sequence of the harness model holds (PROTOCOL.md "Memory", written out here, not
+ * taken from the library): kv_pages pages and ring_pages ring pages of 64 KiB, and its plan area
+ * of 4 keep lists of keep slots. */
+uint64_t harness_seq_bytes(uint32_t kv_pages, uint32_t ring_pages, uint32_t keep);
 
 /* ---- helper programs and child processes ---- */
 
