@@ -59,7 +59,7 @@ static void test_requests(void **state) {
     assert_int_equal(vase_admin_status(f->a, &st), 0);
     assert_int_equal(st->clients, 1);
     assert_int_equal(st->n_arenas, 1);
-    assert_int_equal(st->arenas[0]->pages_total, HARNESS_ARENA_PAGES);
+    assert_int_equal(st->arenas[0]->bytes_total, HARNESS_ARENA_BYTES);
     protobuf_c_message_free_unpacked(&st->base, NULL);
 
     Vase__ClientsReply *cr = NULL;

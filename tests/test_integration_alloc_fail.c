@@ -37,7 +37,6 @@
 
 struct fixture {
     struct harness_fixture h;
-    uint32_t pages_total;
 };
 
 /*
@@ -102,7 +101,7 @@ static int step_client(void *ctx) {
 
     /* The daemon forgets the client and takes its pages back whichever call failed. */
     assert_int_equal(harness_wait_clients(&f->h.d, 0, HARNESS_WAIT_MS), 0);
-    assert_int_equal(harness_wait_pages_free(&f->h.d, f->pages_total, HARNESS_WAIT_MS, NULL), 0);
+    assert_int_equal(harness_wait_bytes_pages(&f->h.d, 0, HARNESS_WAIT_MS, NULL), 0);
     struct harness_status st;
     assert_int_equal(harness_status(&f->h.d, &st), 0);
     assert_int_equal(st.seqs, 0);
@@ -113,8 +112,8 @@ static void test_client_cycle(void **state) {
     struct fixture *f = *state;
     struct harness_status st;
     assert_int_equal(harness_status(&f->h.d, &st), 0);
-    f->pages_total = st.pages_total;
-    assert_int_equal(st.pages_free, st.pages_total);
+    assert_int_equal(st.bytes_free, st.bytes_total);
+    assert_int_equal(st.bytes_pages, 0);
     assert_true(alloc_fail_sweep("libvase: connect, register, open, evict, close, disconnect",
                                  step_client, f, 0) >= 5);
     /* Every step's eviction that ran to the end was counted by the daemon. */
@@ -154,7 +153,7 @@ static int hook_report(const struct harness_daemon *d, unsigned n, unsigned *ret
 }
 
 /* One run with the daemon's nth allocation failing; whether it was reached (1) or not (0). */
-static int daemon_step(unsigned n, uint32_t pages_total) {
+static int daemon_step(unsigned n) {
     struct harness_daemon d = {0};
     struct vase_client *c = NULL;
     struct vase_seq *s = NULL;
@@ -194,10 +193,13 @@ static int daemon_step(unsigned n, uint32_t pages_total) {
         if (pr == -ENOMEM && refused++ == 0)
             continue;
         assert_int_equal(pr, 0);
-        settled = st.clients == 0 && st.seqs == 0 && st.pages_free == pages_total;
+        settled = st.clients == 0 && st.seqs == 0 && st.bytes_pages == 0 &&
+                  st.bytes_free == st.bytes_total;
         if (!settled && harness_now() > end)
-            fail_msg("daemon allocation %u: %u clients, %u sequences, %u of %u pages free", n,
-                     st.clients, st.seqs, st.pages_free, pages_total);
+            fail_msg("daemon allocation %u: %u clients, %u sequences, %llu bytes in pages, %llu "
+                     "of %llu bytes free",
+                     n, st.clients, st.seqs, (unsigned long long)st.bytes_pages,
+                     (unsigned long long)st.bytes_free, (unsigned long long)st.bytes_total);
         if (!settled)
             harness_sleep_ms(10);
     }
@@ -224,7 +226,7 @@ static int daemon_step(unsigned n, uint32_t pages_total) {
 static void test_daemon_handlers(void **state) {
     (void)state;
     unsigned n;
-    for (n = 1; daemon_step(n, HARNESS_ARENA_PAGES); n++)
+    for (n = 1; daemon_step(n); n++)
         if (n > 10000)
             fail_msg("no end to the daemon's allocations");
     printf("daemon handlers: %u allocation failure points, daemon kept serving\n", n - 1);

@@ -423,11 +423,10 @@ static void test_long_prompt(void **state) {
     const uint32_t prompt = 200;
     struct vase_seq_config cfg =
         harness_seq_config(VASE_POLICY_SNAPKV, BUDGET, WINDOW, prompt, VASE_MODE_SYNC);
-    uint32_t total = status_of(&f->h.d).pages_total;
     struct engine *e = open_engine(f, 0, &g, &cfg);
-    /* ceil((200 + 32 + 32) / 64) = 5 KV pages, 1 ring page, 1 plan page. */
+    /* ceil((200 + 32 + 32) / 64) = 5 KV pages, 1 ring page, a plan page. */
     assert_int_equal(vase_seq_capacity(e->s), 5 * 64);
-    assert_int_equal(status_of(&f->h.d).pages_free, total - 7);
+    assert_int_equal(status_of(&f->h.d).bytes_pages, harness_seq_bytes(5, 1, BUDGET - WINDOW));
 
     assert_decode(e, 0); /* the prompt: no plan */
     assert_int_equal(vase_seq_len(e->s), prompt);
@@ -437,7 +436,7 @@ static void test_long_prompt(void **state) {
     assert_int_equal(e->rounds, 1);
     assert_int_equal(vase_seq_len(e->s), BUDGET);
     assert_int_equal(vase_seq_capacity(e->s), 3 * 64);
-    assert_int_equal(status_of(&f->h.d).pages_free, total - 5);
+    assert_int_equal(status_of(&f->h.d).bytes_pages, harness_seq_bytes(3, 1, BUDGET - WINDOW));
     assert_decode(e, WINDOW);
     assert_int_equal(e->rounds, 2);
     assert_seq_info(&f->h.d, e);
@@ -671,11 +670,10 @@ static int run_child_engine(void *arg) {
     return rc < 0 ? 6 : 0;
 }
 
-/* Two engine processes with different geometries (f32 and bf16, aligned), policies and modes
+/* Two engine processes with different geometries (f32 in blocks of 64 tokens, bf16 in blocks of 16), policies and modes
  * share the daemon and evict at the same time. */
 static void test_two_engines(void **state) {
     struct fixture *f = *state;
-    uint32_t total = status_of(&f->h.d).pages_total;
     int ready[2], go[2];
     assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
     assert_int_equal(pipe2(go, O_CLOEXEC), 0);
@@ -701,8 +699,12 @@ static void test_two_engines(void **state) {
     struct harness_status st = status_of(&f->h.d);
     assert_int_equal(st.clients, 2);
     assert_int_equal(st.seqs, 2);
-    /* f32: 3 KV + 1 ring + 1 plan pages; bf16 (32 tokens per page, 21 ring rows): 6 + 4 + 1. */
-    assert_int_equal(st.pages_free, total - 5 - 11);
+    /* f32: 3 KV + 1 ring pages of 64 KiB and a plan page. bf16, blocks of 16 tokens: pages of
+     * 16 * 3 layers * 2 * 2 heads * 64 * 2 bytes = 24 KiB, 12 of them for 192 slots; ring pages
+     * of 8 entries of 3 layers * 8 heads * 64 * 2 bytes = 24 KiB, 8 for 64 entries; one plan
+     * page of 6 keep lists of 96 slots. */
+    uint64_t bf16 = 12 * 24576 + 8 * 24576 + 6 * 4 * (BUDGET - WINDOW);
+    assert_int_equal(st.bytes_pages, harness_seq_bytes(3, 1, BUDGET - WINDOW) + bf16);
     assert_int_equal(write(go[1], "GG", 2), 2);
 
     for (int i = 0; i < 2; i++) {
@@ -715,8 +717,9 @@ static void test_two_engines(void **state) {
         close(ready[i]);
         close(go[i]);
     }
-    assert_int_equal(harness_wait_pages_free(&f->h.d, total, HARNESS_WAIT_MS, NULL), 0);
+    assert_int_equal(harness_wait_bytes_pages(&f->h.d, 0, HARNESS_WAIT_MS, NULL), 0);
     st = status_of(&f->h.d);
+    assert_int_equal(st.bytes_free, st.bytes_total);
     assert_int_equal(st.evictions_total, 6);
     assert_int_equal(harness_wait_clients(&f->h.d, 0, HARNESS_WAIT_MS), 0);
 }
@@ -764,7 +767,6 @@ static int run_victim(void *arg) {
  */
 static void test_sigkill(void **state) {
     struct fixture *f = *state;
-    uint32_t total = status_of(&f->h.d).pages_total;
     int ready[2], go[2];
     assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
     assert_int_equal(pipe2(go, O_CLOEXEC), 0);
@@ -796,13 +798,13 @@ static void test_sigkill(void **state) {
     struct harness_status st = status_of(&f->h.d);
     assert_int_equal(st.clients, 2);
     assert_int_equal(st.seqs, 4);
-    uint32_t survivor_pages = 5; /* 3 KV + 1 ring + 1 plan */
-    assert_true(st.pages_free < total - survivor_pages);
+    uint64_t survivor_bytes = harness_seq_bytes(3, 1, BUDGET - WINDOW);
+    assert_true(st.bytes_pages > survivor_bytes);
 
     double t0 = harness_now();
     assert_int_equal(kill(pid, SIGKILL), 0);
     double dt;
-    r = harness_wait_pages_free(&f->h.d, total - survivor_pages, HARNESS_WAIT_MS, &dt);
+    r = harness_wait_bytes_pages(&f->h.d, survivor_bytes, HARNESS_WAIT_MS, &dt);
     dt = harness_now() - t0;
     int status;
     assert_int_equal(harness_wait_pid(pid, HARNESS_WAIT_MS, &status), 0);

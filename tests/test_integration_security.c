@@ -402,7 +402,7 @@ static int run_vased_on(const char *dir, struct harness_proc *p) {
     assert_int_equal(harness_program("vased", vased, sizeof(vased)), 0);
     snprintf(dir_arg, sizeof(dir_arg), "--runtime-dir=%s", dir);
     const char *argv[] = {
-        vased, dir_arg, "--config=/dev/null", "--arena-bytes=1M", "--page-bytes=64K", NULL};
+        vased, dir_arg, "--config=/dev/null", "--arena-bytes=1M", "--granule-bytes=64K", NULL};
     return harness_run(p, argv, NULL, 10000);
 }
 
@@ -590,7 +590,7 @@ static int setup_arenas(void **state) {
                                "\n"
                                "[arena b]\n"
                                "arena_bytes = 1M\n"
-                               "page_bytes = 64K\n"
+                               "granule_bytes = 64K\n"
                                "users = nobody\n";
     if (write(fd, text, sizeof(text) - 1) != (ssize_t)sizeof(text) - 1)
         return -1;

@@ -125,9 +125,11 @@ static void test_vasectl_status(void **state) {
 
     const char *out = vasectl_ok(f, (const char *const[]){"--json", "status", NULL});
     assert_json_line(out);
-    assert_int_equal(json_number(out, "pages_total"), HARNESS_ARENA_PAGES);
-    assert_int_equal(json_number(out, "pages_free"), HARNESS_ARENA_PAGES - 5);
-    assert_int_equal(json_number(out, "page_bytes"), HARNESS_PAGE_BYTES);
+    /* 3 KV pages and a ring page of one granule each, and a plan page in a fifth. */
+    assert_int_equal(json_number(out, "bytes_total"), HARNESS_ARENA_BYTES);
+    assert_int_equal(json_number(out, "bytes_free"), HARNESS_ARENA_BYTES - 5 * HARNESS_PAGE_BYTES);
+    assert_int_equal(json_number(out, "bytes_pages"), harness_seq_bytes(3, 1, 96));
+    assert_int_equal(json_number(out, "granule_bytes"), HARNESS_PAGE_BYTES);
     assert_int_equal(json_number(out, "clients"), 1);
     assert_int_equal(json_number(out, "seqs"), 1);
     /* The planning queue, idle: no plan asked for. */
@@ -143,7 +145,7 @@ static void test_vasectl_status(void **state) {
     assert_json_line(out);
     assert_non_null(strstr(out, "\"tools-engine\""));
     assert_int_equal(json_number(out, "client_id"), vase_client_id(f->h.c[0]));
-    assert_int_equal(json_number(out, "pages"), 5);
+    assert_int_equal(json_number(out, "bytes"), harness_seq_bytes(3, 1, 96));
     assert_int_equal(json_number(out, "plans_queued"), 0);
 
     out = vasectl_ok(f, (const char *const[]){"--json", "seqs", NULL});
@@ -152,6 +154,8 @@ static void test_vasectl_status(void **state) {
     assert_non_null(strstr(out, "\"snapkv\""));
     assert_int_equal(json_number(out, "budget"), 128);
     assert_int_equal(json_number(out, "capacity"), 192);
+    assert_int_equal(json_number(out, "pages"), 3);
+    assert_int_equal(json_number(out, "block_tokens"), 64);
 
     /* The tables, for people: one line per sequence under a header. */
     out = vasectl_ok(f, (const char *const[]){"status", NULL});
@@ -163,14 +167,15 @@ static void test_vasectl_status(void **state) {
 
     assert_int_equal(vase_seq_close(s), 0);
     out = vasectl_ok(f, (const char *const[]){"--json", "status", NULL});
-    assert_int_equal(json_number(out, "pages_free"), HARNESS_ARENA_PAGES);
+    assert_int_equal(json_number(out, "bytes_free"), HARNESS_ARENA_BYTES);
+    assert_int_equal(json_number(out, "bytes_pages"), 0);
 }
 
 static void test_vasectl_config(void **state) {
     struct fixture *f = *state;
     const char *out = vasectl_ok(f, (const char *const[]){"--json", "config", "get", NULL});
     assert_json_line(out);
-    static const char *const keys[] = {"runtime_dir",       "arena_bytes", "page_bytes",
+    static const char *const keys[] = {"runtime_dir",       "arena_bytes", "granule_bytes",
                                        "max_message_bytes", "log_level",   "stats_interval"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         char quoted[64];
@@ -179,7 +184,7 @@ static void test_vasectl_config(void **state) {
             fail_msg("config get lacks %s:\n%s", keys[i], out);
     }
     /* One key: its bare value. */
-    out = vasectl_ok(f, (const char *const[]){"config", "get", "page_bytes", NULL});
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "granule_bytes", NULL});
     assert_string_equal(out, "64K\n");
     out = vasectl_ok(f, (const char *const[]){"config", "get", "runtime_dir", NULL});
     assert_memory_equal(out, f->h.d.dir, strlen(f->h.d.dir));
@@ -193,11 +198,11 @@ static void test_vasectl_config(void **state) {
     assert_string_equal(out, "debug\n");
 
     /* Refusals: exit 1 and a message naming the problem; nothing changes. */
-    assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "page_bytes", "128K", NULL}),
+    assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "granule_bytes", "128K", NULL}),
                      1);
-    if (!strstr(f->p.out, "page_bytes"))
+    if (!strstr(f->p.out, "granule_bytes"))
         fail_msg("the refusal does not name the setting:\n%s", f->p.out);
-    out = vasectl_ok(f, (const char *const[]){"config", "get", "page_bytes", NULL});
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "granule_bytes", NULL});
     assert_string_equal(out, "64K\n");
     assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "max_clients", "0", NULL}),
                      1);
@@ -207,7 +212,7 @@ static void test_vasectl_config(void **state) {
                      1);
     out = vasectl_ok(f, (const char *const[]){"config", "get", "stats_interval", NULL});
     assert_string_equal(out, "3\n");
-    assert_int_equal(harness_config_set(&f->h.d, "page_bytes", "128K"), -EPERM);
+    assert_int_equal(harness_config_set(&f->h.d, "granule_bytes", "128K"), -EPERM);
     assert_int_equal(harness_config_set(&f->h.d, "max_clients", "0"), -ERANGE);
     assert_int_equal(harness_config_set(&f->h.d, "stats_interval", "soon"), -EINVAL);
 
@@ -336,8 +341,7 @@ static void test_replay_engine(void **state) {
     snprintf(summary, sizeof(summary), "%zu passed, 0 failed", n);
     assert_non_null(strstr(f->p.out, summary));
     /* Everything the engine opened is closed again. */
-    assert_int_equal(harness_wait_pages_free(&f->h.d, HARNESS_ARENA_PAGES, HARNESS_WAIT_MS, NULL),
-                     0);
+    assert_int_equal(harness_wait_bytes_pages(&f->h.d, 0, HARNESS_WAIT_MS, NULL), 0);
 }
 
 int main(void) {

@@ -137,11 +137,14 @@ static void test_wrong_version(void **state) {
     struct fixture *f = *state;
     Vase__Ping ping = VASE__PING__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
-    e.version = 2;
     e.request_id = 77;
     e.body_case = VASE__ENVELOPE__BODY_PING;
     e.ping = &ping;
-    send_envelope(&f->h.d, &e, VASE_EPROTOVERSION, "version 2");
+    /* The version before (its pages were not the layout of today) and the one after. */
+    e.version = VASE_WIRE_VERSION - 1;
+    send_envelope(&f->h.d, &e, VASE_EPROTOVERSION, "the previous version");
+    e.version = VASE_WIRE_VERSION + 1;
+    send_envelope(&f->h.d, &e, VASE_EPROTOVERSION, "the next version");
     /* An empty frame is an envelope with every field at its default: version 0. */
     send_raw(&f->h.d, "", 0, VASE_EPROTOVERSION, "empty frame");
 }
@@ -261,7 +264,7 @@ static Vase__Envelope *session_call(struct harness_session *s, Vase__Envelope__B
 
 /* RegisterModel of an f32 geometry in arena 0 (then adjust the rest), the reply. */
 static Vase__Envelope *register_model(struct harness_session *s, uint32_t layers, uint32_t q_heads,
-                                      uint32_t kv_heads, uint32_t head_dim, uint32_t align,
+                                      uint32_t kv_heads, uint32_t head_dim, uint32_t block_tokens,
                                       Vase__ModelGeometry *geo) {
     Vase__ModelGeometry plain = VASE__MODEL_GEOMETRY__INIT;
     if (!geo)
@@ -271,7 +274,7 @@ static Vase__Envelope *register_model(struct harness_session *s, uint32_t layers
     geo->q_heads = q_heads;
     geo->kv_heads = kv_heads;
     geo->head_dim = head_dim;
-    geo->align = align;
+    geo->block_tokens = block_tokens;
     Vase__RegisterModel reg = VASE__REGISTER_MODEL__INIT;
     reg.geometry = geo;
     return session_call(s, VASE__ENVELOPE__BODY_REGISTER_MODEL, &reg);
@@ -286,9 +289,11 @@ static void test_register_model_raw(void **state) {
     assert_int_equal(f->s[0].token_len, 16);
 
     static const uint32_t bad[][5] = {
-        /* layers, q_heads, kv_heads, head_dim, align */
-        {0, 4, 2, 32, 1}, {2, 4, 0, 32, 1},   {2, 0, 2, 32, 1},   {2, 3, 2, 32, 1},
-        {2, 4, 2, 0, 1},  {64, 8, 8, 128, 1}, {2, 4, 2, 32, 128}, {1, 1, 1, VASE_MAX_DIM + 1, 1},
+        /* layers, q_heads, kv_heads, head_dim, block_tokens; the last three: a page larger than
+         * the 4 MiB arena (16 tokens of 512 KiB, 4097 of 1 KiB), a block over the limit. */
+        {0, 4, 2, 32, 1},       {2, 4, 0, 32, 1}, {2, 0, 2, 32, 1},  {2, 3, 2, 32, 1},
+        {2, 4, 2, 0, 1},        {1, 1, 1, VASE_MAX_DIM + 1, 1},      {64, 8, 8, 128, 0},
+        {2, 4, 2, 32, 4097},    {1, 1, 1, 1, 65537},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[64];
@@ -302,22 +307,25 @@ static void test_register_model_raw(void **state) {
     geo.arena_id = 3;
     expect_error(&f->h.d, register_model(&f->s[0], 2, 4, 2, 32, 1, &geo), EINVAL, 0, "arena 3");
 
-    /* 3 layers, 8 query heads, 2 KV heads, dim 24, f16, align 8: token_stride 96,
-     * floor(65536 / 576) = 113 tokens, 112 aligned; ring rows floor(65536 / (3 * 384)) = 56. */
+    /* 3 layers, 8 query heads, 2 KV heads, dim 24, f16, blocks of 8 tokens: token_stride 96,
+     * pages of 8 * 3 * 2 * 96 = 4608 bytes, 910 of them in the 4 MiB arena; ring entries of
+     * 3 * 384 bytes, 4 per ring page of 4608 bytes. */
     geo.arena_id = 0;
     geo.dtype = VASE__DTYPE__DTYPE_F16;
     Vase__Envelope *reply = register_model(&f->s[0], 3, 8, 2, 24, 8, &geo);
     assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_MODEL_LAYOUT);
     const Vase__ModelLayout *ml = reply->model_layout;
-    assert_int_equal(ml->tokens_per_page, 112);
-    assert_int_equal(ml->page_bytes, HARNESS_PAGE_BYTES);
+    assert_int_equal(ml->block_tokens, 8);
+    assert_int_equal(ml->page_bytes, 4608);
+    assert_int_equal(ml->num_blocks, HARNESS_ARENA_BYTES / 4608);
     assert_int_equal(ml->token_stride, 96);
     assert_int_equal(ml->head_stride, 48);
-    assert_int_equal(ml->kv_stride, 112 * 96);
-    assert_int_equal(ml->layer_stride, 2 * 112 * 96);
-    assert_int_equal(ml->ring_rows_per_page, 56);
+    assert_int_equal(ml->kv_stride, 8 * 96);
+    assert_int_equal(ml->layer_stride, 2 * 8 * 96);
+    assert_int_equal(ml->ring_rows_per_page, 4);
     assert_int_equal(ml->ring_row_stride, 8 * 24 * 2);
-    assert_int_equal(ml->ring_layer_stride, 56 * 8 * 24 * 2);
+    assert_int_equal(ml->ring_layer_stride, 4 * 8 * 24 * 2);
+    assert_int_equal(ml->ring_page_bytes, 4608);
     vase__envelope__free_unpacked(reply, NULL);
 }
 
@@ -383,16 +391,16 @@ static void test_session_rules(void **state) {
     struct fixture *f = *state;
     struct harness_status st;
     assert_int_equal(harness_status(&f->h.d, &st), 0);
-    uint32_t total = st.pages_total;
     assert_int_equal(harness_session_open(&f->h.d, &f->s[0]), 0);
     assert_int_equal(harness_session_open(&f->h.d, &f->s[1]), 0);
     assert_int_not_equal(f->s[0].client_id, f->s[1].client_id);
     assert_memory_not_equal(f->s[0].token, f->s[1].token, 16);
 
-    Vase__Envelope *reply = register_model(&f->s[0], 2, 4, 2, 32, 1, NULL);
+    Vase__Envelope *reply = register_model(&f->s[0], 2, 4, 2, 32, 64, NULL);
     assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_MODEL_LAYOUT);
     uint32_t model = reply->model_layout->model_id;
-    assert_int_equal(reply->model_layout->tokens_per_page, 64);
+    assert_int_equal(reply->model_layout->block_tokens, 64);
+    assert_int_equal(reply->model_layout->num_blocks, HARNESS_ARENA_PAGES);
     vase__envelope__free_unpacked(reply, NULL);
 
     expect_error(&f->h.d, open_seq(&f->s[0], model + 1000), ENOENT, 0, "OpenSeq of no model");
@@ -410,12 +418,14 @@ static void test_session_rules(void **state) {
     assert_int_equal(sl->window, 32);
     assert_int_equal(sl->budget, 128);
     assert_int_equal(sl->slack, 32);
-    assert_int_equal(sl->plans_per_page, HARNESS_PAGE_BYTES / (4 * 96));
+    /* The 4 keep lists fit one 64 KiB page: one plan page of exactly those 4 lists. */
+    assert_int_equal(sl->plans_per_page, 4);
+    assert_int_equal(sl->plan_page_bytes, 4 * 4 * 96);
     for (size_t i = 0; i < sl->n_pages; i++)
-        assert_true(sl->pages[i] < total);
+        assert_true(sl->pages[i] < HARNESS_ARENA_PAGES);
     vase__envelope__free_unpacked(reply, NULL);
     assert_int_equal(harness_status(&f->h.d, &st), 0);
-    assert_int_equal(st.pages_free, total - 4);
+    assert_int_equal(st.bytes_pages, harness_seq_bytes(3, 0, 96));
 
     expect_error(&f->h.d, close_seq(&f->s[1], seq), EPERM, 0, "CloseSeq of another's sequence");
     expect_error(&f->h.d, close_seq(&f->s[0], seq + 1000), ENOENT, 0, "CloseSeq of no sequence");
@@ -486,7 +496,7 @@ static void test_session_rules(void **state) {
 
     /* Closing the session socket ends the client and returns its pages. */
     harness_session_close(&f->s[0]);
-    assert_int_equal(harness_wait_pages_free(&f->h.d, total, HARNESS_WAIT_MS, NULL), 0);
+    assert_int_equal(harness_wait_bytes_pages(&f->h.d, 0, HARNESS_WAIT_MS, NULL), 0);
     assert_int_equal(harness_wait_clients(&f->h.d, 1, HARNESS_WAIT_MS), 0);
     harness_session_close(&f->s[1]);
     assert_int_equal(harness_wait_clients(&f->h.d, 0, HARNESS_WAIT_MS), 0);
