@@ -41,7 +41,7 @@ const struct vase_setting vase_settings[] = {
     {"cuda_share", VASE_SETTING_STRING, OFF(cuda_share), 0, 0, "ipc", false,
      "How a CUDA arena is shared with engines: \"ipc\" (cudaMalloc, legacy CUDA IPC handle) or "
      "\"vmm\" (cuMemCreate, POSIX file descriptor passed over the session socket)."},
-    {"arena_bytes", VASE_SETTING_SIZE, OFF(arena_bytes), 1 << 16, INT64_C(1) << 40, "256M", false,
+    {"arena_bytes", VASE_SETTING_SIZE, OFF(arena_bytes), 1 << 16, INT64_C(1) << 40, "1G", false,
      "Size of the arena in bytes (K, M, G, T suffixes); a multiple of granule_bytes."},
     {"granule_bytes", VASE_SETTING_SIZE, OFF(granule_bytes), 4096, INT64_C(1) << 30, "2M", false,
      "Size of a granule, the unit in which the arena is managed: each granule holds pages of "

@@ -5,7 +5,7 @@
 #
 # The `make demo` scenario, run by examples/with_vased.sh against a private vased
 # (VASE_RUNTIME_DIR set): two engines of different models decode at once from the daemon's one
-# arena, a `vasectl status/clients/seqs` snapshot is taken while they run, then both must finish
+# arena, with pages of 16 and of 256 tokens, a `vasectl status/clients/seqs` snapshot is taken while they run, then both must finish
 # with status 0. An engine still running when the script ends, for whatever reason, is stopped.
 
 set -u
@@ -39,13 +39,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# A small bf16 model with VaSE-AttnV, decoding ahead of its plans (async)...
-"$engine" --name=engine-a --layers=4 --q-heads=8 --kv-heads=2 --head-dim=64 --dtype=bf16 \
+# A small bf16 model with VaSE-AttnV, pages of 16 tokens (vLLM's FlashAttention block), decoding
+# ahead of its plans (async)...
+"$engine" --name=engine-a --layers=4 --q-heads=8 --kv-heads=2 --head-dim=64 --dtype=bf16 --block=16 \
     --seqs=3 --budget=512 --window=64 --prompt=300 --policy=vase-attnv --mode=async \
     --steps=1500 --step-ms=2 --seed=1 >"$log/a.out" 2>&1 &
 pids+=($!)
-# ...and a larger f16 one with VaSE-DKV, waiting for each plan (sync).
-"$engine" --name=engine-b --layers=8 --q-heads=16 --kv-heads=4 --head-dim=128 --dtype=f16 \
+# ...and a larger f16 one with VaSE-DKV, pages of 256 tokens (FlashAttention-2's paged KV),
+# waiting for each plan (sync).
+"$engine" --name=engine-b --layers=8 --q-heads=16 --kv-heads=4 --head-dim=128 --dtype=f16 --block=256 \
     --seqs=2 --budget=1024 --window=64 --prompt=1100 --policy=vase-dkv --mode=sync \
     --steps=1200 --step-ms=2 --seed=2 >"$log/b.out" 2>&1 &
 pids+=($!)

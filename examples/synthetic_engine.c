@@ -50,6 +50,7 @@ static uint32_t arg_q_heads = 8;
 static uint32_t arg_kv_heads = 2;
 static uint32_t arg_head_dim = 64;
 static enum vase_dtype arg_dtype = VASE_DTYPE_BF16;
+static uint32_t arg_block; /* 0: the library's default (16) */
 static uint32_t arg_seqs = 2;
 static uint32_t arg_budget = 512;
 static uint32_t arg_window = 64;
@@ -569,6 +570,7 @@ static int run(void) {
                                 .kv_heads = arg_kv_heads,
                                 .head_dim = arg_head_dim,
                                 .dtype = arg_dtype,
+                                .block_tokens = arg_block,
                                 .arena = arg_arena,
                             },
                             &e.model);
@@ -576,9 +578,10 @@ static int run(void) {
         fail(&e, "vase_model_register()", NULL, r);
         goto disconnect;
     }
-    printf("%s: client %u, model %s (%u tokens per page), policy %s, %s mode, budget %u, window "
-           "%u, prompt %u, %u sequences\n",
+    printf("%s: client %u, model %s (tokens_per_page %u, page_bytes %llu), policy %s, %s mode, "
+           "budget %u, window %u, prompt %u, %u sequences\n",
            arg_name, vase_client_id(e.client), model_name, vase_model_tokens_per_page(e.model),
+           (unsigned long long)vase_model_page_bytes(e.model),
            vase_policy_to_string(arg_policy), arg_mode == VASE_MODE_SYNC ? "sync" : "async",
            arg_budget, arg_window, arg_prompt, arg_seqs);
 
@@ -667,6 +670,7 @@ static void help(void) {
         "      --kv-heads=N       KV heads, dividing the query heads (2)\n"
         "      --head-dim=N       head dim (64)\n"
         "      --dtype=T          f32, f16 or bf16 (bf16)\n"
+        "      --block=N          tokens per page (block) of the attention kernel (16)\n"
         "Sequences:\n"
         "      --seqs=N           sequences decoded together (2)\n"
         "      --budget=N         slots kept per sequence (512)\n"
@@ -696,6 +700,7 @@ enum {
     OPT_KV_HEADS,
     OPT_HEAD_DIM,
     OPT_DTYPE,
+    OPT_BLOCK,
     OPT_SEQS,
     OPT_BUDGET,
     OPT_WINDOW,
@@ -729,6 +734,8 @@ static int parse_argv(int argc, char **argv) {
         {"kv-heads", required_argument, NULL, OPT_KV_HEADS},
         {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
         {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"block", required_argument, NULL, OPT_BLOCK},
+        {"block-tokens", required_argument, NULL, OPT_BLOCK},
         {"seqs", required_argument, NULL, OPT_SEQS},
         {"budget", required_argument, NULL, OPT_BUDGET},
         {"window", required_argument, NULL, OPT_WINDOW},
@@ -780,6 +787,10 @@ static int parse_argv(int argc, char **argv) {
                         program_invocation_short_name, optarg);
                 return -EINVAL;
             }
+            break;
+        case OPT_BLOCK:
+            if ((r = parse_u32(optarg, 1, 65536, &arg_block)) < 0)
+                return bad_value(name, optarg, r, "1..65536");
             break;
         case OPT_SEQS:
             if ((r = parse_u32(optarg, 1, MAX_SEQS, &arg_seqs)) < 0)
