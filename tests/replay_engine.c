@@ -38,6 +38,10 @@
 #include "vcase.h"
 
 static const char *arg_runtime_dir;
+/* Block sizes each case is replayed with (--block); 0 is the library's default. */
+#define MAX_BLOCKS 8
+static uint32_t arg_blocks[MAX_BLOCKS];
+static unsigned arg_n_blocks;
 
 static int fail_call(struct vcase_result *res, struct vase_client *c, int r, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -324,7 +328,7 @@ static int decode(struct replay *rp, uint32_t t, struct vcase_result *res) {
 
 /* Each case has a client of its own, so that cases cannot affect one another and no number of
  * cases runs into the daemon's per-client model quota. */
-static int run_case(const char *dir, const char *name, struct vcase_result *res) {
+static int run_case(const char *dir, const char *name, uint32_t block, struct vcase_result *res) {
     struct replay rp = {.window = 0};
     char model_name[80];
     uint32_t len;
@@ -351,12 +355,18 @@ static int run_case(const char *dir, const char *name, struct vcase_result *res)
                                 .kv_heads = rp.vc.hkv,
                                 .head_dim = rp.vc.d,
                                 .dtype = VASE_DTYPE_F32,
+                                .block_tokens = block,
                             },
                             &rp.model);
     if (r < 0) {
         r = fail_call(res, rp.client, r,
-                      "vase_model_register(1 layer, %u/%u heads, dim %u, f32) failed", rp.vc.hq,
-                      rp.vc.hkv, rp.vc.d);
+                      "vase_model_register(1 layer, %u/%u heads, dim %u, f32, block %u) failed",
+                      rp.vc.hq, rp.vc.hkv, rp.vc.d, block);
+        goto out;
+    }
+    if (block && vase_model_tokens_per_page(rp.model) != block) {
+        r = vcase_failf(res, "blocks of %u tokens asked for, %u per page given", block,
+                        vase_model_tokens_per_page(rp.model));
         goto out;
     }
     r = vase_seq_open(rp.client, rp.model,
@@ -426,19 +436,40 @@ out:
 
 static void help(void) {
     printf(
-        "Usage: %s [--runtime-dir DIR] CASE_DIR...\n"
+        "Usage: %s [--runtime-dir DIR] [--block=N[,N...]] CASE_DIR...\n"
         "Replays trace_* test vectors through a running vased (sync mode, injected draws)\n"
         "and compares the evictions and the final slots exactly.\n"
         "\n"
         "      --runtime-dir=DIR  vased's runtime directory ($VASE_RUNTIME_DIR, /run/vase, ./run)\n"
+        "      --block=N,...      replay each case with pages of each of these block sizes\n"
+        "                         (tokens per page); results are named CASE@N (default: once,\n"
+        "                         with the library's default block size, named CASE)\n"
         "  -h --help              show this help\n",
         program_invocation_short_name);
+}
+
+/* "16" or "1,16,256" into arg_blocks. 0 or -EINVAL. */
+static int parse_blocks(const char *s) {
+    arg_n_blocks = 0;
+    for (const char *p = s;;) {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p || errno || v == 0 || v > 65536 || arg_n_blocks == MAX_BLOCKS ||
+            (*end != ',' && *end != '\0') || *p == '-' || *p == '+' || *p == ' ')
+            return -EINVAL;
+        arg_blocks[arg_n_blocks++] = (uint32_t)v;
+        if (*end == '\0')
+            return 0;
+        p = end + 1;
+    }
 }
 
 /* Returns < 0 on a usage error, 0 to exit successfully (help), > 0 to go on. */
 static int parse_argv(int argc, char **argv) {
     static const struct option options[] = {
         {"runtime-dir", required_argument, NULL, 'r'},
+        {"block", required_argument, NULL, 'b'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -451,6 +482,14 @@ static int parse_argv(int argc, char **argv) {
             return 0;
         case 'r':
             arg_runtime_dir = optarg;
+            break;
+        case 'b':
+            if (parse_blocks(optarg) < 0) {
+                fprintf(stderr, "%s: --block=%s: expected up to %d block sizes 1..65536, "
+                        "separated by commas\n",
+                        program_invocation_short_name, optarg, MAX_BLOCKS);
+                return -EINVAL;
+            }
             break;
         default:
             return -EINVAL;
@@ -470,22 +509,31 @@ int main(int argc, char **argv) {
     if (r <= 0)
         return r < 0 ? 2 : 0;
 
-    for (int i = optind; i < argc; i++) {
-        struct vcase_result res = {.msg = ""};
-        char name[NAME_MAX + 1];
+    bool named = arg_n_blocks > 0;
+    if (!named)
+        arg_blocks[arg_n_blocks++] = 0;
+    for (int i = optind; i < argc; i++)
+        for (unsigned b = 0; b < arg_n_blocks; b++) {
+            struct vcase_result res = {.msg = ""};
+            char name[NAME_MAX + 1], shown[NAME_MAX + 16];
 
-        vcase_name(argv[i], name, sizeof name);
-        r = run_case(argv[i], name, &res);
-        if (r < 0) {
-            printf("FAIL %s: %s\n", name, res.msg[0] ? res.msg : vase_strerror(r));
-            failed++;
-        } else {
-            printf("PASS %s\n", name);
-            passed++;
+            vcase_name(argv[i], name, sizeof name);
+            if (named)
+                snprintf(shown, sizeof shown, "%s@%u", name, arg_blocks[b]);
+            else
+                snprintf(shown, sizeof shown, "%s", name);
+            r = run_case(argv[i], name, arg_blocks[b], &res);
+            if (r < 0) {
+                printf("FAIL %s: %s\n", shown, res.msg[0] ? res.msg : vase_strerror(r));
+                failed++;
+            } else {
+                printf("PASS %s\n", shown);
+                passed++;
+            }
+            /* stderr carries the loader's details; keep the two in order on a terminal or a
+             * log. */
+            fflush(stdout);
         }
-        /* stderr carries the loader's details; keep the two in order on a terminal or a log. */
-        fflush(stdout);
-    }
     printf("%u passed, %u failed\n", passed, failed);
     return failed == 0 && passed > 0 ? 0 : 1;
 }
