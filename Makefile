@@ -500,8 +500,7 @@ demo: $(VASED) $(VASECTL) $(SYNTHETIC_ENGINE)
 	$(Q)$(WITH_VASED) $(VASED) --arena-bytes=256M -- examples/demo.sh $(SYNTHETIC_ENGINE) $(VASECTL)
 
 # The reference traces, shipped and generated, replayed through a private daemon with pages of
-# 1, 16 and 256 tokens (the engine
-# under TEST_WRAPPER, so check-valgrind covers it).
+# 1, 16 and 256 tokens (the engine under TEST_WRAPPER, so check-valgrind covers it).
 check-replay: $(VASED) $(REPLAY_ENGINE)
 	$(Q)rm -rf $(REPLAY_VECTORS) && $(PYTHON) tests/vectors/gen_vectors.py $(REPLAY_VECTORS) >/dev/null
 	$(Q)$(WITH_VASED) $(VASED) -- $(TEST_WRAPPER) $(REPLAY_ENGINE) --block=1,16,256 \
