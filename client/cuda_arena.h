@@ -62,9 +62,9 @@ struct vase__cuda_compact {
 };
 
 /*
- * Applies a plan on stream through the device copy of the block table: for each layer its keep lists
- * copied device to device from the plan pages into the scratch, and vase_compact_cuda() of its K
- * and V; then waits for the stream, so that the commit that follows may release pages the
+ * Applies a plan on stream through the device copy of the block table: for each layer its keep
+ * lists copied device to device from the plan pages into the scratch, and vase_compact_cuda() of
+ * its K and V; then waits for the stream, so that the commit that follows may release pages the
  * compaction read. Returns the new length, -EPROTO if the kernel refused the arguments, or a
  * CUDA failure; the sequence's memory may be half compacted after a failure.
  */

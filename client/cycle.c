@@ -209,7 +209,8 @@ static void read_layer_plan(const struct vase_seq *s, uint32_t layer, uint32_t *
 
     for (uint32_t h = 0; h < l->kv_heads; h++) {
         uint32_t i = layer * l->kv_heads + h;
-        memcpy(keep + (size_t)h * s->keep, map + vase_layout_plan_offset(&s->plan, s->plan_pages, i),
+        memcpy(keep + (size_t)h * s->keep,
+               map + vase_layout_plan_offset(&s->plan, s->plan_pages, i),
                (size_t)s->keep * sizeof(*keep));
     }
 }

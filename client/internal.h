@@ -139,7 +139,6 @@ struct vase_seq *vase__seq_free(struct vase_seq *s);
 void vase__seq_clear_draws(struct vase_seq *s);
 /* Copies a page list (a block table) into a new malloc'd array *ret after checking that every
  * page lies inside the arena. 0, -EPROTO for a page outside it, -ENOMEM. */
-int vase__seq_copy_pages(const uint32_t *src, size_t n, uint64_t limit,
-                         uint32_t **ret);
+int vase__seq_copy_pages(const uint32_t *src, size_t n, uint64_t limit, uint32_t **ret);
 /* Frees a model's local state; accepts NULL. */
 struct vase_model *vase__model_free(struct vase_model *m);

@@ -82,8 +82,8 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
     };
     r = vase_layout_compute(&lg, arena->size_bytes, &layout, why, sizeof(why));
     if (r < 0) {
-        vase__client_fail(c, r, "arena %u (\"%s\", %llu bytes) cannot hold the model: %s",
-                          g->arena, arena->name, (unsigned long long)arena->size_bytes, why);
+        vase__client_fail(c, r, "arena %u (\"%s\", %llu bytes) cannot hold the model: %s", g->arena,
+                          arena->name, (unsigned long long)arena->size_bytes, why);
         goto out;
     }
     /* A device arena is mapped when the first model is registered on it, so that a client

@@ -90,8 +90,9 @@ static int check_layout(const struct vase_model *m, const struct vase_seq_config
         l, vase_layout_open_slots(cfg->prompt_len, sl->budget, sl->window, sl->slack));
     if (sl->n_pages != blocks || sl->capacity != (uint64_t)blocks * l->block_tokens)
         return -EPROTO;
-    if (vase_layout_plans(l, keep, &plan, NULL, 0) < 0 || sl->plans_per_page != plan.plans_per_page ||
-        sl->plan_page_bytes != plan.plan_page_bytes || sl->n_plan_pages != plan.plan_pages)
+    if (vase_layout_plans(l, keep, &plan, NULL, 0) < 0 ||
+        sl->plans_per_page != plan.plans_per_page || sl->plan_page_bytes != plan.plan_page_bytes ||
+        sl->n_plan_pages != plan.plan_pages)
         return -EPROTO;
     uint32_t ring = vase_policy_needs(cfg->policy) & VASE_NEEDS_Q
                         ? vase_layout_ring_pages(l, sl->window, NULL)

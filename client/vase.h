@@ -142,10 +142,11 @@ int vase_arena_find(struct vase_client *c, const char *name, uint32_t *ret_id);
  * process; unmapped when the last such client disconnects). -EINVAL for a geometry the arena
  * cannot lay out (a page of block_tokens tokens larger than the arena, a bound exceeded;
  * vase_last_error() says which and what to change) or an unknown arena id, -EPROTO if the
- * daemon's layout differs from the one PROTOCOL.md prescribes. A CUDA arena that cannot be mapped: -EOPNOTSUPP (libvase built
- * without CUDA, or a driver without the VMM API for cuda-vmm), -ENODEV (no CUDA device or
- * driver, or no device with the arena's UUID visible to this process), -EBUSY (the device's
- * compute mode forbids sharing it), -ENOMEM, -EIO; vase_last_error() then says which. */
+ * daemon's layout differs from the one PROTOCOL.md prescribes. A CUDA arena that cannot be mapped:
+ * -EOPNOTSUPP (libvase built without CUDA, or a driver without the VMM API for cuda-vmm), -ENODEV
+ * (no CUDA device or driver, or no device with the arena's UUID visible to this process), -EBUSY
+ * (the device's compute mode forbids sharing it), -ENOMEM, -EIO; vase_last_error() then says which.
+ */
 int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
                         struct vase_model **ret);
 /* Tokens per page of the model's layout: exactly its block_tokens. */

@@ -250,8 +250,7 @@ static int cmd_status(struct vase_admin *a) {
     Vase__StatusReply *s;
     struct table t = {
         .ncols = 8,
-        .headers = {">ARENA", "NAME", "KIND", ">SIZE", ">FREE", ">IN PAGES", ">USED",
-                    ">GRANULE"}};
+        .headers = {">ARENA", "NAME", "KIND", ">SIZE", ">FREE", ">IN PAGES", ">USED", ">GRANULE"}};
     char b1[32];
     int r;
 

@@ -371,9 +371,10 @@ int vase_alloc_check(const struct vase_alloc *a, char *msg, size_t msg_size) {
         }
         used_bytes += (uint64_t)n * c->unit;
         if (r == 0 && (n != c->n_used || granules != c->granules)) {
-            snprintf(msg, msg_size, "class of %llu bytes: %u pages and %u granules counted, %u "
-                     "and %u recorded", (unsigned long long)c->unit, n, granules, c->n_used,
-                     c->granules);
+            snprintf(msg, msg_size,
+                     "class of %llu bytes: %u pages and %u granules counted, %u "
+                     "and %u recorded",
+                     (unsigned long long)c->unit, n, granules, c->n_used, c->granules);
             r = -EUCLEAN;
         }
         if (r == 0 && n == 0) {
@@ -391,7 +392,8 @@ int vase_alloc_check(const struct vase_alloc *a, char *msg, size_t msg_size) {
         }
     }
     if (r == 0 && (free_granules != a->n_free_granules || used_bytes != a->used_bytes)) {
-        snprintf(msg, msg_size, "%u free granules and %llu bytes used counted, %u and %llu recorded",
+        snprintf(msg, msg_size,
+                 "%u free granules and %llu bytes used counted, %u and %llu recorded",
                  free_granules, (unsigned long long)used_bytes, a->n_free_granules,
                  (unsigned long long)a->used_bytes);
         r = -EUCLEAN;

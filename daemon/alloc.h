@@ -35,7 +35,7 @@ struct vase_alloc {
     uint32_t *owner; /* owner[g]: class index + 1, or 0 if granule g is free */
     uint32_t *refs;  /* refs[g]: allocated pages that touch granule g */
     struct vase_alloc_class *classes;
-    uint32_t n_classes; /* slots in classes[], some unused */
+    uint32_t n_classes;  /* slots in classes[], some unused */
     uint64_t used_bytes; /* bytes of all allocated pages */
 };
 

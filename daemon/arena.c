@@ -147,11 +147,11 @@ int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, ui
                                "Unknown arena \"%s\" (expected \"host\", \"cuda:N\" or "
                                "\"cuda:GPU-<uuid>\").",
                                spec);
-    if (granule_bytes < 4096 || granule_bytes % 4096 != 0 || size == 0 || size % granule_bytes != 0 ||
-        size / granule_bytes > INT32_MAX)
-        return log_error_errno(-EINVAL,
-                               "Arena \"%s\": %llu bytes cannot be cut into granules of %llu bytes.",
-                               spec, (unsigned long long)size, (unsigned long long)granule_bytes);
+    if (granule_bytes < 4096 || granule_bytes % 4096 != 0 || size == 0 ||
+        size % granule_bytes != 0 || size / granule_bytes > INT32_MAX)
+        return log_error_errno(
+            -EINVAL, "Arena \"%s\": %llu bytes cannot be cut into granules of %llu bytes.", spec,
+            (unsigned long long)size, (unsigned long long)granule_bytes);
 
     struct vase_arena *a = calloc(1, sizeof(*a));
     if (!a)

@@ -64,8 +64,8 @@ struct vase_arena {
 
 /*
  * Creates arena id from spec ("host", "cuda:N" or "cuda:GPU-<uuid>"), size bytes managed in
- * granules of granule_bytes (which must divide size and be a multiple of 4096); share chooses how a CUDA
- * arena is shared (ignored for host). -EINVAL for a bad spec or geometry, -EOPNOTSUPP for CUDA
+ * granules of granule_bytes (which must divide size and be a multiple of 4096); share chooses how a
+ * CUDA arena is shared (ignored for host). -EINVAL for a bad spec or geometry, -EOPNOTSUPP for CUDA
  * in a build without it, -ENODEV (no such device, no driver), -EBUSY (the device's compute
  * mode forbids sharing it), -ENOMEM, -EIO (other CUDA failures). Logs the reason.
  */

@@ -71,8 +71,8 @@ const struct vase_setting vase_settings[] = {
      "Most sessions open at once; more are refused at the handshake."},
     {"max_seqs_per_client", VASE_SETTING_U32, OFF(max_seqs_per_client), 1, 65536, "1024", true,
      "Most sequences one client may have open (EDQUOT beyond)."},
-    {"max_bytes_per_client", VASE_SETTING_SIZE, OFF(max_bytes_per_client), 0, INT64_C(1) << 40,
-     "0", true,
+    {"max_bytes_per_client", VASE_SETTING_SIZE, OFF(max_bytes_per_client), 0, INT64_C(1) << 40, "0",
+     true,
      "Most arena bytes one client's sequences may hold (KV, query ring and plan pages; EDQUOT "
      "beyond); 0: no quota."},
     {"max_models_per_client", VASE_SETTING_U32, OFF(max_models_per_client), 1, 1024, "16", true,
@@ -417,7 +417,8 @@ void vase_setting_bounds(const struct vase_setting *s, char *buf, size_t len) {
 
 /* ---- relations between settings ---- */
 
-const char *vase_arena_problem(uint64_t arena_bytes, uint64_t granule_bytes, const char *cuda_share) {
+const char *vase_arena_problem(uint64_t arena_bytes, uint64_t granule_bytes,
+                               const char *cuda_share) {
     if (granule_bytes == 0 || granule_bytes % 4096 != 0)
         return "granule_bytes must be a multiple of 4096";
     if (arena_bytes % granule_bytes != 0)
@@ -464,8 +465,8 @@ int vase_config_check(const struct vase_config *c, const char **ret_msg) {
                 what = "defined twice";
         if (!what && (!a->arena || !a->cuda_share || !a->users || !a->groups))
             what = "a value is missing";
-        if (!what &&
-            (!in_bounds("arena_bytes", a->arena_bytes) || !in_bounds("granule_bytes", a->granule_bytes)))
+        if (!what && (!in_bounds("arena_bytes", a->arena_bytes) ||
+                      !in_bounds("granule_bytes", a->granule_bytes)))
             what = "arena_bytes or granule_bytes out of bounds";
         if (!what)
             what = vase_arena_problem(a->arena_bytes, a->granule_bytes, a->cuda_share);

@@ -524,17 +524,18 @@ static void comment_wrapped(FILE *f, const char *text) {
 /* The comment before the [arena NAME] sections of a dump, and the sections themselves. */
 static void dump_arenas(const struct vase_config *c, FILE *f) {
     char text[1024];
-    snprintf(text, sizeof(text),
-             "Besides the default arena of [vased] (arena 0), up to %d more, one section each, "
-             "numbered 1, 2, ... in the order given. NAME: 1 to %d letters, digits, '_' or '-', "
-             "not \"default\". Keys: arena, cuda_share, arena_bytes and granule_bytes as in [vased] "
-             "(a key left out takes the [vased] section's value; command-line flags change only "
-             "the default arena); users and groups, who may use the arena (as allow_users and "
-             "allow_groups). With users and groups both empty, everyone the daemon admits may "
-             "use it: name them. Host arenas together must fit in this machine's memory. Arena "
-             "sections are read at start; a change needs a restart (SIGHUP only warns). For "
-             "example:",
-             VASE_CONFIG_MAX_EXTRA_ARENAS, VASE_ARENA_NAME_MAX);
+    snprintf(
+        text, sizeof(text),
+        "Besides the default arena of [vased] (arena 0), up to %d more, one section each, "
+        "numbered 1, 2, ... in the order given. NAME: 1 to %d letters, digits, '_' or '-', "
+        "not \"default\". Keys: arena, cuda_share, arena_bytes and granule_bytes as in [vased] "
+        "(a key left out takes the [vased] section's value; command-line flags change only "
+        "the default arena); users and groups, who may use the arena (as allow_users and "
+        "allow_groups). With users and groups both empty, everyone the daemon admits may "
+        "use it: name them. Host arenas together must fit in this machine's memory. Arena "
+        "sections are read at start; a change needs a restart (SIGHUP only warns). For "
+        "example:",
+        VASE_CONFIG_MAX_EXTRA_ARENAS, VASE_ARENA_NAME_MAX);
     fprintf(f, "\n# ---- Further arenas: [arena NAME] sections ----\n");
     comment_wrapped(f, text);
     fprintf(f, "#\n#   [arena bob]\n#   arena = cuda:1\n#   arena_bytes = 8G\n#   users = bob\n");
@@ -544,7 +545,7 @@ static void dump_arenas(const struct vase_config *c, FILE *f) {
         vase_format_size(a->arena_bytes, arena_bytes, sizeof(arena_bytes));
         vase_format_size(a->granule_bytes, granule_bytes, sizeof(granule_bytes));
         fprintf(f, "\n[arena %s]\n", a->name);
-        const char *values[] = {a->arena,   a->cuda_share, arena_bytes,
+        const char *values[] = {a->arena,      a->cuda_share, arena_bytes,
                                 granule_bytes, a->users,      a->groups};
         static_assert(sizeof(values) / sizeof(values[0]) == N_ARENA_KEYS, "one value per key");
         for (size_t k = 0; k < N_ARENA_KEYS; k++) {

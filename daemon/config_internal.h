@@ -29,7 +29,8 @@ void vase_setting_bounds(const struct vase_setting *s, char *buf, size_t len);
 /* Frees what a owns and zeroes it; a may be half-filled. */
 void vase_arena_config_done(struct vase_arena_config *a);
 /* What is wrong with one arena's geometry and sharing mode (a static string), or NULL. */
-const char *vase_arena_problem(uint64_t arena_bytes, uint64_t granule_bytes, const char *cuda_share);
+const char *vase_arena_problem(uint64_t arena_bytes, uint64_t granule_bytes,
+                               const char *cuda_share);
 /* Whether name may name an [arena NAME] section. */
 bool vase_arena_name_valid(const char *name);
 

@@ -62,8 +62,8 @@ static int handle_register_model(struct vased *d, struct vased_client *c,
         return vase_reply_error(d, p, -r, "cannot register the model: %s", strerror(-r));
     log_info("Client %u registered model %u \"%s\": %u layers, %u/%u heads, dim %u, %s, "
              "%u tokens per page of %llu bytes.",
-             c->id, m->id, m->name, layout.layers, layout.q_heads, layout.kv_heads,
-             layout.head_dim, vase_dtype_to_string(layout.dtype), layout.block_tokens,
+             c->id, m->id, m->name, layout.layers, layout.q_heads, layout.kv_heads, layout.head_dim,
+             vase_dtype_to_string(layout.dtype), layout.block_tokens,
              (unsigned long long)layout.page_bytes);
 
     Vase__ModelLayout ml = VASE__MODEL_LAYOUT__INIT;

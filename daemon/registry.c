@@ -220,8 +220,7 @@ int vase_registry_get_seq(const struct vase_registry *reg, const struct vased_cl
 int vase_registry_footprint(const struct vase_layout *l, const struct vased_seq_request *req,
                             struct vased_seq_footprint *ret, char *msg, size_t msg_size) {
     uint32_t W = req->params.window;
-    uint64_t slots =
-        vase_layout_open_slots(req->prompt_len, req->params.budget, W, req->slack);
+    uint64_t slots = vase_layout_open_slots(req->prompt_len, req->params.budget, W, req->slack);
     *ret = (struct vased_seq_footprint){.kv_pages = vase_layout_blocks_for(l, slots)};
     if (slots > UINT32_MAX || (uint64_t)ret->kv_pages * l->block_tokens > UINT32_MAX) {
         snprintf(msg, msg_size, "the sequence's capacity does not fit 32 bits");
@@ -262,8 +261,7 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
 
     msg[0] = '\0';
     if (c->n_seqs >= max_seqs) {
-        snprintf(msg, msg_size, "the client has max_seqs_per_client (%u) sequences open",
-                 max_seqs);
+        snprintf(msg, msg_size, "the client has max_seqs_per_client (%u) sequences open", max_seqs);
         return -EDQUOT;
     }
     r = vase_registry_footprint(&m->layout, req, &fp, msg, msg_size);

@@ -74,10 +74,10 @@ struct vased_seq {
     uint32_t slack;
     uint32_t prompt_len;
     uint64_t seed;
-    struct vase_layout layout;    /* the model's, copied: an orphan no longer has its model */
-    struct vase_plan_layout plan; /* its plan area */
-    uint32_t capacity;            /* n_pages * block_tokens */
-    uint32_t *pages, n_pages;     /* block table: KV pages of layout.page_bytes */
+    struct vase_layout layout;          /* the model's, copied: an orphan no longer has its model */
+    struct vase_plan_layout plan;       /* its plan area */
+    uint32_t capacity;                  /* n_pages * block_tokens */
+    uint32_t *pages, n_pages;           /* block table: KV pages of layout.page_bytes */
     uint32_t *ring_pages, n_ring_pages; /* of layout.ring_page_bytes */
     uint32_t *plan_pages, n_plan_pages; /* of plan.plan_page_bytes */
     uint32_t len; /* the last length the client reported (request or commit) */
@@ -157,8 +157,7 @@ int vase_registry_footprint(const struct vase_layout *l, const struct vased_seq_
 int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
                            struct vased_client *c, struct vased_model *m,
                            const struct vased_seq_request *req, uint32_t max_seqs,
-                           uint64_t byte_quota, struct vased_seq **ret, char *msg,
-                           size_t msg_size);
+                           uint64_t byte_quota, struct vased_seq **ret, char *msg, size_t msg_size);
 /* Bytes of arena the sequence holds now. */
 uint64_t vase_registry_seq_bytes(const struct vased_seq *s);
 /* The client's sequence: -ENOENT if there is none, -EPERM if another client's. */

@@ -214,14 +214,14 @@ static int add_arena(struct vased *d, const char *name, const char *spec, const 
     d->arena_open[i] = blank(users) && blank(groups);
     if (vase_allow_parse(users, groups, &d->arena_allow[i]) < 0)
         return log_oom();
-    log_info(
-        "Arena %u \"%s\" (%s%s%s, shared as %s): %llu bytes, %u granules of %llu bytes; for "
-        "%s%s%s%s.",
-        i, name, d->arenas[i]->kind, d->arenas[i]->device_uuid[0] ? ", " : "",
-        d->arenas[i]->device_uuid, d->arenas[i]->ops->share, (unsigned long long)d->arenas[i]->size,
-        d->arenas[i]->num_granules, (unsigned long long)d->arenas[i]->granule_bytes,
-        d->arena_open[i] ? "every allowed peer" : "users: ", d->arena_open[i] ? "" : users,
-        d->arena_open[i] ? "" : "; groups: ", d->arena_open[i] ? "" : groups);
+    log_info("Arena %u \"%s\" (%s%s%s, shared as %s): %llu bytes, %u granules of %llu bytes; for "
+             "%s%s%s%s.",
+             i, name, d->arenas[i]->kind, d->arenas[i]->device_uuid[0] ? ", " : "",
+             d->arenas[i]->device_uuid, d->arenas[i]->ops->share,
+             (unsigned long long)d->arenas[i]->size, d->arenas[i]->num_granules,
+             (unsigned long long)d->arenas[i]->granule_bytes,
+             d->arena_open[i] ? "every allowed peer" : "users: ", d->arena_open[i] ? "" : users,
+             d->arena_open[i] ? "" : "; groups: ", d->arena_open[i] ? "" : groups);
     return 0;
 }
 
@@ -231,8 +231,8 @@ static int setup_arenas(struct vased *d) {
                       c->arena_users, c->arena_groups);
     for (size_t i = 0; r >= 0 && i < c->n_extra_arenas; i++) {
         const struct vase_arena_config *a = &c->extra_arenas[i];
-        r = add_arena(d, a->name, a->arena, a->cuda_share, a->arena_bytes, a->granule_bytes, a->users,
-                      a->groups);
+        r = add_arena(d, a->name, a->arena, a->cuda_share, a->arena_bytes, a->granule_bytes,
+                      a->users, a->groups);
     }
     return r;
 }

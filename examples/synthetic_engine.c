@@ -581,9 +581,9 @@ static int run(void) {
     printf("%s: client %u, model %s (tokens_per_page %u, page_bytes %llu), policy %s, %s mode, "
            "budget %u, window %u, prompt %u, %u sequences\n",
            arg_name, vase_client_id(e.client), model_name, vase_model_tokens_per_page(e.model),
-           (unsigned long long)vase_model_page_bytes(e.model),
-           vase_policy_to_string(arg_policy), arg_mode == VASE_MODE_SYNC ? "sync" : "async",
-           arg_budget, arg_window, arg_prompt, arg_seqs);
+           (unsigned long long)vase_model_page_bytes(e.model), vase_policy_to_string(arg_policy),
+           arg_mode == VASE_MODE_SYNC ? "sync" : "async", arg_budget, arg_window, arg_prompt,
+           arg_seqs);
 
     for (uint32_t i = 0; i < arg_seqs; i++) {
         struct seq_state *ss = &e.seqs[i];

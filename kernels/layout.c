@@ -14,7 +14,8 @@
 #include "vase_layout.h"
 
 /* Writes the reason for a refusal into msg; returns -EINVAL. */
-__attribute__((format(printf, 3, 4))) static int refuse(char *msg, size_t msg_size, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static int refuse(char *msg, size_t msg_size, const char *fmt,
+                                                        ...) {
     if (msg && msg_size) {
         va_list ap;
         va_start(ap, fmt);
@@ -48,14 +49,12 @@ int vase_layout_compute(const struct vase_layout_geometry *g, uint64_t arena_byt
         return refuse(msg, msg_size, "kv_heads must be 1 .. %u, not %u", VASE_MAX_HEADS,
                       g->kv_heads);
     if (g->q_heads == 0 || g->q_heads > VASE_MAX_HEADS)
-        return refuse(msg, msg_size, "q_heads must be 1 .. %u, not %u", VASE_MAX_HEADS,
-                      g->q_heads);
+        return refuse(msg, msg_size, "q_heads must be 1 .. %u, not %u", VASE_MAX_HEADS, g->q_heads);
     if (g->q_heads % g->kv_heads != 0)
-        return refuse(msg, msg_size, "q_heads (%u) must be a multiple of kv_heads (%u)",
-                      g->q_heads, g->kv_heads);
+        return refuse(msg, msg_size, "q_heads (%u) must be a multiple of kv_heads (%u)", g->q_heads,
+                      g->kv_heads);
     if (g->head_dim == 0 || g->head_dim > VASE_MAX_DIM)
-        return refuse(msg, msg_size, "head_dim must be 1 .. %u, not %u", VASE_MAX_DIM,
-                      g->head_dim);
+        return refuse(msg, msg_size, "head_dim must be 1 .. %u, not %u", VASE_MAX_DIM, g->head_dim);
     if (B > VASE_LAYOUT_MAX_BLOCK_TOKENS)
         return refuse(msg, msg_size, "block_tokens must be 1 .. %u, not %u",
                       VASE_LAYOUT_MAX_BLOCK_TOKENS, B);
@@ -200,8 +199,8 @@ uint64_t vase_layout_query_offset(const struct vase_layout *l, const uint32_t *r
 }
 
 struct vase_view vase_layout_query_view(const struct vase_layout *l, void *arena_base,
-                                        const uint32_t *ring_pages, uint32_t window,
-                                        uint32_t first, uint32_t layer) {
+                                        const uint32_t *ring_pages, uint32_t window, uint32_t first,
+                                        uint32_t layer) {
     return (struct vase_view){
         .base = (char *)arena_base + layer * l->ring_layer_stride,
         .pages = ring_pages,
@@ -226,8 +225,8 @@ uint64_t vase_layout_plan_offset(const struct vase_plan_layout *p, const uint32_
 void vase_layout_kv_tensor(const struct vase_layout *l, uint32_t layer, enum vase_kv kv,
                            struct vase_layout_tensor *ret) {
     int64_t es = (int64_t)vase_dtype_size(l->dtype);
-    int64_t bytes[4] = {(int64_t)l->page_bytes, (int64_t)l->token_stride,
-                        (int64_t)l->head_stride, es};
+    int64_t bytes[4] = {(int64_t)l->page_bytes, (int64_t)l->token_stride, (int64_t)l->head_stride,
+                        es};
     *ret = (struct vase_layout_tensor){
         .offset = layer * l->layer_stride + (kv == VASE_V ? l->kv_stride : 0),
         .shape = {l->num_blocks, l->block_tokens, l->kv_heads, l->head_dim},

@@ -114,8 +114,8 @@ uint64_t vase_layout_query_offset(const struct vase_layout *l, const uint32_t *r
                                   uint32_t window, uint32_t layer, uint64_t pos, uint32_t q_head);
 /* The view of layer's window of queries, the oldest at ring entry first. */
 struct vase_view vase_layout_query_view(const struct vase_layout *l, void *arena_base,
-                                        const uint32_t *ring_pages, uint32_t window,
-                                        uint32_t first, uint32_t layer);
+                                        const uint32_t *ring_pages, uint32_t window, uint32_t first,
+                                        uint32_t layer);
 
 /* Byte offset in the arena of keep list i (= layer * kv_heads + head). */
 uint64_t vase_layout_plan_offset(const struct vase_plan_layout *p, const uint32_t *plan_pages,

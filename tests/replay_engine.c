@@ -485,7 +485,8 @@ static int parse_argv(int argc, char **argv) {
             break;
         case 'b':
             if (parse_blocks(optarg) < 0) {
-                fprintf(stderr, "%s: --block=%s: expected up to %d block sizes 1..65536, "
+                fprintf(stderr,
+                        "%s: --block=%s: expected up to %d block sizes 1..65536, "
                         "separated by commas\n",
                         program_invocation_short_name, optarg, MAX_BLOCKS);
                 return -EINVAL;

@@ -670,8 +670,8 @@ static int run_child_engine(void *arg) {
     return rc < 0 ? 6 : 0;
 }
 
-/* Two engine processes with different geometries (f32 in blocks of 64 tokens, bf16 in blocks of 16), policies and modes
- * share the daemon and evict at the same time. */
+/* Two engine processes with different geometries (f32 in blocks of 64 tokens, bf16 in blocks of
+ * 16), policies and modes share the daemon and evict at the same time. */
 static void test_two_engines(void **state) {
     struct fixture *f = *state;
     int ready[2], go[2];

@@ -4,9 +4,9 @@
  * Integration tests of sessions, models and admission against a real vased (started by the
  * harness in a temporary runtime directory) through the real libvase: the layout of
  * PROTOCOL.md "Memory" as the engine sees it (addresses of K, V and queries, tokens per page,
- * bytes charged per sequence, block tables), geometries the arena cannot lay out, admission up to and past
- * the arena, per-client quotas, the allow-list, and a daemon restart under a connected client.
- * Every test starts its own daemon, so no state leaks from one to the next.
+ * bytes charged per sequence, block tables), geometries the arena cannot lay out, admission up to
+ * and past the arena, per-client quotas, the allow-list, and a daemon restart under a connected
+ * client. Every test starts its own daemon, so no state leaks from one to the next.
  */
 
 #include <errno.h>

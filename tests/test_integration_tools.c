@@ -198,8 +198,8 @@ static void test_vasectl_config(void **state) {
     assert_string_equal(out, "debug\n");
 
     /* Refusals: exit 1 and a message naming the problem; nothing changes. */
-    assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "granule_bytes", "128K", NULL}),
-                     1);
+    assert_int_equal(
+        vasectl(f, (const char *const[]){"config", "set", "granule_bytes", "128K", NULL}), 1);
     if (!strstr(f->p.out, "granule_bytes"))
         fail_msg("the refusal does not name the setting:\n%s", f->p.out);
     out = vasectl_ok(f, (const char *const[]){"config", "get", "granule_bytes", NULL});

@@ -291,9 +291,9 @@ static void test_register_model_raw(void **state) {
     static const uint32_t bad[][5] = {
         /* layers, q_heads, kv_heads, head_dim, block_tokens; the last three: a page larger than
          * the 4 MiB arena (16 tokens of 512 KiB, 4097 of 1 KiB), a block over the limit. */
-        {0, 4, 2, 32, 1},       {2, 4, 0, 32, 1}, {2, 0, 2, 32, 1},  {2, 3, 2, 32, 1},
-        {2, 4, 2, 0, 1},        {1, 1, 1, VASE_MAX_DIM + 1, 1},      {64, 8, 8, 128, 0},
-        {2, 4, 2, 32, 4097},    {1, 1, 1, 1, 65537},
+        {0, 4, 2, 32, 1},   {2, 4, 0, 32, 1},    {2, 0, 2, 32, 1},
+        {2, 3, 2, 32, 1},   {2, 4, 2, 0, 1},     {1, 1, 1, VASE_MAX_DIM + 1, 1},
+        {64, 8, 8, 128, 0}, {2, 4, 2, 32, 4097}, {1, 1, 1, 1, 65537},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char what[64];

@@ -628,8 +628,8 @@ uint64_t harness_seq_bytes(uint32_t kv_pages, uint32_t ring_pages, uint32_t keep
 }
 
 int harness_wait_clients(const struct harness_daemon *d, uint32_t want, int timeout_ms) {
-    return wait_status(d, offsetof(struct harness_status, clients), false, "clients", want, timeout_ms,
-                       NULL);
+    return wait_status(d, offsetof(struct harness_status, clients), false, "clients", want,
+                       timeout_ms, NULL);
 }
 
 /* ---- the daemon ---- */
