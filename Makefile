@@ -469,6 +469,18 @@ $(BENCH_KERNELS): $(BUILD)/tests/bench_kernels.o $(BUILD)/tests/argnum.o $(KERNE
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(BLAS_LIBS) $(LIBM)
 
+# The engine program of the README (the C block after its "make check extracts" comment), built
+# exactly as the README says an engine is built: the public headers and libvase.a.
+README_ENGINE := $(BUILD)/tests/readme_engine
+$(BUILD)/tests/readme_engine.c: README.md
+	$(Q)mkdir -p $(@D)
+	$(Q)awk '/make check extracts the next C block/ {want = 1; next} \
+	  want && /^```c$$/ {inside = 1; next} inside && /^```$$/ {exit} inside {print}' $< >$@.tmp && \
+	  test -s $@.tmp && mv $@.tmp $@
+$(README_ENGINE): $(BUILD)/tests/readme_engine.c $(LIBVASE_A) | $(PUBLIC_STAMP)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(CFLAGS) -I$(PUBLIC_INCLUDE) -o $@ $< $(LIBVASE_A) $(LIBVASE_LIBS)
+
 # ---- run, demo, systemd (examples/systemd owner) ----
 
 # make run: vased in the foreground on the host arena, its sockets in ./run (RUN_DIR);
@@ -535,7 +547,7 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP) $(GENERATED_HEADERS)
 
 ALL := $(KERNEL_LIB) $(TEST_PROGS) $(RUN_VECTORS) $(BENCH_KERNELS) \
        $(if $(DAEMON_SRCS),$(VASED)) $(if $(LIBVASE_SRCS),$(LIBVASE_A) $(LIBVASE_SO)) \
-       $(if $(VASECTL_SRCS),$(VASECTL)) $(EXAMPLES) $(REPLAY_ENGINE)
+       $(if $(VASECTL_SRCS),$(VASECTL)) $(EXAMPLES) $(REPLAY_ENGINE) $(README_ENGINE)
 
 all: $(ALL)
 
@@ -563,6 +575,11 @@ check: all
 	  $(TEST_WRAPPER) $(RUN_VECTORS) $$(ls -d $(GEN_VECTORS)/*/); result $$? "generated vectors"; \
 	echo "  SYSTEMD systemd/"; $(MAKE) --no-print-directory check-systemd; result $$? check-systemd; \
 	echo "  REPLAY  traces through vased"; $(MAKE) --no-print-directory check-replay; result $$? check-replay; \
+	echo "  README  the engine program, against a daemon with make run's settings"; \
+	  $(WITH_VASED) $(VASED) -- $(README_ENGINE) >$(BUILD)/readme_engine.out 2>&1 && \
+	  awk '/ evictions, / {found = $$1 > 0} END {exit !found}' $(BUILD)/readme_engine.out; \
+	  rc=$$?; cat $(BUILD)/readme_engine.out; \
+	  result $$rc "the README's engine"; \
 	echo "check: $$pass passed, $$fail failed"; [ $$fail = 0 ]
 
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect
