@@ -219,7 +219,7 @@ uint32_t vase_seq_rounds(const struct vase_seq *s);
  * its writes (vase_view_row() gives the address of a slot). The view stays valid until the
  * next vase_seq_poll()/vase_seq_append() that applies a plan (the block table may change).
  * On a CUDA arena base is a device address, while pages (the block table) is host memory: an
- * engine kernel needs its own device copy of the table. */
+ * engine kernel takes the device copy, vase_seq_block_table_device(). */
 int vase_seq_kv_view(const struct vase_seq *s, uint32_t layer, enum vase_kv kv,
                      struct vase_view *ret);
 /*

@@ -44,9 +44,9 @@ const struct vase_setting vase_settings[] = {
     {"arena_bytes", VASE_SETTING_SIZE, OFF(arena_bytes), 1 << 16, INT64_C(1) << 40, "1G", false,
      "Size of the arena in bytes (K, M, G, T suffixes); a multiple of granule_bytes."},
     {"granule_bytes", VASE_SETTING_SIZE, OFF(granule_bytes), 4096, INT64_C(1) << 30, "2M", false,
-     "Size of a granule, the unit in which the arena is managed: each granule holds pages of "
-     "one size (one model's) at a time and returns to the free pool when its last page is "
-     "released; a multiple of 4096 that divides arena_bytes."},
+     "Size of a granule, the unit in which the arena is managed: a granule holds pages of one "
+     "size at a time (a model's KV pages, query ring or plan pages) and returns to the free "
+     "pool when its last page is released; a multiple of 4096 that divides arena_bytes."},
     {"arena_users", VASE_SETTING_STRING, OFF(arena_users), 0, 0, "", false,
      "Users (names or numeric uids, separated by commas or spaces) who may use the default "
      "arena (arena 0). With arena_groups, both empty: everyone admitted by allow_users and "
