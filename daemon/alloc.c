@@ -2,15 +2,18 @@
 
 /*
  * Page allocation in granules (alloc.h). Invariants: owner[g] != 0 exactly when refs[g] > 0, and
- * refs[g] counts the allocated pages of class owner[g] - 1 that touch granule g; n_free_granules
- * counts the granules with owner 0; used_bytes sums the bytes of allocated pages. A reservation
- * that cannot complete releases what it took before returning, through the same path as a
- * release, so no error leaves a half-done operation behind (LESSONS.md: partial allocations
- * leaked in kvcached).
+ * refs[g] counts the allocated pages of class owner[g] - 1 that touch granule g; starts[g] those
+ * of them that start in g; n_free_granules counts the granules with owner 0; used_bytes sums the
+ * bytes of allocated pages; a leaf of a class's bitmap exists exactly while it has a page
+ * allocated. A reservation that cannot complete releases what it took before returning, through
+ * the same path as a release, so no error leaves a half-done operation behind (LESSONS.md:
+ * partial allocations leaked in kvcached).
  *
- * Placement: a class first fills holes in the granules it owns, then pages that extend its
- * granules into free ones, then pages in wholly free granules, lowest address first; so classes
- * stay compact and a granule is shared by two classes only where they meet.
+ * Placement: a class first fills holes in the granules it owns, then takes pages that extend
+ * its granules into free ones, then pages from the free granules on, lowest address first; so
+ * classes stay compact and a granule is shared by two classes only where they meet. Every pass
+ * skips the granules in which no free page starts, so the work of a reservation grows with the
+ * pages it takes and the granules of the arena, not with the pages a class holds.
  */
 
 #include <errno.h>
@@ -19,6 +22,9 @@
 #include <string.h>
 
 #include "alloc.h"
+
+#define LEAF_BITS 65536u
+#define LEAF_WORDS (LEAF_BITS / 64)
 
 int vase_alloc_new(uint64_t arena_bytes, uint64_t granule_bytes, struct vase_alloc **ret) {
     if (!ret || granule_bytes == 0 || arena_bytes == 0 || arena_bytes % granule_bytes != 0 ||
@@ -33,7 +39,8 @@ int vase_alloc_new(uint64_t arena_bytes, uint64_t granule_bytes, struct vase_all
     a->n_free_granules = a->n_granules;
     a->owner = calloc(a->n_granules, sizeof(uint32_t));
     a->refs = calloc(a->n_granules, sizeof(uint32_t));
-    if (!a->owner || !a->refs) {
+    a->starts = calloc(a->n_granules, sizeof(uint32_t));
+    if (!a->owner || !a->refs || !a->starts) {
         vase_alloc_free(a);
         return -ENOMEM;
     }
@@ -41,29 +48,43 @@ int vase_alloc_new(uint64_t arena_bytes, uint64_t granule_bytes, struct vase_all
     return 0;
 }
 
+static void class_clear(struct vase_alloc_class *c) {
+    for (uint32_t i = 0; c->leaves && i < c->n_leaves; i++)
+        free(c->leaves[i]);
+    free(c->leaves);
+    free(c->leaf_used);
+    *c = (struct vase_alloc_class){0};
+}
+
 struct vase_alloc *vase_alloc_free(struct vase_alloc *a) {
     if (!a)
         return NULL;
     for (uint32_t i = 0; i < a->n_classes; i++)
-        free(a->classes[i].used);
+        class_clear(&a->classes[i]);
     free(a->classes);
     free(a->owner);
     free(a->refs);
+    free(a->starts);
     free(a);
     return NULL;
 }
 
 /* ---- bitmaps ---- */
 
-static bool bit(const uint64_t *map, uint32_t i) {
-    return (map[i / 64] >> (i % 64)) & 1u;
+static bool bit(const struct vase_alloc_class *c, uint32_t i) {
+    const uint64_t *leaf = c->leaves[i / LEAF_BITS];
+    uint32_t j = i % LEAF_BITS;
+    return leaf && ((leaf[j / 64] >> (j % 64)) & 1u);
 }
 
-static void set_bit(uint64_t *map, uint32_t i, bool v) {
+/* Sets or clears bit i, whose leaf must exist. */
+static void set_bit(struct vase_alloc_class *c, uint32_t i, bool v) {
+    uint64_t *leaf = c->leaves[i / LEAF_BITS];
+    uint32_t j = i % LEAF_BITS;
     if (v)
-        map[i / 64] |= UINT64_C(1) << (i % 64);
+        leaf[j / 64] |= UINT64_C(1) << (j % 64);
     else
-        map[i / 64] &= ~(UINT64_C(1) << (i % 64));
+        leaf[j / 64] &= ~(UINT64_C(1) << (j % 64));
 }
 
 /* ---- classes ---- */
@@ -79,11 +100,15 @@ static struct vase_alloc_class *find_class(const struct vase_alloc *a, uint64_t 
     return NULL;
 }
 
-/* The class of unit bytes, created if need be (its bitmap included). -ENOMEM, -EINVAL. */
+static bool unit_valid(const struct vase_alloc *a, uint64_t unit) {
+    return unit > 0 && unit <= a->arena_bytes && a->arena_bytes / unit <= VASE_ALLOC_MAX_UNITS;
+}
+
+/* The class of unit bytes, created if need be. -ENOMEM, -EINVAL. */
 static int get_class(struct vase_alloc *a, uint64_t unit, uint32_t *ret_index) {
     if (find_class(a, unit, ret_index))
         return 0;
-    if (unit == 0 || unit > a->arena_bytes || a->arena_bytes / unit > INT32_MAX)
+    if (!unit_valid(a, unit))
         return -EINVAL;
     uint32_t slot = a->n_classes;
     for (uint32_t i = 0; i < a->n_classes; i++)
@@ -100,23 +125,29 @@ static int get_class(struct vase_alloc *a, uint64_t unit, uint32_t *ret_index) {
         a->classes[slot] = (struct vase_alloc_class){0};
     }
     uint32_t n_units = (uint32_t)(a->arena_bytes / unit);
-    uint64_t *used = calloc(((size_t)n_units + 63) / 64, sizeof(uint64_t));
-    if (!used)
+    uint32_t n_leaves = (n_units + LEAF_BITS - 1) / LEAF_BITS; /* <= 1024 */
+    struct vase_alloc_class c = {
+        .unit = unit,
+        .n_units = n_units,
+        .leaves = calloc(n_leaves, sizeof(uint64_t *)),
+        .leaf_used = calloc(n_leaves, sizeof(uint32_t)),
+        .n_leaves = n_leaves,
+    };
+    if (!c.leaves || !c.leaf_used) {
+        class_clear(&c);
         return -ENOMEM;
+    }
     if (slot == a->n_classes)
         a->n_classes++;
-    a->classes[slot] = (struct vase_alloc_class){.unit = unit, .n_units = n_units, .used = used};
+    a->classes[slot] = c;
     *ret_index = slot;
     return 0;
 }
 
 /* Drops a class that holds no page, so that page sizes no one uses cost nothing. */
 static void put_class(struct vase_alloc *a, uint32_t ci) {
-    struct vase_alloc_class *c = &a->classes[ci];
-    if (c->n_used)
-        return;
-    free(c->used);
-    *c = (struct vase_alloc_class){0};
+    if (a->classes[ci].n_used == 0)
+        class_clear(&a->classes[ci]);
 }
 
 /* ---- pages ---- */
@@ -128,12 +159,12 @@ static void page_granules(const struct vase_alloc *a, uint64_t unit, uint32_t p,
     *g1 = (uint32_t)((start + unit - 1) / a->granule_bytes);
 }
 
-/* Where page p of class ci could go: -1 if a granule it touches belongs to another class (or
- * the page is taken), else the number of its granules class ci owns already and *ret_all says
- * whether that is all of them. */
+/* Where page p of class ci could go: -1 if it is taken or a granule it touches belongs to
+ * another class, else the number of its granules class ci owns already (capped at 1), and
+ * *ret_all says whether that is all of them. */
 static int page_fit(const struct vase_alloc *a, uint32_t ci, uint32_t p, bool *ret_all) {
     const struct vase_alloc_class *c = &a->classes[ci];
-    if (bit(c->used, p))
+    if (bit(c, p))
         return -1;
     uint32_t g0, g1, owned = 0;
     page_granules(a, c->unit, p, &g0, &g1);
@@ -144,11 +175,15 @@ static int page_fit(const struct vase_alloc *a, uint32_t ci, uint32_t p, bool *r
             return -1;
     }
     *ret_all = owned == g1 - g0 + 1;
-    return (int)(owned > 1 ? 1 : owned);
+    return owned > 0 ? 1 : 0;
 }
 
-static void take_page(struct vase_alloc *a, uint32_t ci, uint32_t p) {
+/* Takes page p (page_fit() >= 0). 0, or -ENOMEM when its bitmap leaf cannot be had. */
+static int take_page(struct vase_alloc *a, uint32_t ci, uint32_t p) {
     struct vase_alloc_class *c = &a->classes[ci];
+    uint32_t l = p / LEAF_BITS;
+    if (!c->leaves[l] && !(c->leaves[l] = calloc(LEAF_WORDS, sizeof(uint64_t))))
+        return -ENOMEM;
     uint32_t g0, g1;
     page_granules(a, c->unit, p, &g0, &g1);
     for (uint32_t g = g0; g <= g1; g++) {
@@ -158,14 +193,17 @@ static void take_page(struct vase_alloc *a, uint32_t ci, uint32_t p) {
             c->granules++;
         }
     }
-    set_bit(c->used, p, true);
+    a->starts[g0]++;
+    set_bit(c, p, true);
+    c->leaf_used[l]++;
     c->n_used++;
     a->used_bytes += c->unit;
+    return 0;
 }
 
 static void drop_page(struct vase_alloc *a, uint32_t ci, uint32_t p) {
     struct vase_alloc_class *c = &a->classes[ci];
-    uint32_t g0, g1;
+    uint32_t g0, g1, l = p / LEAF_BITS;
     page_granules(a, c->unit, p, &g0, &g1);
     for (uint32_t g = g0; g <= g1; g++) {
         if (--a->refs[g] == 0) {
@@ -174,44 +212,69 @@ static void drop_page(struct vase_alloc *a, uint32_t ci, uint32_t p) {
             c->granules--;
         }
     }
-    set_bit(c->used, p, false);
+    a->starts[g0]--;
+    set_bit(c, p, false);
+    if (--c->leaf_used[l] == 0) {
+        free(c->leaves[l]);
+        c->leaves[l] = NULL;
+    }
     c->n_used--;
     a->used_bytes -= c->unit;
 }
 
-/* Pages that touch granule g: [*lo, *hi). */
-static void granule_pages(const struct vase_alloc *a, const struct vase_alloc_class *c, uint32_t g,
-                          uint32_t *lo, uint32_t *hi) {
+/* Pages that start in granule g: [*lo, *hi). */
+static void granule_starts(const struct vase_alloc *a, const struct vase_alloc_class *c, uint32_t g,
+                           uint32_t *lo, uint32_t *hi) {
     uint64_t start = (uint64_t)g * a->granule_bytes, end = start + a->granule_bytes;
-    uint64_t l = start / c->unit, h = (end + c->unit - 1) / c->unit;
-    *lo = (uint32_t)l;
+    uint64_t l = (start + c->unit - 1) / c->unit, h = (end + c->unit - 1) / c->unit;
+    *lo = (uint32_t)(l < c->n_units ? l : c->n_units);
     *hi = (uint32_t)(h < c->n_units ? h : c->n_units);
 }
 
-/* Takes up to n pages of class ci in one placement tier (the file comment), writing them to
- * out; returns how many it took. Tier 0: pages inside owned granules (holes); 1: pages that
- * touch an owned granule; 2: pages from the free granules on, lowest address first. */
-static uint32_t take_tier(struct vase_alloc *a, uint32_t ci, int tier, uint32_t n, uint32_t *out) {
-    struct vase_alloc_class *c = &a->classes[ci];
+/* Takes page p into out[*taken] if it fits the tier's rule (the file comment): tier 0, inside
+ * owned granules; 1, touching an owned granule; 2, anywhere not another class's. */
+static int try_page(struct vase_alloc *a, uint32_t ci, int tier, uint32_t p, uint32_t *out,
+                    uint32_t *taken) {
+    bool all;
+    int owned = page_fit(a, ci, p, &all);
+    if (owned < 0 || (tier == 0 && !(owned > 0 && all)) || (tier == 1 && owned == 0))
+        return 0;
+    int r = take_page(a, ci, p);
+    if (r < 0)
+        return r;
+    out[(*taken)++] = p;
+    return 0;
+}
+
+/* Takes up to n pages of class ci in one placement tier, writing them to out; *ret_taken says
+ * how many it took. 0 or -ENOMEM (what was taken is in out). */
+static int take_tier(struct vase_alloc *a, uint32_t ci, int tier, uint32_t n, uint32_t *out,
+                     uint32_t *ret_taken) {
+    const struct vase_alloc_class *c = &a->classes[ci];
     uint32_t taken = 0;
-    for (uint32_t g = 0; g < a->n_granules && taken < n; g++) {
-        if (a->owner[g] != (tier < 2 ? ci + 1 : 0))
+    int r = 0;
+    for (uint32_t g = 0; g < a->n_granules && taken < n && r == 0; g++) {
+        uint32_t owner = a->owner[g];
+        if (tier < 2 ? owner != ci + 1 : owner != 0 && owner != ci + 1)
             continue;
         uint32_t lo, hi;
-        granule_pages(a, c, g, &lo, &hi);
-        for (uint32_t p = lo; p < hi && taken < n; p++) {
-            bool all;
-            int owned = page_fit(a, ci, p, &all);
-            /* Once a page is taken, the granules it claimed become the class's: the rest of
-             * them is filled in the same pass. */
-            bool ok = tier == 0 ? owned > 0 && all : tier == 1 ? owned > 0 : owned >= 0;
-            if (!ok)
-                continue;
-            take_page(a, ci, p);
-            out[taken++] = p;
+        granule_starts(a, c, g, &lo, &hi);
+        if (tier == 1) {
+            /* Only the pages that cross g's edges can reach into a free granule. */
+            uint64_t first = (uint64_t)g * a->granule_bytes / c->unit;
+            if (first < c->n_units)
+                r = try_page(a, ci, 1, (uint32_t)first, out, &taken);
+            if (r == 0 && taken < n && hi > lo && hi - 1 != first)
+                r = try_page(a, ci, 1, hi - 1, out, &taken);
+            continue;
         }
+        if (a->starts[g] == hi - lo)
+            continue; /* every page that starts here is taken */
+        for (uint32_t p = lo; p < hi && taken < n && r == 0; p++)
+            r = try_page(a, ci, tier, p, out, &taken);
     }
-    return taken;
+    *ret_taken = taken;
+    return r;
 }
 
 static void release_taken(struct vase_alloc *a, const struct vase_alloc_req *reqs, size_t n_reqs,
@@ -234,8 +297,7 @@ int vase_alloc_reserve(struct vase_alloc *a, const struct vase_alloc_req *reqs, 
     for (size_t i = 0; i < n_reqs; i++) {
         if (reqs[i].n == 0)
             continue;
-        if (reqs[i].unit == 0 || reqs[i].unit > a->arena_bytes ||
-            a->arena_bytes / reqs[i].unit > INT32_MAX || (reqs[i].n && !reqs[i].ret))
+        if (!unit_valid(a, reqs[i].unit) || !reqs[i].ret)
             return -EINVAL;
         if (reqs[i].n > a->arena_bytes / reqs[i].unit)
             return -ENOSPC;
@@ -251,15 +313,16 @@ int vase_alloc_reserve(struct vase_alloc *a, const struct vase_alloc_req *reqs, 
         if (reqs[i].n == 0)
             continue;
         int r = get_class(a, reqs[i].unit, &ci);
-        if (r < 0) {
-            release_taken(a, reqs, n_reqs, i, 0);
-            return r;
+        for (int tier = 0; r == 0 && tier < 3 && got < reqs[i].n; tier++) {
+            uint32_t t;
+            r = take_tier(a, ci, tier, reqs[i].n - got, reqs[i].ret + got, &t);
+            got += t;
         }
-        for (int tier = 0; tier < 3 && got < reqs[i].n; tier++)
-            got += take_tier(a, ci, tier, reqs[i].n - got, reqs[i].ret + got);
-        if (got < reqs[i].n) {
+        if (r == 0 && got < reqs[i].n)
+            r = -ENOSPC;
+        if (r < 0) {
             release_taken(a, reqs, n_reqs, i, got);
-            return -ENOSPC;
+            return r;
         }
     }
     *client_bytes += bytes;
@@ -279,18 +342,19 @@ int vase_alloc_release(struct vase_alloc *a, uint64_t unit, const uint32_t *page
     uint64_t bytes = unit * n;
     if (client_bytes && *client_bytes < bytes)
         return -EINVAL;
-    /* Check first, clearing each bit so a page listed twice is caught; restore on error. */
+    /* Check first, clearing each bit so a page listed twice is caught; restore on error. The
+     * leaves stay: only drop_page() frees them. */
     uint32_t i;
     int r = 0;
     for (i = 0; i < n; i++) {
-        if (pages[i] >= c->n_units || !bit(c->used, pages[i])) {
+        if (pages[i] >= c->n_units || !bit(c, pages[i])) {
             r = -EINVAL;
             break;
         }
-        set_bit(c->used, pages[i], false);
+        set_bit(c, pages[i], false);
     }
     while (i-- > 0)
-        set_bit(c->used, pages[i], true);
+        set_bit(c, pages[i], true);
     if (r < 0)
         return r;
     for (i = 0; i < n; i++)
@@ -303,7 +367,7 @@ int vase_alloc_release(struct vase_alloc *a, uint64_t unit, const uint32_t *page
 
 bool vase_alloc_is_used(const struct vase_alloc *a, uint64_t unit, uint32_t p) {
     const struct vase_alloc_class *c = a ? find_class(a, unit, NULL) : NULL;
-    return c && p < c->n_units && bit(c->used, p);
+    return c && p < c->n_units && bit(c, p);
 }
 
 uint64_t vase_alloc_free_bytes(const struct vase_alloc *a) {
@@ -323,71 +387,89 @@ uint32_t vase_alloc_class_holes(const struct vase_alloc *a, uint64_t unit) {
         if (a->owner[g] != ci + 1)
             continue;
         uint32_t lo, hi;
-        granule_pages(a, c, g, &lo, &hi);
+        granule_starts(a, c, g, &lo, &hi);
         for (uint32_t p = lo; p < hi; p++) {
             bool all;
-            uint32_t g0, g1;
-            page_granules(a, c->unit, p, &g0, &g1);
-            /* Count each hole once: at the first granule it touches. */
-            if (g0 == g && page_fit(a, ci, p, &all) > 0 && all)
+            if (page_fit(a, ci, p, &all) > 0 && all)
                 holes++;
         }
     }
     return holes;
 }
 
-int vase_alloc_check(const struct vase_alloc *a, char *msg, size_t msg_size) {
-    uint32_t *refs = calloc(a->n_granules, sizeof(uint32_t));
-    uint32_t *owner = calloc(a->n_granules, sizeof(uint32_t));
-    uint64_t used_bytes = 0;
-    int r = 0;
-    if (!refs || !owner) {
-        free(refs);
-        free(owner);
-        return -ENOMEM;
-    }
-    for (uint32_t ci = 0; ci < a->n_classes && r == 0; ci++) {
-        const struct vase_alloc_class *c = &a->classes[ci];
-        if (c->unit == 0)
-            continue;
-        uint32_t n = 0, granules = 0;
-        for (uint32_t p = 0; p < c->n_units && r == 0; p++) {
-            if (!bit(c->used, p))
+/* The counts of the granules, recomputed from the classes' bitmaps. */
+struct recount {
+    uint32_t *owner, *refs, *starts;
+};
+
+static int recount_class(const struct vase_alloc *a, uint32_t ci, struct recount *rc, char *msg,
+                         size_t msg_size) {
+    const struct vase_alloc_class *c = &a->classes[ci];
+    uint32_t n = 0, granules = 0;
+    for (uint32_t l = 0; l < c->n_leaves; l++) {
+        uint32_t in_leaf = 0;
+        for (uint32_t p = l * LEAF_BITS; p < c->n_units && p < (l + 1) * LEAF_BITS; p++) {
+            if (!bit(c, p))
                 continue;
-            n++;
+            in_leaf++;
             uint32_t g0, g1;
             page_granules(a, c->unit, p, &g0, &g1);
+            rc->starts[g0]++;
             for (uint32_t g = g0; g <= g1; g++) {
-                if (owner[g] && owner[g] != ci + 1) {
+                if (rc->owner[g] && rc->owner[g] != ci + 1) {
                     snprintf(msg, msg_size, "granule %u holds pages of two sizes", g);
-                    r = -EUCLEAN;
-                    break;
+                    return -EUCLEAN;
                 }
-                if (owner[g] == 0)
+                if (rc->owner[g] == 0)
                     granules++;
-                owner[g] = ci + 1;
-                refs[g]++;
+                rc->owner[g] = ci + 1;
+                rc->refs[g]++;
             }
         }
-        used_bytes += (uint64_t)n * c->unit;
-        if (r == 0 && (n != c->n_used || granules != c->granules)) {
-            snprintf(msg, msg_size,
-                     "class of %llu bytes: %u pages and %u granules counted, %u "
-                     "and %u recorded",
-                     (unsigned long long)c->unit, n, granules, c->n_used, c->granules);
-            r = -EUCLEAN;
+        if (in_leaf != c->leaf_used[l] || (in_leaf == 0) != (c->leaves[l] == NULL)) {
+            snprintf(msg, msg_size, "class of %llu bytes, leaf %u: %u pages counted, %u recorded",
+                     (unsigned long long)c->unit, l, in_leaf, c->leaf_used[l]);
+            return -EUCLEAN;
         }
-        if (r == 0 && n == 0) {
-            snprintf(msg, msg_size, "empty class of %llu bytes kept", (unsigned long long)c->unit);
-            r = -EUCLEAN;
-        }
+        n += in_leaf;
+    }
+    if (n != c->n_used || granules != c->granules) {
+        snprintf(msg, msg_size,
+                 "class of %llu bytes: %u pages and %u granules counted, %u and %u recorded",
+                 (unsigned long long)c->unit, n, granules, c->n_used, c->granules);
+        return -EUCLEAN;
+    }
+    if (n == 0) {
+        snprintf(msg, msg_size, "empty class of %llu bytes kept", (unsigned long long)c->unit);
+        return -EUCLEAN;
+    }
+    return 0;
+}
+
+int vase_alloc_check(const struct vase_alloc *a, char *msg, size_t msg_size) {
+    struct recount rc = {
+        .owner = calloc(a->n_granules, sizeof(uint32_t)),
+        .refs = calloc(a->n_granules, sizeof(uint32_t)),
+        .starts = calloc(a->n_granules, sizeof(uint32_t)),
+    };
+    uint64_t used_bytes = 0;
+    int r = 0;
+    if (!rc.owner || !rc.refs || !rc.starts)
+        r = -ENOMEM;
+    for (uint32_t ci = 0; ci < a->n_classes && r == 0; ci++) {
+        if (a->classes[ci].unit == 0)
+            continue;
+        r = recount_class(a, ci, &rc, msg, msg_size);
+        used_bytes += (uint64_t)a->classes[ci].n_used * a->classes[ci].unit;
     }
     uint32_t free_granules = 0;
     for (uint32_t g = 0; g < a->n_granules && r == 0; g++) {
-        free_granules += owner[g] == 0;
-        if (owner[g] != a->owner[g] || refs[g] != a->refs[g]) {
-            snprintf(msg, msg_size, "granule %u: owner %u refs %u counted, %u and %u recorded", g,
-                     owner[g], refs[g], a->owner[g], a->refs[g]);
+        free_granules += rc.owner[g] == 0;
+        if (rc.owner[g] != a->owner[g] || rc.refs[g] != a->refs[g] ||
+            rc.starts[g] != a->starts[g]) {
+            snprintf(msg, msg_size,
+                     "granule %u: owner %u refs %u starts %u counted, %u, %u and %u recorded", g,
+                     rc.owner[g], rc.refs[g], rc.starts[g], a->owner[g], a->refs[g], a->starts[g]);
             r = -EUCLEAN;
         }
     }
@@ -398,7 +480,8 @@ int vase_alloc_check(const struct vase_alloc *a, char *msg, size_t msg_size) {
                  (unsigned long long)a->used_bytes);
         r = -EUCLEAN;
     }
-    free(refs);
-    free(owner);
+    free(rc.owner);
+    free(rc.refs);
+    free(rc.starts);
     return r;
 }

@@ -20,10 +20,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Most pages of one size an arena may hold: the bound on a class's bookkeeping. */
+#define VASE_ALLOC_MAX_UNITS (UINT32_C(1) << 26)
+
 struct vase_alloc_class {
-    uint64_t unit;     /* page bytes; 0: the slot is unused */
-    uint32_t n_units;  /* floor(arena_bytes / unit) */
-    uint64_t *used;    /* bitmap of allocated pages */
+    uint64_t unit;       /* page bytes; 0: the slot is unused */
+    uint32_t n_units;    /* floor(arena_bytes / unit), at most VASE_ALLOC_MAX_UNITS */
+    uint64_t **leaves;   /* bitmap of allocated pages in leaves of 2^16 bits, each allocated
+                          * while it holds an allocated page: memory follows use, not size */
+    uint32_t *leaf_used; /* allocated pages per leaf */
+    uint32_t n_leaves;
     uint32_t n_used;   /* pages allocated */
     uint32_t granules; /* granules this class owns */
 };
@@ -32,8 +38,9 @@ struct vase_alloc {
     uint64_t arena_bytes, granule_bytes;
     uint32_t n_granules;
     uint32_t n_free_granules;
-    uint32_t *owner; /* owner[g]: class index + 1, or 0 if granule g is free */
-    uint32_t *refs;  /* refs[g]: allocated pages that touch granule g */
+    uint32_t *owner;  /* owner[g]: class index + 1, or 0 if granule g is free */
+    uint32_t *refs;   /* refs[g]: allocated pages that touch granule g */
+    uint32_t *starts; /* starts[g]: allocated pages that start in granule g */
     struct vase_alloc_class *classes;
     uint32_t n_classes;  /* slots in classes[], some unused */
     uint64_t used_bytes; /* bytes of all allocated pages */
@@ -55,8 +62,8 @@ struct vase_alloc *vase_alloc_free(struct vase_alloc *a);
  * Takes every part of reqs[0 .. n_reqs) or nothing. *client_bytes is the client's holding and
  * grows by the bytes taken; quota 0 means none. -EDQUOT if the client would hold more than quota
  * (checked first), -ENOSPC if the arena has no room for all of it, -ENOMEM, -EINVAL (a unit of
- * 0 or larger than the arena, or more than 2^31 pages of it). On failure nothing is taken and
- * *client_bytes is unchanged.
+ * 0 or larger than the arena, or more than VASE_ALLOC_MAX_UNITS pages of it). On failure nothing
+ * is taken and *client_bytes is unchanged.
  */
 int vase_alloc_reserve(struct vase_alloc *a, const struct vase_alloc_req *reqs, size_t n_reqs,
                        uint64_t quota, uint64_t *client_bytes);

@@ -72,7 +72,7 @@ int vase_layout_compute(const struct vase_layout_geometry *g, uint64_t arena_byt
     if (arena_bytes / page_bytes > VASE_LAYOUT_MAX_UNITS)
         return refuse(msg, msg_size,
                       "pages of %" PRIu64 " bytes are too small for an arena of %" PRIu64
-                      " bytes (more than 2^31 blocks): use a larger block_tokens",
+                      " bytes (more than 2^26 blocks): use a larger block_tokens",
                       page_bytes, arena_bytes);
 
     uint64_t ring_row = (uint64_t)g->q_heads * g->head_dim * es;
@@ -135,24 +135,21 @@ int vase_layout_plans(const struct vase_layout *l, uint32_t keep, struct vase_pl
     if (keep == 0)
         return refuse(msg, msg_size, "a plan keeps no slot");
     uint32_t lists = l->layers * l->kv_heads; /* < 2^20 */
-    uint64_t list_bytes = 4 * (uint64_t)keep;
-    /* As many lists per plan page as fit a model page, at least one, at most all of them. */
-    uint64_t ppp = l->page_bytes / list_bytes;
-    if (ppp == 0)
-        ppp = 1;
-    if (ppp > lists)
-        ppp = lists;
-    uint64_t bytes = ppp * list_bytes;
-    if (bytes > l->arena_bytes || l->arena_bytes / bytes > VASE_LAYOUT_MAX_UNITS)
+    uint64_t need = (uint64_t)lists * 4 * keep, bytes = VASE_LAYOUT_MIN_PLAN_BYTES;
+    while (bytes < need || l->arena_bytes / bytes > VASE_LAYOUT_MAX_UNITS)
+        bytes *= 2;
+    if (bytes > l->arena_bytes)
         return refuse(msg, msg_size,
-                      "a keep list of %u slots (%" PRIu64 " bytes) does not fit the arena", keep,
-                      list_bytes);
+                      "the plan area (%u keep lists of %u slots, %" PRIu64
+                      " bytes in a plan page of %" PRIu64 ") does not fit the arena's %" PRIu64
+                      " bytes",
+                      lists, keep, need, bytes, l->arena_bytes);
     *ret = (struct vase_plan_layout){
         .keep = keep,
         .lists = lists,
-        .plans_per_page = (uint32_t)ppp,
+        .plans_per_page = lists,
         .plan_page_bytes = bytes,
-        .plan_pages = (uint32_t)div_up(lists, ppp),
+        .plan_pages = 1,
     };
     return 0;
 }

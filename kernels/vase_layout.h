@@ -24,8 +24,10 @@
  *
  * The query ring of a sequence (attention policies) holds 2 * window entries of every layer in
  * ring pages of ring_rows_per_page entries, ordered [layer][entry][q_head][dim]; ring page j
- * starts at j * ring_page_bytes. The plan area holds the keep lists [layers * kv_heads][keep]
- * (uint32), plans_per_page lists per plan page, plan page j at j * plan_page_bytes.
+ * starts at j * ring_page_bytes. The plan area is one plan page holding the keep lists
+ * [layers * kv_heads][keep] (uint32): plan_page_bytes is the smallest power of two, at least
+ * 4096 (and arena_bytes / 2^26), that holds them, so that sequences of every model share a few plan
+ * page sizes; plan page j starts at j * plan_page_bytes.
  */
 
 #include <stdbool.h>
@@ -37,8 +39,11 @@
 #define VASE_LAYOUT_MAX_LAYERS 1024u
 #define VASE_LAYOUT_MAX_BLOCK_TOKENS 65536u
 #define VASE_LAYOUT_DEFAULT_BLOCK_TOKENS 16u
-/* Most units of one size an arena may hold: block indices are int32 for the kernels. */
-#define VASE_LAYOUT_MAX_UNITS ((uint64_t)INT32_MAX)
+/* Most pages of one size an arena may hold (2^26): block indices fit int32 for the kernels, and
+ * the daemon's books of one page size stay small. */
+#define VASE_LAYOUT_MAX_UNITS ((uint64_t)1 << 26)
+/* The smallest plan page. */
+#define VASE_LAYOUT_MIN_PLAN_BYTES 4096u
 
 /* What a model registers. block_tokens 0 means VASE_LAYOUT_DEFAULT_BLOCK_TOKENS. */
 struct vase_layout_geometry {
@@ -66,9 +71,9 @@ struct vase_layout {
 struct vase_plan_layout {
     uint32_t keep;
     uint32_t lists;          /* layers * kv_heads */
-    uint32_t plans_per_page; /* >= 1 */
+    uint32_t plans_per_page; /* lists: every list in the one plan page */
     uint64_t plan_page_bytes;
-    uint32_t plan_pages;
+    uint32_t plan_pages; /* 1 */
 };
 
 /*

@@ -92,11 +92,11 @@ static struct expected_layout expect_layout(const struct layout_case *lc) {
     e.ring_page_bytes = e.ring_rows_per_page * g->layers * e.ring_row;
     if (vase_policy_needs(lc->policy) & VASE_NEEDS_Q)
         e.ring_pages = (uint32_t)ceil_div(2 * lc->window, e.ring_rows_per_page);
-    uint32_t keep = lc->budget - lc->window, lists = g->layers * g->kv_heads;
-    uint64_t plans_per_page = e.page_bytes / (4 * keep);
-    plans_per_page = plans_per_page < 1 ? 1 : plans_per_page > lists ? lists : plans_per_page;
-    e.plan_page_bytes = plans_per_page * 4 * keep;
-    e.plan_pages = (uint32_t)ceil_div(lists, plans_per_page);
+    /* One plan page for every keep list, the smallest power of two of at least 4096 bytes. */
+    uint64_t keep = lc->budget - lc->window, lists = g->layers * g->kv_heads;
+    for (e.plan_page_bytes = 4096; e.plan_page_bytes < lists * 4 * keep;)
+        e.plan_page_bytes *= 2;
+    e.plan_pages = 1;
     e.bytes = e.kv_pages * e.page_bytes + e.ring_pages * e.ring_page_bytes +
               e.plan_pages * e.plan_page_bytes;
     return e;
@@ -382,10 +382,10 @@ static int open_until_full(struct vase_client *c, struct vase_model *m,
 }
 
 /* Granules that n streaming sequences of the harness model with budget 128 and window 32 take:
- * 3 KV pages of one granule each, and n plan pages of 4 keep lists of 96 slots (1536 bytes),
+ * 3 KV pages of one granule each, and n plan pages of 4096 bytes (4 keep lists of 96 slots),
  * packed into granules of their own. */
 static uint32_t streaming_granules(uint32_t n) {
-    return 3 * n + (uint32_t)ceil_div((uint64_t)n * 1536, HARNESS_PAGE_BYTES);
+    return 3 * n + (uint32_t)ceil_div((uint64_t)n * 4096, HARNESS_PAGE_BYTES);
 }
 
 /* Sequences are admitted until the arena is full, then refused whole with -ENOSPC; after
@@ -400,7 +400,7 @@ static void test_admission_enospc(void **state) {
     assert_int_equal(st.bytes_free, HARNESS_ARENA_BYTES);
     assert_int_equal(st.clients, 2);
 
-    /* streaming, budget 128, window 32: 3 KV pages + a plan page of 1536 bytes, no ring. */
+    /* streaming, budget 128, window 32: 3 KV pages + a plan page of 4096 bytes, no ring. */
     struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_STREAMING, 128, 32, 0, 0);
     const uint64_t per_seq = harness_seq_bytes(3, 0, 96);
     uint32_t fit = 0;
@@ -426,11 +426,16 @@ static void test_admission_enospc(void **state) {
     assert_null(s);
     assert_int_equal(status_of(&f->d).bytes_pages, fit * per_seq);
 
-    /* One sequence closes: exactly one fits again; a larger one (5 KV pages) does not. */
+    /* One sequence closes: exactly one fits again; one a KV page larger than the free
+     * granules (spare ones and the 3 the closed sequence left) does not. */
+    uint32_t spare = HARNESS_ARENA_PAGES - streaming_granules(fit);
     assert_int_equal(vase_seq_close(seqs[1][0]), 0);
     seqs[1][0] = NULL;
     assert_int_equal(status_of(&f->d).bytes_pages, (fit - 1) * per_seq);
-    struct vase_seq_config big = harness_seq_config(VASE_POLICY_STREAMING, 256, 32, 0, 0);
+    assert_int_equal(status_of(&f->d).bytes_free, (spare + 3) * (uint64_t)HARNESS_PAGE_BYTES);
+    /* (spare + 4) KV pages of 64 tokens: budget + window + slack = (spare + 4) * 64. */
+    struct vase_seq_config big =
+        harness_seq_config(VASE_POLICY_STREAMING, (spare + 4) * 64 - 64, 32, 0, 0);
     assert_int_equal(vase_seq_open(f->c[1], m1, &big, &s), -ENOSPC);
     assert_int_equal(status_of(&f->d).bytes_pages, (fit - 1) * per_seq);
     assert_int_equal(vase_seq_open(f->c[1], m1, &cfg, &seqs[1][0]), 0);
@@ -471,7 +476,7 @@ static void test_quota_edquot(void **state) {
     assert_null(c);
     assert_int_equal(status_of(&f->d).bytes_pages, 2 * small);
 
-    /* Client 1: 768 KiB at most. budget 512: 9 KV pages + 7680 bytes of plan fit; then a
+    /* Client 1: 768 KiB at most. budget 512: 9 KV pages + a plan page of 8 KiB fit; then a
      * small sequence would take it over. */
     struct vase_seq_config big = harness_seq_config(VASE_POLICY_STREAMING, 512, 32, 0, 0);
     const uint64_t large = harness_seq_bytes(9, 0, 480);

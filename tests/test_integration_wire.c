@@ -418,9 +418,9 @@ static void test_session_rules(void **state) {
     assert_int_equal(sl->window, 32);
     assert_int_equal(sl->budget, 128);
     assert_int_equal(sl->slack, 32);
-    /* The 4 keep lists fit one 64 KiB page: one plan page of exactly those 4 lists. */
+    /* One plan page of every keep list: 4 lists of 96 slots in 4096 bytes. */
     assert_int_equal(sl->plans_per_page, 4);
-    assert_int_equal(sl->plan_page_bytes, 4 * 4 * 96);
+    assert_int_equal(sl->plan_page_bytes, 4096);
     for (size_t i = 0; i < sl->n_pages; i++)
         assert_true(sl->pages[i] < HARNESS_ARENA_PAGES);
     vase__envelope__free_unpacked(reply, NULL);

@@ -622,9 +622,12 @@ int harness_wait_bytes_pages(const struct harness_daemon *d, uint64_t want, int 
 }
 
 uint64_t harness_seq_bytes(uint32_t kv_pages, uint32_t ring_pages, uint32_t keep) {
-    /* 2 layers * 2 KV heads = 4 keep lists of 4 * keep bytes fit one plan page of the model's
-     * 64 KiB whenever keep <= 4096, so the plan area is exactly those 4 lists. */
-    return ((uint64_t)kv_pages + ring_pages) * HARNESS_PAGE_BYTES + 4 * 4 * (uint64_t)keep;
+    /* The plan page: 2 layers * 2 KV heads = 4 keep lists of 4 * keep bytes, in the smallest
+     * power of two of at least 4096 bytes. */
+    uint64_t plan = 4096;
+    while (plan < 4 * 4 * (uint64_t)keep)
+        plan *= 2;
+    return ((uint64_t)kv_pages + ring_pages) * HARNESS_PAGE_BYTES + plan;
 }
 
 int harness_wait_clients(const struct harness_daemon *d, uint32_t want, int timeout_ms) {

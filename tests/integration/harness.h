@@ -183,8 +183,8 @@ int harness_get_seq(const struct harness_daemon *d, uint32_t seq_id, Vase__Envel
 int harness_wait_bytes_pages(const struct harness_daemon *d, uint64_t want, int timeout_ms,
                              double *ret_seconds);
 /* The bytes a sequence of the harness model holds (PROTOCOL.md "Memory", written out here, not
- * taken from the library): kv_pages pages and ring_pages ring pages of 64 KiB, and its plan area
- * of 4 keep lists of keep slots. */
+ * taken from the library): kv_pages pages and ring_pages ring pages of 64 KiB, and its plan page
+ * for 4 keep lists of keep slots. */
 uint64_t harness_seq_bytes(uint32_t kv_pages, uint32_t ring_pages, uint32_t keep);
 
 /* ---- helper programs and child processes ---- */
