@@ -184,6 +184,8 @@ enum tamper {
     TAMPER_PLAN_INDEX,      /* SeqLayout: a plan page past the arena in plan-page units */
     TAMPER_PLAN_INDEX_LAST, /* SeqLayout: the last plan page of the arena (valid) */
     TAMPER_COMMIT_CHANGE,   /* CommitReply: block-table entry 1 replaced */
+    TAMPER_COMMIT_GROW,     /* CommitReply: one block appended */
+    TAMPER_COMMIT_SHORT,    /* CommitReply: a capacity below the new length */
     TAMPER_COMMIT_TAIL,     /* CommitReply: the tail the length does not need dropped (valid) */
 };
 
@@ -371,6 +373,12 @@ static int answer_commit(struct peer *p, const Vase__EvictCommit *ec, int tamper
     uint32_t B = p->models[0].block_tokens;
     if (tamper == TAMPER_COMMIT_CHANGE)
         p->seq_pages[1] = 1; /* a valid block, but not the one the slots are in */
+    if (tamper == TAMPER_COMMIT_GROW) {
+        p->seq_n_pages++; /* answer_open() computed one entry more */
+        p->seq_capacity += B;
+    }
+    if (tamper == TAMPER_COMMIT_SHORT)
+        p->seq_capacity = ec->new_len - 1;
     if (tamper == TAMPER_COMMIT_TAIL) {
         p->seq_n_pages = (ec->new_len + B - 1) / B;
         p->seq_capacity = p->seq_n_pages * B;
@@ -1067,21 +1075,26 @@ static void test_commit_reply(void **state) {
     assert_int_equal(vase_seq_capacity(s), 32);
     assert_int_equal(vase_seq_close(s), 0);
 
-    /* One that changes an entry is a protocol error, and the sequence is broken for good. */
-    set_tamper(p, TAMPER_COMMIT_CHANGE, 0);
-    s = NULL;
-    assert_int_equal(vase_seq_open(c, m, &cfg, &s), 0);
-    evict_once(p, s);
-    assert_int_equal(vase_seq_flush(s), -EPROTO);
-    assert_int_equal(count(&p->n_commit), 2);
-    assert_non_null(strstr(vase_last_error(c), "commit"));
-    assert_int_equal(vase_seq_append(s, 1), -EPROTO);
-    assert_int_equal(vase_seq_poll(s), -EPROTO);
-    /* The table the engine holds is still the one its slots are in. */
-    assert_int_equal(vase_seq_block_table(s, &table, &n), 0);
-    assert_int_equal(n, 4);
-    assert_int_equal(table[1], 13);
-    assert_int_equal(vase_seq_close(s), 0);
+    /* One that changes an entry, adds one, or leaves less room than the new length is a
+     * protocol error, and the sequence is broken for good. */
+    const enum tamper bad[] = {TAMPER_COMMIT_CHANGE, TAMPER_COMMIT_GROW, TAMPER_COMMIT_SHORT};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        set_tamper(p, bad[i], 0);
+        s = NULL;
+        assert_int_equal(vase_seq_open(c, m, &cfg, &s), 0);
+        evict_once(p, s);
+        assert_int_equal(vase_seq_flush(s), -EPROTO);
+        assert_int_equal(count(&p->n_commit), 2 + i);
+        assert_non_null(strstr(vase_last_error(c), "commit"));
+        assert_int_equal(vase_seq_append(s, 1), -EPROTO);
+        assert_int_equal(vase_seq_poll(s), -EPROTO);
+        /* The table the engine holds is still the one its slots are in. */
+        assert_int_equal(vase_seq_block_table(s, &table, &n), 0);
+        assert_int_equal(n, 4);
+        assert_int_equal(table[1], 13);
+        assert_int_equal(vase_seq_capacity(s), 64);
+        assert_int_equal(vase_seq_close(s), 0);
+    }
 
     /* An untouched reply keeps the table. */
     set_tamper(p, TAMPER_NONE, 0);
