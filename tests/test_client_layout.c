@@ -68,12 +68,16 @@ static struct vase_layout compute_ok(const struct vase_layout_geometry *g, uint6
 }
 
 /* The byte offset of K or V of (layer, slot, head), spelled out from the geometry alone. */
-static uint64_t kv_formula(const struct vase_layout_geometry *g, uint64_t page_bytes,
-                           const uint32_t *table, uint32_t layer, int kv, uint32_t slot,
-                           uint32_t head) {
+static uint64_t page_formula(const struct vase_layout_geometry *g) {
+    return (uint64_t)g->block_tokens * g->layers * 2 * g->kv_heads * g->head_dim *
+           vase_dtype_size(g->dtype);
+}
+
+static uint64_t kv_formula(const struct vase_layout_geometry *g, const uint32_t *table,
+                           uint32_t layer, int kv, uint32_t slot, uint32_t head) {
     uint64_t es = vase_dtype_size(g->dtype), B = g->block_tokens;
     uint64_t row = (uint64_t)g->kv_heads * g->head_dim * es;
-    return table[slot / B] * page_bytes + layer * 2 * B * row + (uint64_t)kv * B * row +
+    return table[slot / B] * page_formula(g) + layer * 2 * B * row + (uint64_t)kv * B * row +
            (slot % B) * row + (uint64_t)head * g->head_dim * es;
 }
 
@@ -435,25 +439,43 @@ static void check_kv(const struct vase_layout_geometry *g, uint64_t arena, uint3
     uint32_t B = g->block_tokens;
 
     assert_true(n_blocks <= 64);
+    uint64_t page = page_formula(g);
+    assert_int_equal(l.page_bytes, page);
+    assert_int_equal(l.num_blocks, arena / page);
     make_table(table, n_blocks, l.num_blocks);
     uint32_t slots = n_blocks * B;
     uint32_t step = slots > 4096 ? slots / 4096 : 1;
-    for (uint32_t layer = 0; layer<g->layers; layer += g->layers> 4 ? g->layers / 4 + 1 : 1)
+    /* The first, second, middle and last layers (fewer where the model has fewer). */
+    const uint32_t picks[4] = {0, 1, g->layers / 2, g->layers - 1};
+    /* The first and last head, and the first and last element of a row. */
+    uint32_t head_step = g->kv_heads > 1 ? g->kv_heads - 1 : 1;
+    uint64_t dim_step = g->head_dim > 1 ? g->head_dim - 1 : 1;
+    const int64_t shape[4] = {(int64_t)(arena / page), B, g->kv_heads, g->head_dim};
+    const int64_t bytes[4] = {(int64_t)page, (int64_t)(g->kv_heads * g->head_dim * es),
+                              (int64_t)(g->head_dim * es), (int64_t)es};
+    for (int li = 0; li < 4; li++) {
+        uint32_t layer = picks[li];
+        if (layer >= g->layers || (li > 0 && layer <= picks[li - 1]))
+            continue;
         for (int kv = VASE_K; kv <= VASE_V; kv++) {
             struct vase_layout_tensor t;
             vase_layout_kv_tensor(&l, layer, (enum vase_kv)kv, &t);
+            for (int i = 0; i < 4; i++) {
+                assert_int_equal(t.shape[i], shape[i]);
+                assert_int_equal(t.byte_strides[i], bytes[i]);
+                assert_int_equal(t.strides[i] * (int64_t)es, bytes[i]);
+            }
             assert_int_equal(t.offset, layer * 2 * B * g->kv_heads * g->head_dim * es +
                                            (uint64_t)kv * B * g->kv_heads * g->head_dim * es);
             for (uint32_t slot = 0; slot < slots; slot += step)
-                for (uint32_t h = 0; h<g->kv_heads; h += g->kv_heads> 2 ? g->kv_heads - 1 : 1) {
-                    uint64_t want = kv_formula(g, l.page_bytes, table, layer, kv, slot, h);
+                for (uint32_t h = 0; h < g->kv_heads; h += head_step) {
+                    uint64_t want = kv_formula(g, table, layer, kv, slot, h);
                     assert_int_equal(
                         vase_layout_kv_offset(&l, table, layer, (enum vase_kv)kv, slot, h), want);
                     /* Element [b][t][h][d] of the tensor is the same byte, for d = 0 and the
                      * last d, by the byte strides and by the element strides. */
                     uint64_t b = table[slot / B], tok = slot % B;
-                    for (uint64_t d = 0; d < g->head_dim;
-                         d += g->head_dim - 1 ? g->head_dim - 1 : 1) {
+                    for (uint64_t d = 0; d < g->head_dim; d += dim_step) {
                         uint64_t by = t.offset + b * (uint64_t)t.byte_strides[0] +
                                       tok * (uint64_t)t.byte_strides[1] +
                                       h * (uint64_t)t.byte_strides[2] +
@@ -465,6 +487,7 @@ static void check_kv(const struct vase_layout_geometry *g, uint64_t arena, uint3
                     }
                 }
         }
+    }
 }
 
 static void test_kv_offsets(void **state) {
@@ -560,7 +583,7 @@ static void test_kv_view(void **state) {
             for (uint32_t slot = 0; slot < 20; slot++)
                 for (uint32_t h = 0; h < 2; h++)
                     assert_ptr_equal(vase_view_row(&w, slot, h),
-                                     arena + kv_formula(&made_up, 768, table, layer, kv, slot, h));
+                                     arena + kv_formula(&made_up, table, layer, kv, slot, h));
         }
 }
 
