@@ -810,6 +810,8 @@ static void test_connect_ok(void **state) {
         assert_non_null(strstr(vase_last_error(c), "GPU-01234567-89ab-cdef-0123-456789abcdef"));
     }
     assert_null(m);
+    /* None of these reached the daemon. */
+    assert_int_equal(count(&p->n_register), 0);
 
     /* The daemon goes away: the next call says so at once (-ECONNRESET, where waiting for the
      * Pong until the timeout would give -ETIMEDOUT), and every later one too. */
