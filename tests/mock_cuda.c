@@ -379,6 +379,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     return cudaSuccess;
 }
 
+/* Synchronous for the host, counted with the asynchronous copies of its direction. */
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+    return cudaMemcpyAsync(dst, src, count, kind, NULL);
+}
+
 /* ---- driver (through cudaGetDriverEntryPointByVersion) ---- */
 
 static bool valid_prop(const CUmemAllocationProp *prop) {

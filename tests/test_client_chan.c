@@ -171,7 +171,7 @@ static void test_envelope_fields(void **state) {
     assert_true(b > a);
 
     Vase__Envelope *ea = router_recv(f), *eb = router_recv(f);
-    assert_int_equal(ea->version, 1);
+    assert_int_equal(ea->version, VASE_WIRE_VERSION);
     assert_int_equal(ea->incarnation, 0x1234567890abcdefull);
     assert_int_equal(ea->request_id, a);
     assert_int_equal(eb->request_id, b);
@@ -365,7 +365,7 @@ static void test_call_errors(void **state) {
     reply_error(f, next + 100, EINVAL); /* unrelated: queued, not returned */
     Vase__Status st = VASE__STATUS__INIT;
     Vase__Envelope bad = VASE__ENVELOPE__INIT;
-    bad.version = 1;
+    bad.version = VASE_WIRE_VERSION;
     bad.request_id = next;
     bad.body_case = VASE__ENVELOPE__BODY_STATUS;
     bad.status = &st;
@@ -391,7 +391,7 @@ static void test_bad_replies(void **state) {
     /* Another protocol version. */
     Vase__Pong pong = VASE__PONG__INIT;
     Vase__Envelope r = VASE__ENVELOPE__INIT;
-    r.version = 2;
+    r.version = VASE_WIRE_VERSION + 1;
     r.request_id = a;
     r.body_case = VASE__ENVELOPE__BODY_PONG;
     r.pong = &pong;

@@ -26,14 +26,14 @@
 #include <cmocka.h>
 
 #include "../client/cuda_arena.h"
-#include "../client/layout.h"
 #include "../client/session.h"
 #include "mock_cuda.h"
 #include "vase_kernels.h"
+#include "vase_layout.h"
 
-#define PAGE_BYTES (64u << 10)
-#define NUM_PAGES 32u
-#define ARENA_BYTES ((size_t)PAGE_BYTES * NUM_PAGES)
+#define GRANULE_BYTES (64u << 10)
+#define GRANULES 32u
+#define ARENA_BYTES ((size_t)GRANULE_BYTES * GRANULES)
 
 /* ---- close(), watched ---- */
 
@@ -75,8 +75,8 @@ static void ipc_arena(struct vase__arena *a, uint32_t id, int dev) {
         .id = id,
         .kind = strdup("cuda:0"),
         .share = strdup("cuda-ipc"),
-        .page_bytes = PAGE_BYTES,
-        .num_pages = NUM_PAGES,
+        .granule_bytes = GRANULE_BYTES,
+        .granules = GRANULES,
         .size_bytes = ARENA_BYTES,
         .device_uuid = strdup(uuid),
         .ipc_handle_len = sizeof(h),
@@ -233,8 +233,8 @@ static void test_ipc_once_per_process(void **state) {
     assert_int_equal(mock_cuda.ipc_opens, 1);
 
     /* The bytes are the daemon's. */
-    memcpy((char *)daemon_ipc_base + 3 * PAGE_BYTES, "plan", 5);
-    assert_string_equal((char *)a.map + 3 * PAGE_BYTES, "plan");
+    memcpy((char *)daemon_ipc_base + 3 * GRANULE_BYTES, "plan", 5);
+    assert_string_equal((char *)a.map + 3 * GRANULE_BYTES, "plan");
 
     /* The last reference closes the handle, on the arena's device, restoring the caller's. */
     vase__cuda_unmap(&a);
@@ -274,8 +274,8 @@ static void test_vmm_import(void **state) {
     assert_int_equal(mock_cuda.set_accesses, 1);
     assert_non_null(a.map);
     assert_ptr_not_equal(a.map, (void *)(uintptr_t)d.va);
-    memcpy((char *)(uintptr_t)d.va + 7 * PAGE_BYTES, "kv", 3);
-    assert_string_equal((char *)a.map + 7 * PAGE_BYTES, "kv");
+    memcpy((char *)(uintptr_t)d.va + 7 * GRANULE_BYTES, "kv", 3);
+    assert_string_equal((char *)a.map + 7 * GRANULE_BYTES, "kv");
     /* The handle is released once mapped: the mapping holds the memory. */
     assert_int_equal(mock_cuda.mem_releases, 1);
 
@@ -422,25 +422,46 @@ static void test_sync_and_copy(void **state) {
     assert_int_equal(cudaFree(dev), cudaSuccess);
 }
 
-enum { L = 2, HQ = 2, HKV = 2, D = 8, BUDGET = 64, W = 16, LEN = 128, N = LEN - W, K = BUDGET - W };
+enum {
+    L = 2,
+    HQ = 2,
+    HKV = 2,
+    D = 8,
+    B = 16,
+    BUDGET = 64,
+    W = 16,
+    LEN = 128,
+    N = LEN - W,
+    K = BUDGET - W
+};
 
 static void test_compact(void **state) {
     (void)state;
-    const struct vase_geometry g = {
-        .layers = L, .q_heads = HQ, .kv_heads = HKV, .head_dim = D, .dtype = VASE_DTYPE_F32};
-    struct vase__layout lay;
+    const struct vase_layout_geometry g = {.layers = L,
+                                           .q_heads = HQ,
+                                           .kv_heads = HKV,
+                                           .head_dim = D,
+                                           .dtype = VASE_DTYPE_F32,
+                                           .block_tokens = B};
+    struct vase_layout lay;
+    struct vase_plan_layout plan;
     struct vase__cuda_seq *cs = NULL;
     struct vase__arena a;
     uint32_t pages[8], plan_pages[1] = {30}, keep[HKV * K];
-    char stream_obj, msg[64];
+    char stream_obj, msg[128];
 
-    assert_int_equal(vase__layout_compute(&g, PAGE_BYTES, &lay), 0);
-    size_t n_pages = (LEN + lay.tokens_per_page - 1) / lay.tokens_per_page;
-    assert_true(n_pages <= 8);
+    /* Pages of 16 * 2 * 2 * 2 * 8 * 4 = 4096 bytes: 8 blocks for 128 slots, 512 in the arena. */
+    assert_int_equal(vase_layout_compute(&g, ARENA_BYTES, &lay, msg, sizeof(msg)), 0);
+    assert_int_equal(lay.page_bytes, 4096);
+    size_t n_pages = vase_layout_blocks_for(&lay, LEN);
+    assert_int_equal(n_pages, 8);
     for (size_t i = 0; i < n_pages; i++)
         pages[i] = (uint32_t)(20 - 2 * i);
-    uint32_t ppp = vase__plans_per_page(PAGE_BYTES, K);
-    assert_true(ppp >= L * HKV);
+    /* Lists of 48 slots, 192 bytes: all four in one 768-byte plan page (plan page 30 lies in
+     * block 5, which the table does not hold). */
+    assert_int_equal(vase_layout_plans(&lay, K, &plan, NULL, 0), 0);
+    assert_int_equal(plan.plans_per_page, L * HKV);
+    assert_int_equal(plan.plan_pages, 1);
 
     ipc_arena(&a, 0, 0);
     assert_int_equal(vase__cuda_map(&a, 1, msg, sizeof(msg)), 0);
@@ -454,7 +475,7 @@ static void test_compact(void **state) {
             for (uint32_t i = 0; i < K; i++)
                 keep[h * K + i] = i + (h + l) * 3;
             memcpy((char *)daemon_ipc_base +
-                       vase__plan_offset(PAGE_BYTES, plan_pages, ppp, K, l * HKV + h),
+                       vase_layout_plan_offset(&plan, plan_pages, l * HKV + h),
                    keep + h * K, K * sizeof(uint32_t));
         }
     memcpy(host, daemon_ipc_base, ARENA_BYTES);
@@ -463,23 +484,29 @@ static void test_compact(void **state) {
     int want = 0;
     for (uint32_t l = 0; l < L; l++) {
         for (uint32_t h = 0; h < HKV; h++)
-            memcpy(keep + h * K,
-                   host + vase__plan_offset(PAGE_BYTES, plan_pages, ppp, K, l * HKV + h),
+            memcpy(keep + h * K, host + vase_layout_plan_offset(&plan, plan_pages, l * HKV + h),
                    K * sizeof(uint32_t));
-        struct vase_view kv = vase__layout_kv_view(&lay, host, pages, l, VASE_K);
-        struct vase_view vv = vase__layout_kv_view(&lay, host, pages, l, VASE_V);
+        struct vase_view kv = vase_layout_kv_view(&lay, host, pages, l, VASE_K);
+        struct vase_view vv = vase_layout_kv_view(&lay, host, pages, l, VASE_V);
         want = vase_compact_layer(&kv, &vv, keep, K, N, LEN);
         assert_int_equal(want, K + LEN - N);
     }
 
-    assert_int_equal(vase__cuda_seq_new(0, n_pages, (size_t)HKV * K, &cs), 0);
+    /* The block table goes to the device once, at the open, and is the host's. */
+    assert_int_equal(vase__cuda_seq_new(0, pages, n_pages, (size_t)HKV * K, &cs), 0);
+    assert_int_equal(mock_cuda.copies_h2d, 1);
+    const uint32_t *dev_table = vase__cuda_seq_table(cs);
+    assert_non_null(dev_table);
+    assert_ptr_not_equal(dev_table, pages);
+    assert_memory_equal(dev_table, pages, n_pages * sizeof(uint32_t));
+
     struct vase__cuda_compact cc = {
         .layout = &lay,
         .arena_base = a.map,
         .pages = pages,
         .n_pages = n_pages,
         .plan_pages = plan_pages,
-        .plans_per_page = ppp,
+        .plan = &plan,
         .keep = K,
         .n = N,
         .len = LEN,
@@ -487,18 +514,32 @@ static void test_compact(void **state) {
     unsigned syncs = mock_cuda.stream_syncs;
     assert_int_equal(vase__cuda_compact(cs, &stream_obj, &cc), want);
     assert_memory_equal(daemon_ipc_base, host, ARENA_BYTES);
-    /* Per layer one merged copy of its lists, two kernels; the block table once; then a wait
-     * on the engine's stream. */
+    /* Per layer one merged copy of its lists, two kernels; no block table copied again; then
+     * a wait on the engine's stream. */
     assert_int_equal(mock_cuda.copies_d2d, L);
     assert_int_equal(mock_cuda.compacts, 2 * L);
     assert_int_equal(mock_cuda.copies_h2d, 1);
     assert_int_equal(mock_cuda.stream_syncs, syncs + 1);
     assert_ptr_equal(mock_cuda.last_synced_stream, &stream_obj);
 
+    /* A table that lost its tail (a commit after a long prompt) still compacts through the
+     * device copy's first entries. */
+    cc.n_pages = 4;
+    cc.len = 64;
+    cc.n = 56; /* above every kept candidate (53 at most) */
+    assert_int_equal(vase__cuda_compact(cs, &stream_obj, &cc), K + 8);
+    assert_int_equal(mock_cuda.copies_h2d, 1);
+    cc.n_pages = n_pages;
+    cc.len = LEN;
+    cc.n = N;
+
     /* Arguments the device state cannot hold, and a failing stream. */
     cc.n_pages = n_pages + 1;
     assert_int_equal(vase__cuda_compact(cs, &stream_obj, &cc), -EPROTO);
     cc.n_pages = n_pages;
+    cc.keep = K + 1;
+    assert_int_equal(vase__cuda_compact(cs, &stream_obj, &cc), -EPROTO);
+    cc.keep = K;
     cc.n = LEN + 1;
     assert_int_equal(vase__cuda_compact(cs, &stream_obj, &cc), -EPROTO);
     cc.n = N;
@@ -510,10 +551,13 @@ static void test_compact(void **state) {
     assert_null(vase__cuda_seq_free(NULL));
     mock_cuda.fail_malloc = true;
     cs = NULL;
-    assert_int_equal(vase__cuda_seq_new(0, n_pages, (size_t)HKV * K, &cs), -ENOMEM);
+    assert_int_equal(vase__cuda_seq_new(0, pages, n_pages, (size_t)HKV * K, &cs), -ENOMEM);
     assert_null(cs);
-    assert_int_equal(vase__cuda_seq_new(0, 0, 1, &cs), -EINVAL);
     mock_cuda.fail_malloc = false;
+    assert_int_equal(vase__cuda_seq_new(0, pages, n_pages, 0, &cs), -EINVAL);
+    assert_int_equal(vase__cuda_seq_new(0, NULL, n_pages, 1, &cs), -EINVAL);
+    assert_int_equal(vase__cuda_seq_new(0, pages, n_pages, 1, NULL), -EINVAL);
+    assert_null(cs);
     free(host);
     arena_done(&a);
 }

@@ -28,6 +28,10 @@
 #ifndef VASE_NEEDS_K
 #error "vase.h lacks vase_policy_needs()'s flags"
 #endif
+/* Nor the layout module the library and the daemon share. */
+#ifdef VASE_LAYOUT_MAX_LAYERS
+#error "vase.h exposes the layout module's header"
+#endif
 
 static void test_error_codes(void **state) {
     (void)state;
@@ -78,6 +82,33 @@ static void test_view(void **state) {
     assert_true(row[0] == 4.0f && row[3] == 7.0f);
 }
 
+/* The calls of paged attention: a model's per-layer tensors and a sequence's block table. */
+static void test_paged_calls(void **state) {
+    (void)state;
+    struct vase_geometry g = {.layers = 2,
+                              .q_heads = 4,
+                              .kv_heads = 2,
+                              .head_dim = 8,
+                              .dtype = VASE_DTYPE_BF16,
+                              .block_tokens = 256};
+    struct vase_tensor t = {.ndim = 4, .device = -1};
+    const int32_t *table = NULL;
+    uint32_t n = 7;
+    enum vase_kv kv = VASE_V;
+
+    assert_int_equal(g.block_tokens, 256);
+    assert_int_equal(sizeof(t.shape) / sizeof(t.shape[0]), 4);
+    assert_int_equal(sizeof(t.strides[0]), sizeof(int64_t));
+    assert_int_equal(vase_model_kv_tensor(NULL, 0, kv, &t), -EINVAL);
+    assert_int_equal(t.ndim, 4);
+    assert_int_equal(vase_model_page_bytes(NULL), 0);
+    assert_int_equal(vase_model_tokens_per_page(NULL), 0);
+    assert_int_equal(vase_seq_block_table(NULL, &table, &n), -EINVAL);
+    assert_null(table);
+    assert_int_equal(n, 7);
+    assert_null(vase_seq_block_table_device(NULL));
+}
+
 static void test_connect_no_daemon(void **state) {
     char dir[] = "/tmp/vase-public-XXXXXX";
     struct vase_client *c = NULL;
@@ -97,6 +128,7 @@ int main(void) {
         cmocka_unit_test(test_error_codes),
         cmocka_unit_test(test_types),
         cmocka_unit_test(test_view),
+        cmocka_unit_test(test_paged_calls),
         cmocka_unit_test(test_connect_no_daemon),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
