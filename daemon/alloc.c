@@ -246,6 +246,21 @@ static int try_page(struct vase_alloc *a, uint32_t ci, int tier, uint32_t p, uin
     return 0;
 }
 
+/* Tier 1 at granule g: only the pages that cross g's edges can reach into a free granule. */
+static int try_edges(struct vase_alloc *a, uint32_t ci, uint32_t g, uint32_t n, uint32_t *out,
+                     uint32_t *taken) {
+    const struct vase_alloc_class *c = &a->classes[ci];
+    uint32_t lo, hi;
+    granule_starts(a, c, g, &lo, &hi);
+    uint64_t first = (uint64_t)g * a->granule_bytes / c->unit;
+    int r = 0;
+    if (first < c->n_units)
+        r = try_page(a, ci, 1, (uint32_t)first, out, taken);
+    if (r == 0 && *taken < n && hi > lo && hi - 1 != first)
+        r = try_page(a, ci, 1, hi - 1, out, taken);
+    return r;
+}
+
 /* Takes up to n pages of class ci in one placement tier, writing them to out; *ret_taken says
  * how many it took. 0 or -ENOMEM (what was taken is in out). */
 static int take_tier(struct vase_alloc *a, uint32_t ci, int tier, uint32_t n, uint32_t *out,
@@ -254,20 +269,14 @@ static int take_tier(struct vase_alloc *a, uint32_t ci, int tier, uint32_t n, ui
     uint32_t taken = 0;
     int r = 0;
     for (uint32_t g = 0; g < a->n_granules && taken < n && r == 0; g++) {
-        uint32_t owner = a->owner[g];
+        uint32_t owner = a->owner[g], lo, hi;
         if (tier < 2 ? owner != ci + 1 : owner != 0 && owner != ci + 1)
             continue;
-        uint32_t lo, hi;
-        granule_starts(a, c, g, &lo, &hi);
         if (tier == 1) {
-            /* Only the pages that cross g's edges can reach into a free granule. */
-            uint64_t first = (uint64_t)g * a->granule_bytes / c->unit;
-            if (first < c->n_units)
-                r = try_page(a, ci, 1, (uint32_t)first, out, &taken);
-            if (r == 0 && taken < n && hi > lo && hi - 1 != first)
-                r = try_page(a, ci, 1, hi - 1, out, &taken);
+            r = try_edges(a, ci, g, n, out, &taken);
             continue;
         }
+        granule_starts(a, c, g, &lo, &hi);
         if (a->starts[g] == hi - lo)
             continue; /* every page that starts here is taken */
         for (uint32_t p = lo; p < hi && taken < n && r == 0; p++)
@@ -289,10 +298,10 @@ static void release_taken(struct vase_alloc *a, const struct vase_alloc_req *req
     }
 }
 
-int vase_alloc_reserve(struct vase_alloc *a, const struct vase_alloc_req *reqs, size_t n_reqs,
-                       uint64_t quota, uint64_t *client_bytes) {
-    if (!a || (!reqs && n_reqs) || !client_bytes)
-        return -EINVAL;
+/* The bytes of a reservation, its parts checked. 0, -EINVAL or -ENOSPC (a part larger than the
+ * arena). */
+static int reserve_bytes(const struct vase_alloc *a, const struct vase_alloc_req *reqs,
+                         size_t n_reqs, uint64_t *ret) {
     uint64_t bytes = 0;
     for (size_t i = 0; i < n_reqs; i++) {
         if (reqs[i].n == 0)
@@ -303,23 +312,42 @@ int vase_alloc_reserve(struct vase_alloc *a, const struct vase_alloc_req *reqs, 
             return -ENOSPC;
         bytes += reqs[i].unit * reqs[i].n; /* each term <= arena_bytes */
     }
+    *ret = bytes;
+    return 0;
+}
+
+/* Takes part i of a reservation whole, tier by tier. 0, or -ENOSPC/-ENOMEM with *ret_got pages
+ * of it taken. */
+static int reserve_part(struct vase_alloc *a, const struct vase_alloc_req *req,
+                        uint32_t *ret_got) {
+    uint32_t ci, got = 0;
+    int r = get_class(a, req->unit, &ci);
+    for (int tier = 0; r == 0 && tier < 3 && got < req->n; tier++) {
+        uint32_t t;
+        r = take_tier(a, ci, tier, req->n - got, req->ret + got, &t);
+        got += t;
+    }
+    *ret_got = got;
+    return r == 0 && got < req->n ? -ENOSPC : r;
+}
+
+int vase_alloc_reserve(struct vase_alloc *a, const struct vase_alloc_req *reqs, size_t n_reqs,
+                       uint64_t quota, uint64_t *client_bytes) {
+    uint64_t bytes;
+    if (!a || (!reqs && n_reqs) || !client_bytes)
+        return -EINVAL;
+    int r = reserve_bytes(a, reqs, n_reqs, &bytes);
+    if (r < 0)
+        return r;
     if (quota && (bytes > quota || *client_bytes > quota - bytes))
         return -EDQUOT;
     if (bytes > a->arena_bytes - a->used_bytes)
         return -ENOSPC;
-
     for (size_t i = 0; i < n_reqs; i++) {
-        uint32_t ci, got = 0;
+        uint32_t got;
         if (reqs[i].n == 0)
             continue;
-        int r = get_class(a, reqs[i].unit, &ci);
-        for (int tier = 0; r == 0 && tier < 3 && got < reqs[i].n; tier++) {
-            uint32_t t;
-            r = take_tier(a, ci, tier, reqs[i].n - got, reqs[i].ret + got, &t);
-            got += t;
-        }
-        if (r == 0 && got < reqs[i].n)
-            r = -ENOSPC;
+        r = reserve_part(a, &reqs[i], &got);
         if (r < 0) {
             release_taken(a, reqs, n_reqs, i, got);
             return r;

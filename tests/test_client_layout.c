@@ -281,27 +281,30 @@ static void test_plans(void **state) {
     struct vase_plan_layout p;
     char msg[256];
 
-    /* keep 48: 192-byte lists, 768 / 192 = 4 a page, 6 lists: 2 pages. */
+    /* One plan page of every list, the smallest power of two of at least 4096 bytes. keep 48:
+     * 6 lists of 192 bytes = 1152 bytes: a 4096-byte page. */
     assert_int_equal(vase_layout_plans(&l, 48, &p, NULL, 0), 0);
     assert_int_equal(p.keep, 48);
     assert_int_equal(p.lists, 6);
-    assert_int_equal(p.plans_per_page, 4);
-    assert_int_equal(p.plan_page_bytes, 768);
-    assert_int_equal(p.plan_pages, 2);
-    /* keep 8: 32-byte lists, 24 would fit a page, clamped at layers * kv_heads = 6. */
-    assert_int_equal(vase_layout_plans(&l, 8, &p, NULL, 0), 0);
     assert_int_equal(p.plans_per_page, 6);
-    assert_int_equal(p.plan_page_bytes, 192);
+    assert_int_equal(p.plan_page_bytes, 4096);
     assert_int_equal(p.plan_pages, 1);
-    /* keep 1000: one 4000-byte list is larger than a page: clamped at 1, one list a page. */
+    /* keep 1000: 6 lists of 4000 bytes = 24000: 32768. */
     assert_int_equal(vase_layout_plans(&l, 1000, &p, NULL, 0), 0);
-    assert_int_equal(p.plans_per_page, 1);
-    assert_int_equal(p.plan_page_bytes, 4000);
-    assert_int_equal(p.plan_pages, 6);
-    /* keep 192: exactly one list a page. */
-    assert_int_equal(vase_layout_plans(&l, 192, &p, NULL, 0), 0);
-    assert_int_equal(p.plans_per_page, 1);
-    assert_int_equal(p.plan_page_bytes, 768);
+    assert_int_equal(p.plans_per_page, 6);
+    assert_int_equal(p.plan_page_bytes, 32768);
+    assert_int_equal(p.plan_pages, 1);
+    /* keep 1024: exactly 24576 bytes, still 32768; keep 2730: 65520 bytes, 65536. */
+    assert_int_equal(vase_layout_plans(&l, 1024, &p, NULL, 0), 0);
+    assert_int_equal(p.plan_page_bytes, 32768);
+    assert_int_equal(vase_layout_plans(&l, 2730, &p, NULL, 0), 0);
+    assert_int_equal(p.plan_page_bytes, 65536);
+    /* A large arena raises the smallest plan page: at most 2^26 pages of it. Qwen3-4B in 1 TiB,
+     * keep 1: 288 lists of 4 bytes, in a page of 2^40 / 2^26 = 16384 bytes. */
+    struct vase_layout big_arena = compute_ok(
+        &(struct vase_layout_geometry){36, 32, 8, 128, VASE_DTYPE_BF16, 16}, UINT64_C(1) << 40);
+    assert_int_equal(vase_layout_plans(&big_arena, 1, &p, NULL, 0), 0);
+    assert_int_equal(p.plan_page_bytes, 16384);
 
     /* Refused: no slot kept; one list larger than the arena. p is untouched. */
     memset(&p, 0x5a, sizeof(p));
@@ -310,14 +313,11 @@ static void test_plans(void **state) {
     assert_int_equal(vase_layout_plans(&l, 0, &p, msg, sizeof(msg)), -EINVAL);
     assert_true(msg[0] != '\0');
     msg[0] = '\0';
-    assert_int_equal(vase_layout_plans(&l, 20000, &p, msg, sizeof(msg)), -EINVAL);
-    assert_non_null(strstr(msg, "20000 slots"));
-    assert_non_null(strstr(msg, "80000 bytes"));
-    assert_int_equal(vase_layout_plans(&l, 20000, &p, NULL, 0), -EINVAL);
+    assert_int_equal(vase_layout_plans(&l, 2731, &p, msg, sizeof(msg)), -EINVAL);
+    assert_non_null(strstr(msg, "2731 slots"));
+    assert_non_null(strstr(msg, "65544 bytes"));
+    assert_int_equal(vase_layout_plans(&l, 2731, &p, NULL, 0), -EINVAL);
     assert_memory_equal(&p, &before, sizeof(p));
-    /* 16384 slots: exactly the arena. */
-    assert_int_equal(vase_layout_plans(&l, 16384, &p, NULL, 0), 0);
-    assert_int_equal(p.plan_page_bytes, 65536);
 }
 
 /* ---- bounds ---- */
@@ -385,22 +385,22 @@ static void test_bounds(void **state) {
     assert_int_equal(vase_layout_compute(&g, big, &l, NULL, 0), 0);
     assert_int_equal(l.page_bytes, 2 * 1024 * 1024 * 4);
 
-    /* At most 2^31 - 1 blocks: the tiny model in f16 with B = 1 has 32-byte pages. */
+    /* At most 2^26 blocks: the tiny model in f16 with B = 1 has 32-byte pages. */
     g = (struct vase_layout_geometry){1, 1, 1, 8, VASE_DTYPE_F16, 1};
-    assert_int_equal(vase_layout_compute(&g, 32 * (uint64_t)INT32_MAX, &l, NULL, 0), 0);
-    assert_int_equal(l.num_blocks, INT32_MAX);
-    assert_int_equal(vase_layout_compute(&g, 32 * (uint64_t)INT32_MAX + 31, &l, NULL, 0), 0);
-    assert_int_equal(l.num_blocks, INT32_MAX);
-    expect_refused(&g, 32 * ((uint64_t)INT32_MAX + 1));
-    memset(msg, 0, sizeof(msg));
+    const uint64_t most = UINT64_C(1) << 26;
+    assert_int_equal(vase_layout_compute(&g, 32 * most, &l, NULL, 0), 0);
+    assert_int_equal(l.num_blocks, most);
+    assert_int_equal(vase_layout_compute(&g, 32 * most + 31, &l, NULL, 0), 0);
+    assert_int_equal(l.num_blocks, most);
+    expect_refused(&g, 32 * (most + 1));
     char longer[256] = "";
     assert_int_equal(vase_layout_compute(&g, UINT64_C(1) << 37, &l, longer, sizeof(longer)),
                      -EINVAL);
     assert_non_null(strstr(longer, "larger block_tokens"));
     /* The same arena with B = 2 halves the blocks: accepted. */
     g.block_tokens = 2;
-    assert_int_equal(vase_layout_compute(&g, 32 * ((uint64_t)INT32_MAX + 1), &l, NULL, 0), 0);
-    assert_int_equal(l.num_blocks, (uint32_t)1 << 30);
+    assert_int_equal(vase_layout_compute(&g, 32 * (most + 1), &l, NULL, 0), 0);
+    assert_int_equal(l.num_blocks, (most + 1) / 2);
 
     /* A message buffer too small is cut, never overrun. */
     char small[8];
@@ -638,33 +638,36 @@ static void test_query_offsets(void **state) {
 
 static void test_plan_offsets(void **state) {
     (void)state;
-    /* Qwen3-4B in bf16, 16-token pages in 256 MiB, keep 448 (budget 512, window 64): 1792-byte
-     * lists, 2359296 / 1792 = 1316 a page, clamped at 36 * 8 = 288: one 516096-byte page. */
+    /* Qwen3-4B in bf16, 16-token pages in 256 MiB, keep 448 (budget 512, window 64): 288 lists
+     * of 1792 bytes = 516096 bytes: one plan page of 2^19. */
     struct vase_layout l = compute_ok(
         &(struct vase_layout_geometry){36, 32, 8, 128, VASE_DTYPE_BF16, 16}, DEFAULT_ARENA);
     struct vase_plan_layout p;
     assert_int_equal(vase_layout_plans(&l, 448, &p, NULL, 0), 0);
     assert_int_equal(p.lists, 288);
     assert_int_equal(p.plans_per_page, 288);
-    assert_int_equal(p.plan_page_bytes, 516096);
+    assert_int_equal(p.plan_page_bytes, 524288);
     assert_int_equal(p.plan_pages, 1);
     uint32_t one[] = {3};
-    assert_int_equal(vase_layout_plan_offset(&p, one, 0), 3 * UINT64_C(516096));
-    assert_int_equal(vase_layout_plan_offset(&p, one, 287), 3 * UINT64_C(516096) + 287 * 1792);
+    assert_int_equal(vase_layout_plan_offset(&p, one, 0), 3 * UINT64_C(524288));
+    assert_int_equal(vase_layout_plan_offset(&p, one, 287), 3 * UINT64_C(524288) + 287 * 1792);
 
-    /* The hand-worked model, keep 48 (4 lists a 768-byte page) and keep 1000 (1 a page). */
+    /* The hand-worked model, keep 48: 6 lists of 192 bytes in a 4096-byte page. */
     l = compute_ok(&made_up, 65536);
-    const uint32_t pages[] = {2, 8, 1, 15, 0, 7};
+    const uint32_t *pages = (const uint32_t[]){2, 8, 1, 15, 0, 7};
     assert_int_equal(vase_layout_plans(&l, 48, &p, NULL, 0), 0);
-    assert_int_equal(vase_layout_plan_offset(&p, pages, 0), 2 * 768);
-    assert_int_equal(vase_layout_plan_offset(&p, pages, 3), 2 * 768 + 3 * 192);
-    /* List 5 = layer 2, head 1: plan page 1 (8), second list. */
-    assert_int_equal(vase_layout_plan_offset(&p, pages, 5), 8 * 768 + 192);
+    assert_int_equal(vase_layout_plan_offset(&p, pages, 0), 2 * 4096);
+    assert_int_equal(vase_layout_plan_offset(&p, pages, 3), 2 * 4096 + 3 * 192);
+    /* List 5 = layer 2, head 1: the last of the page. */
+    assert_int_equal(vase_layout_plan_offset(&p, pages, 5), 2 * 4096 + 5 * 192);
 
+    /* Every keep: page 1 of its size, inside the 64 KiB arena for all of them. */
     const uint32_t keeps[] = {1, 8, 48, 100, 192, 1000};
+    const uint32_t second[] = {1};
+    pages = second;
     for (size_t k = 0; k < sizeof(keeps) / sizeof(keeps[0]); k++) {
         assert_int_equal(vase_layout_plans(&l, keeps[k], &p, NULL, 0), 0);
-        assert_true(p.plan_pages <= 6);
+        assert_int_equal(p.plan_pages, 1);
         uint64_t list = 4 * (uint64_t)keeps[k];
         uint64_t units = vase_layout_units(65536, p.plan_page_bytes);
         for (uint32_t i = 0; i < p.lists; i++) {
