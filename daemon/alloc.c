@@ -318,8 +318,7 @@ static int reserve_bytes(const struct vase_alloc *a, const struct vase_alloc_req
 
 /* Takes part i of a reservation whole, tier by tier. 0, or -ENOSPC/-ENOMEM with *ret_got pages
  * of it taken. */
-static int reserve_part(struct vase_alloc *a, const struct vase_alloc_req *req,
-                        uint32_t *ret_got) {
+static int reserve_part(struct vase_alloc *a, const struct vase_alloc_req *req, uint32_t *ret_got) {
     uint32_t ci, got = 0;
     int r = get_class(a, req->unit, &ci);
     for (int tier = 0; r == 0 && tier < 3 && got < req->n; tier++) {
