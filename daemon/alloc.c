@@ -190,23 +190,30 @@ static void granule_pages(const struct vase_alloc *a, const struct vase_alloc_cl
 
 /* Takes up to n pages of class ci in one placement tier (the file comment), writing them to
  * out; returns how many it took. Tier 0: pages inside owned granules; 1: pages touching an
- * owned granule and free ones; 2: pages in free granules only. */
+ * owned granule (and free ones); 2: pages in free granules. Tiers 1 and 2 go on filling the
+ * granules they claim before they move to the next one: a class of pages smaller than a granule
+ * would otherwise claim a granule per page, and tier 2 would stop with room left in them. */
 static uint32_t take_tier(struct vase_alloc *a, uint32_t ci, int tier, uint32_t n, uint32_t *out) {
     struct vase_alloc_class *c = &a->classes[ci];
-    uint32_t taken = 0;
+    uint32_t taken = 0, claimed_end = 0; /* tier 2: granules [.., claimed_end) it claimed */
     for (uint32_t g = 0; g < a->n_granules && taken < n; g++) {
-        if (a->owner[g] != (tier < 2 ? ci + 1 : 0))
+        bool claimed = tier == 2 && a->owner[g] == ci + 1 && g < claimed_end;
+        if (a->owner[g] != (tier < 2 ? ci + 1 : 0) && !claimed)
             continue;
         uint32_t lo, hi;
         granule_pages(a, c, g, &lo, &hi);
         for (uint32_t p = lo; p < hi && taken < n; p++) {
             bool all;
             int owned = page_fit(a, ci, p, &all);
-            bool ok = tier == 0 ? owned > 0 && all : tier == 1 ? owned > 0 && !all : owned == 0;
+            bool ok = tier == 0 ? owned > 0 && all : tier == 1 ? owned > 0 : owned >= 0;
             if (!ok)
                 continue;
             take_page(a, ci, p);
             out[taken++] = p;
+            uint32_t g0, g1;
+            page_granules(a, c->unit, p, &g0, &g1);
+            if (g1 + 1 > claimed_end)
+                claimed_end = g1 + 1;
         }
     }
     return taken;
@@ -369,9 +376,10 @@ int vase_alloc_check(const struct vase_alloc *a, char *msg, size_t msg_size) {
         }
         used_bytes += (uint64_t)n * c->unit;
         if (r == 0 && (n != c->n_used || granules != c->granules)) {
-            snprintf(msg, msg_size, "class of %llu bytes: %u pages and %u granules counted, %u "
-                     "and %u recorded", (unsigned long long)c->unit, n, granules, c->n_used,
-                     c->granules);
+            snprintf(msg, msg_size,
+                     "class of %llu bytes: %u pages and %u granules counted, %u "
+                     "and %u recorded",
+                     (unsigned long long)c->unit, n, granules, c->n_used, c->granules);
             r = -EUCLEAN;
         }
         if (r == 0 && n == 0) {
@@ -389,7 +397,8 @@ int vase_alloc_check(const struct vase_alloc *a, char *msg, size_t msg_size) {
         }
     }
     if (r == 0 && (free_granules != a->n_free_granules || used_bytes != a->used_bytes)) {
-        snprintf(msg, msg_size, "%u free granules and %llu bytes used counted, %u and %llu recorded",
+        snprintf(msg, msg_size,
+                 "%u free granules and %llu bytes used counted, %u and %llu recorded",
                  free_granules, (unsigned long long)used_bytes, a->n_free_granules,
                  (unsigned long long)a->used_bytes);
         r = -EUCLEAN;
