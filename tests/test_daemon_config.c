@@ -484,7 +484,7 @@ static void test_cmdline(void **state) {
     assert_int_equal(vase_cmdline_parse(2, argv6, &cmd), -EINVAL);
 
     /* A bad value is caught when the command line is applied. */
-    char *argv7[] = {"vased", "--page-bytes=3", NULL};
+    char *argv7[] = {"vased", "--granule-bytes=3", NULL};
     assert_int_equal(vase_cmdline_parse(2, argv7, &cmd), 0);
     assert_int_equal(vase_config_load(&c, &cmd), -ERANGE);
     vase_config_done(&c);
@@ -848,7 +848,7 @@ static void test_arena_sections(void **state) {
     write_temp(path, "[vased]\ngranule_bytes = 1M\n[arena x]\n");
     char config[96];
     snprintf(config, sizeof(config), "--config=%s", path);
-    char *argv[] = {"vased", config, "--page-bytes=4M", "--arena-bytes=1G", NULL};
+    char *argv[] = {"vased", config, "--granule-bytes=4M", "--arena-bytes=1G", NULL};
     struct vase_cmdline cmd;
     assert_int_equal(vase_cmdline_parse(4, argv, &cmd), 0);
     assert_int_equal(vase_config_load(&c, &cmd), 0);
