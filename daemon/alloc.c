@@ -223,7 +223,8 @@ static void release_taken(struct vase_alloc *a, const struct vase_alloc_req *req
                           size_t done, uint32_t partial) {
     for (size_t i = 0; i <= done && i < n_reqs; i++) {
         uint32_t ci, n = i < done ? reqs[i].n : partial;
-        if (n == 0 || !find_class(a, reqs[i].unit, &ci))
+        /* The failing part's class may be new and hold nothing: drop it too. */
+        if (reqs[i].unit == 0 || !find_class(a, reqs[i].unit, &ci))
             continue;
         for (uint32_t k = 0; k < n; k++)
             drop_page(a, ci, reqs[i].ret[k]);
