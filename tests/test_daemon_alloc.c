@@ -438,6 +438,39 @@ static void test_granules_return_and_holes(void **state) {
     vase_alloc_free(a);
 }
 
+/* A reservation of pages smaller than a granule fills each granule it claims before it claims
+ * the next, also when its pages straddle granules. */
+static void test_small_pages_pack(void **state) {
+    (void)state;
+    struct vase_alloc *a;
+    uint64_t client = 0;
+    uint32_t p[72], q[16];
+    assert_int_equal(vase_alloc_new(MIB, 64 * KIB, &a), 0);
+    struct vase_alloc_req r = {.unit = 8 * KIB, .n = 60, .ret = p};
+    assert_int_equal(vase_alloc_reserve(a, &r, 1, 0, &client), 0);
+    assert_int_equal(vase_alloc_held_bytes(a), 8 * 64 * KIB); /* ceil(60 / 8) granules */
+    assert_int_equal(vase_alloc_class_holes(a, 8 * KIB), 4);
+    pages_in_place(a, 8 * KIB, p, 60);
+    /* Pages of 24 KiB straddle granules. From granule 8 (byte 512 Ki) on, the first page at a
+     * multiple of 24 KiB starts at 528 Ki: 16 pages end at 912 Ki, in granule 14. */
+    r = (struct vase_alloc_req){.unit = 24 * KIB, .n = 16, .ret = q};
+    assert_int_equal(vase_alloc_reserve(a, &r, 1, 0, &client), 0);
+    assert_int_equal(vase_alloc_held_bytes(a), 15 * 64 * KIB);
+    pages_in_place(a, 24 * KIB, q, 16);
+    for (uint32_t i = 0; i < 16; i++)
+        assert_int_equal(q[i], 22 + i);
+    /* Pages of 8 KiB fit in the 4 holes of their class and the free granule 15, not in the
+     * rest of granule 14, which pages of 24 KiB hold: 12 pages, not 13. */
+    r = (struct vase_alloc_req){.unit = 8 * KIB, .n = 13, .ret = p + 60};
+    assert_int_equal(vase_alloc_reserve(a, &r, 1, 0, &client), -ENOSPC);
+    r.n = 12;
+    assert_int_equal(vase_alloc_reserve(a, &r, 1, 0, &client), 0);
+    assert_int_equal(vase_alloc_free_bytes(a), 0);
+    pages_in_place(a, 8 * KIB, p, 72);
+    check_books(a);
+    vase_alloc_free(a);
+}
+
 /* ---- many models in one arena ---- */
 
 /*
@@ -699,6 +732,7 @@ int main(void) {
         cmocka_unit_test(test_release_refusals),
         cmocka_unit_test(test_alignment_and_classes),
         cmocka_unit_test(test_granules_return_and_holes),
+        cmocka_unit_test(test_small_pages_pack),
         cmocka_unit_test(test_packing_alone),
         cmocka_unit_test(test_churn),
     };
