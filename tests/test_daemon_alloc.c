@@ -61,7 +61,8 @@ static void snap(const struct vase_alloc *a, uint64_t client_bytes, struct snaps
     assert_non_null(s->classes);
     memcpy(s->owner, a->owner, a->n_granules * sizeof(uint32_t));
     memcpy(s->refs, a->refs, a->n_granules * sizeof(uint32_t));
-    memcpy(s->classes, a->classes, a->n_classes * sizeof(*a->classes));
+    if (a->n_classes) /* classes is NULL before the first class */
+        memcpy(s->classes, a->classes, a->n_classes * sizeof(*a->classes));
 }
 
 /* Asserts that a and client_bytes are as in s, and frees s. The granules' owners and reference

@@ -240,6 +240,13 @@ static void test_set_get(void **state) {
     assert_int_equal(vase_config_set(&c, "granule_bytes", "4M", 0), 0);
     assert_int_equal(c.granule_bytes, 4u << 20);
     assert_int_equal(vase_config_set(&c, "granule_bytes", "1K", 0), -ERANGE);
+    /* The per-client quota is a size in bytes, with suffixes, up to 1 TiB. */
+    assert_int_equal(vase_config_set(&c, "max_bytes_per_client", "24G", VASE_CONFIG_RUNTIME), 0);
+    assert_int_equal(c.max_bytes_per_client, UINT64_C(24) << 30);
+    assert_int_equal(vase_config_set(&c, "max_bytes_per_client", "2T", 0), -ERANGE);
+    assert_int_equal(c.max_bytes_per_client, UINT64_C(24) << 30);
+    assert_int_equal(vase_config_set(&c, "max_bytes_per_client", "0", 0), 0);
+    assert_int_equal(c.max_bytes_per_client, 0);
     assert_int_equal(vase_config_set(&c, "log_level", "debug", VASE_CONFIG_RUNTIME), 0);
     assert_int_equal(c.log_level, LOG_DEBUG);
     assert_int_equal(vase_config_set(&c, "log_level", "loud", 0), -EINVAL);
