@@ -63,7 +63,7 @@ static int step_config_init(void *ctx) {
 static const char config_text[] = "# a file with every kind of section\n"
                                   "[vased]\n"
                                   "arena_bytes = 64M\n"
-                                  "page_bytes = 1M\n"
+                                  "granule_bytes = 1M\n"
                                   "allow_users = alice, bob\n"
                                   "runtime_dir = /run/vase\n"
                                   "\n"
@@ -197,23 +197,56 @@ static void test_config(void **state) {
 
 /* ---- registry and allocator ---- */
 
-static const struct vase_geometry_desc tiny = {
-    .layers = 4, .q_heads = 4, .kv_heads = 2, .head_dim = 16, .dtype = VASE_DTYPE_F32, .align = 1};
+static const struct vase_layout_geometry tiny = {.layers = 4,
+                                                 .q_heads = 6,
+                                                 .kv_heads = 2,
+                                                 .head_dim = 16,
+                                                 .dtype = VASE_DTYPE_F32,
+                                                 .block_tokens = 64};
 
+/* The allocator's books are consistent. */
+static void check_alloc(const struct vase_alloc *a) {
+    char msg[256] = "";
+    int r = vase_alloc_check(a, msg, sizeof(msg));
+    if (r != 0)
+        fail_msg("vase_alloc_check: %d %s", r, msg);
+}
+
+/* A reservation over three sizes, each a new class: a failure in any part takes nothing. */
 static int step_alloc(void *ctx) {
     (void)ctx;
     struct vase_alloc *a = NULL;
-    uint32_t held = 0, pages[8];
+    uint64_t held = 0;
+    uint32_t kv[8], ring[3], plan[2];
+    struct vase_alloc_req parts[3] = {
+        {.unit = 64 << 10, .n = 8, .ret = kv},
+        {.unit = 48 << 10, .n = 3, .ret = ring},
+        {.unit = 7168, .n = 2, .ret = plan},
+    };
     alloc_fail_arm();
-    int r = vase_alloc_new(64, &a);
+    int r = vase_alloc_new(4 << 20, 64 << 10, &a);
+    bool made = r == 0;
     if (r == 0)
-        r = vase_alloc_reserve(a, 8, 0, &held, pages);
+        r = vase_alloc_reserve(a, parts, 3, 0, &held);
     alloc_fail_disarm();
-    if (r == 0) {
-        assert_int_equal(held, 8);
-        assert_int_equal(vase_alloc_release(a, pages, 8, &held), 0);
-    } else
+    if (!made) {
         assert_null(a);
+        return r;
+    }
+    check_alloc(a);
+    if (r == 0) {
+        assert_int_equal(held, 8 * (64 << 10) + 3 * (48 << 10) + 2 * 7168);
+        assert_int_equal(vase_alloc_release(a, 64 << 10, kv, 8, &held), 0);
+        assert_int_equal(vase_alloc_release(a, 48 << 10, ring, 3, &held), 0);
+        assert_int_equal(vase_alloc_release(a, 7168, plan, 2, &held), 0);
+    }
+    /* Nothing held, no class kept. */
+    assert_int_equal(held, 0);
+    assert_int_equal(a->used_bytes, 0);
+    assert_int_equal(a->n_free_granules, a->n_granules);
+    for (uint32_t i = 0; i < a->n_classes; i++)
+        assert_int_equal(a->classes[i].unit, 0);
+    check_alloc(a);
     vase_alloc_free(a);
     return r;
 }
@@ -232,11 +265,11 @@ static int step_registry(void *ctx) {
                                     .prompt_len = 1000,
                                     .slack = 32,
                                     .params = vase_params_default(256)};
-    const char *msg;
+    char msg[256];
     req.params.window = 32;
 
-    assert_int_equal(vase_alloc_new(128, &alloc), 0);
-    assert_int_equal(vase_layout_compute(&tiny, 64 << 10, &L, NULL), 0);
+    assert_int_equal(vase_alloc_new(8 << 20, 64 << 10, &alloc), 0);
+    assert_int_equal(vase_layout_compute(&tiny, 8 << 20, &L, msg, sizeof(msg)), 0);
     alloc_fail_arm();
     int r = vase_registry_new(&reg);
     if (r == 0)
@@ -244,11 +277,11 @@ static int step_registry(void *ctx) {
     if (r == 0)
         r = vase_registry_add_client(reg, -1, &b);
     if (r == 0)
-        r = vase_registry_add_model(reg, a, "tiny", 0, &tiny, &L, &m);
+        r = vase_registry_add_model(reg, a, "tiny", 0, &L, &m);
     if (r == 0)
-        r = vase_registry_open_seq(reg, alloc, a, m, &req, 8, 0, &s, &msg);
+        r = vase_registry_open_seq(reg, alloc, a, m, &req, 8, 0, &s, msg, sizeof(msg));
     if (r == 0)
-        r = vase_registry_open_seq(reg, alloc, a, m, &req, 8, 0, &t, &msg);
+        r = vase_registry_open_seq(reg, alloc, a, m, &req, 8, 0, &t, msg, sizeof(msg));
     if (r == 0) {
         r = vase_registry_close_seq(reg, alloc, s); /* no plan: freed at once */
         s = NULL;
@@ -259,12 +292,15 @@ static int step_registry(void *ctx) {
         assert_int_equal(reg->n_clients, (a != NULL) + (b != NULL));
         assert_int_equal(reg->n_seqs, (s != NULL) + (t != NULL));
         /* A failed OpenSeq holds no pages: only those of the open sequences are taken. */
-        uint32_t held = 0;
+        uint64_t held = 0;
         struct vased_seq *open[] = {s, t};
         for (size_t i = 0; i < 2; i++)
             if (open[i])
-                held += open[i]->n_pages + open[i]->n_ring_pages + open[i]->n_plan_pages;
-        assert_int_equal(alloc->n_free, 128 - held);
+                held += vase_registry_seq_bytes(open[i]);
+        assert_int_equal(alloc->used_bytes, held);
+        if (a)
+            assert_int_equal(a->bytes, held);
+        check_alloc(alloc);
         if (s)
             assert_int_equal(vase_registry_close_seq(reg, alloc, s), 0);
         if (t)
@@ -272,7 +308,9 @@ static int step_registry(void *ctx) {
         if (b)
             vase_registry_remove_client(reg, b);
     }
-    assert_int_equal(alloc->n_free, 128);
+    assert_int_equal(alloc->used_bytes, 0);
+    assert_int_equal(alloc->n_free_granules, alloc->n_granules);
+    check_alloc(alloc);
     vase_registry_free(reg);
     vase_alloc_free(alloc);
     return r;
@@ -280,14 +318,15 @@ static int step_registry(void *ctx) {
 
 static void test_registry_alloc(void **state) {
     (void)state;
-    assert_true(alloc_fail_sweep("alloc: vase_alloc_new/reserve", step_alloc, NULL, 0) >= 2);
+    /* 3 allocations make the allocator, 2 each of the 3 classes. */
+    assert_true(alloc_fail_sweep("alloc: vase_alloc_new/reserve", step_alloc, NULL, 0) >= 9);
     assert_true(alloc_fail_sweep("registry: new/add_client/add_model/open_seq/close_seq",
                                  step_registry, NULL, 0) >= 6);
 }
 
 /* ---- plan runs ---- */
 
-enum { PL = 4, PHQ = 4, PHKV = 2, PD = 16, PBUDGET = 256, PW = 32, PLEN = 1024 };
+enum { PL = 4, PHQ = 4, PHKV = 2, PD = 16, PB = 16, PBUDGET = 256, PW = 32, PLEN = 1024 };
 
 struct plan_ctx {
     struct plan_fixture f;
@@ -325,19 +364,20 @@ static void test_plan_run(void **state) {
     static const enum vase_policy policies[] = {VASE_POLICY_VASE_ATTNV, VASE_POLICY_VASE_DKV,
                                                 VASE_POLICY_SNAPKV, VASE_POLICY_RKV};
     struct plan_ctx p = {0};
-    const struct vase_geometry_desc g = {PL, PHQ, PHKV, PD, VASE_DTYPE_F32, 1};
+    const struct vase_layout_geometry g = {PL, PHQ, PHKV, PD, VASE_DTYPE_F32, PB};
     struct vase_alloc *alloc;
-    uint32_t client = 0, all[40];
+    uint64_t client = 0;
 
     assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 4 << 20, 64 << 10, &p.f.arena),
                      0);
-    assert_int_equal(vase_alloc_new(p.f.arena->num_pages, &alloc), 0);
+    assert_int_equal(vase_alloc_new(p.f.arena->size, p.f.arena->granule_bytes, &alloc), 0);
     plan_fixture_shape(&p.f, &g, PLEN, PW, PBUDGET);
-    assert_int_equal(
-        vase_alloc_reserve(alloc, p.f.n_pages + p.f.n_ring + p.f.n_plan, 0, &client, all), 0);
-    memcpy(p.f.pages, all, p.f.n_pages * sizeof(uint32_t));
-    memcpy(p.f.ring, all + p.f.n_pages, p.f.n_ring * sizeof(uint32_t));
-    memcpy(p.f.plan, all + p.f.n_pages + p.f.n_ring, p.f.n_plan * sizeof(uint32_t));
+    struct vase_alloc_req parts[3] = {
+        {.unit = p.f.page_bytes, .n = p.f.n_pages, .ret = p.f.pages},
+        {.unit = p.f.ring_page_bytes, .n = p.f.n_ring, .ret = p.f.ring},
+        {.unit = p.f.plan_page_bytes, .n = p.f.n_plan, .ret = p.f.plan},
+    };
+    assert_int_equal(vase_alloc_reserve(alloc, parts, 3, 0, &client), 0);
     vase_alloc_free(alloc);
     plan_fixture_fill(&p.f, 5);
 
@@ -399,7 +439,7 @@ static int step_host_arena(void *ctx) {
     int r = vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a);
     alloc_fail_disarm();
     if (r == 0)
-        assert_int_equal(a->num_pages, 16);
+        assert_int_equal(a->num_granules, 16);
     else
         assert_null(a);
     vase_arena_free(a);
@@ -475,7 +515,7 @@ static int step_setup_start(void *ctx) {
     assert_int_equal(vase_config_set(&d->cfg, "runtime_dir", dir, 0), 0);
     assert_int_equal(vase_config_set(&d->cfg, "arena", "host", 0), 0);
     assert_int_equal(vase_config_set(&d->cfg, "arena_bytes", "1M", 0), 0);
-    assert_int_equal(vase_config_set(&d->cfg, "page_bytes", "64K", 0), 0);
+    assert_int_equal(vase_config_set(&d->cfg, "granule_bytes", "64K", 0), 0);
     assert_int_equal(vase_config_set(&d->cfg, "evictor_threads", "1", 0), 0);
     d->session_fd = d->signal_fd = d->timer_fd = d->runtime_dir_fd = -1;
     d->self_uid = geteuid();
@@ -485,7 +525,7 @@ static int step_setup_start(void *ctx) {
     alloc_fail_disarm();
     if (r == 0) {
         assert_int_equal(d->n_arenas, 1);
-        assert_int_equal(d->arenas[0]->num_pages, 16);
+        assert_int_equal(d->arenas[0]->num_granules, 16);
         assert_non_null(d->reg);
         assert_non_null(d->evictor);
         assert_true(d->session_fd >= 0 && d->timer_fd >= 0 && d->signal_fd >= 0);

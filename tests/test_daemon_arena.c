@@ -29,7 +29,8 @@ static void test_host(void **state) {
     assert_int_equal(a->id, 3);
     assert_string_equal(a->kind, "host");
     assert_string_equal(a->ops->share, "memfd");
-    assert_int_equal(a->num_pages, 16);
+    assert_int_equal(a->granule_bytes, 64 << 10);
+    assert_int_equal(a->num_granules, 16);
     assert_int_equal(a->size, 1 << 20);
     assert_non_null(a->map);
     /* Host memory: the CPU plans over it, as over the host memory of a run without an arena. */
@@ -57,10 +58,12 @@ static void test_host(void **state) {
     /* A client's mapping of the exported fd sees the daemon's writes, and the other way. */
     char *client = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     assert_true(client != MAP_FAILED);
-    char *page5 = vase_arena_page(a, 5);
-    assert_ptr_equal(page5, (char *)a->map + 5 * (64 << 10));
+    /* Offsets are bytes, not granules: page 5 of a model with pages of 12288 bytes. */
+    char *page5 = vase_arena_at(a, 5 * 12288);
+    assert_ptr_equal(page5, (char *)a->map + 5 * 12288);
     memcpy(page5, "plan", 5);
-    assert_string_equal(client + 5 * (64 << 10), "plan");
+    assert_string_equal(client + 5 * 12288, "plan");
+    assert_ptr_equal(vase_arena_at(a, 0), a->map);
     memcpy(client + 7, "kv", 3);
     assert_string_equal((char *)a->map + 7, "kv");
     munmap(client, a->size);
@@ -75,7 +78,7 @@ static void test_refusals(void **state) {
     assert_int_equal(vase_arena_new(0, "gpu", VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a), -EINVAL);
     assert_int_equal(vase_arena_new(0, "", VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a), -EINVAL);
     assert_int_equal(vase_arena_new(0, NULL, VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a), -EINVAL);
-    /* Pages must be 4 KiB multiples and divide the size. */
+    /* Granules must be 4 KiB multiples and divide the size. */
     assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 1 << 20, 1000, &a), -EINVAL);
     assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 1 << 20, 2048, &a), -EINVAL);
     assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, (1 << 20) + 4096, 64 << 10, &a),

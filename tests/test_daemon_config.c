@@ -240,6 +240,13 @@ static void test_set_get(void **state) {
     assert_int_equal(vase_config_set(&c, "granule_bytes", "4M", 0), 0);
     assert_int_equal(c.granule_bytes, 4u << 20);
     assert_int_equal(vase_config_set(&c, "granule_bytes", "1K", 0), -ERANGE);
+    /* The per-client quota is a size in bytes, with suffixes, up to 1 TiB. */
+    assert_int_equal(vase_config_set(&c, "max_bytes_per_client", "24G", VASE_CONFIG_RUNTIME), 0);
+    assert_int_equal(c.max_bytes_per_client, UINT64_C(24) << 30);
+    assert_int_equal(vase_config_set(&c, "max_bytes_per_client", "2T", 0), -ERANGE);
+    assert_int_equal(c.max_bytes_per_client, UINT64_C(24) << 30);
+    assert_int_equal(vase_config_set(&c, "max_bytes_per_client", "0", 0), 0);
+    assert_int_equal(c.max_bytes_per_client, 0);
     assert_int_equal(vase_config_set(&c, "log_level", "debug", VASE_CONFIG_RUNTIME), 0);
     assert_int_equal(c.log_level, LOG_DEBUG);
     assert_int_equal(vase_config_set(&c, "log_level", "loud", 0), -EINVAL);
@@ -484,7 +491,7 @@ static void test_cmdline(void **state) {
     assert_int_equal(vase_cmdline_parse(2, argv6, &cmd), -EINVAL);
 
     /* A bad value is caught when the command line is applied. */
-    char *argv7[] = {"vased", "--page-bytes=3", NULL};
+    char *argv7[] = {"vased", "--granule-bytes=3", NULL};
     assert_int_equal(vase_cmdline_parse(2, argv7, &cmd), 0);
     assert_int_equal(vase_config_load(&c, &cmd), -ERANGE);
     vase_config_done(&c);
@@ -848,7 +855,7 @@ static void test_arena_sections(void **state) {
     write_temp(path, "[vased]\ngranule_bytes = 1M\n[arena x]\n");
     char config[96];
     snprintf(config, sizeof(config), "--config=%s", path);
-    char *argv[] = {"vased", config, "--page-bytes=4M", "--arena-bytes=1G", NULL};
+    char *argv[] = {"vased", config, "--granule-bytes=4M", "--arena-bytes=1G", NULL};
     struct vase_cmdline cmd;
     assert_int_equal(vase_cmdline_parse(4, argv, &cmd), 0);
     assert_int_equal(vase_config_load(&c, &cmd), 0);

@@ -45,7 +45,7 @@ static void test_sizes(void **state) {
     struct vase_control_error err;
     Vase__Envelope *e = NULL;
     size_t len;
-    void *buf = ping_frame(1, INC, 1, 5, &len);
+    void *buf = ping_frame(VASE_WIRE_VERSION, INC, 1, 5, &len);
 
     /* Over the limit: refused before protobuf sees it, even though it would unpack. */
     assert_int_equal(vase_control_unpack(buf, len, len - 1, &e, &err), -EMSGSIZE);
@@ -85,7 +85,7 @@ static void test_malformed(void **state) {
     assert_int_equal(err.code, VASE_EPROTOVERSION);
     assert_null(e);
 
-    void *buf = ping_frame(2, INC, 1, 42, &len);
+    void *buf = ping_frame(VASE_WIRE_VERSION + 1, INC, 1, 42, &len);
     assert_int_equal(vase_control_unpack(buf, len, 1024, &e, &err), -VASE_EPROTOVERSION);
     assert_int_equal(err.code, 1000);
     assert_int_equal(err.request_id, 42); /* echoed */
@@ -93,7 +93,7 @@ static void test_malformed(void **state) {
     free(buf);
 
     Vase__Envelope nb = VASE__ENVELOPE__INIT;
-    nb.version = 1;
+    nb.version = VASE_WIRE_VERSION;
     nb.request_id = 43;
     buf = pack(&nb, &len);
     assert_int_equal(vase_control_unpack(buf, len, 1024, &e, &err), -EINVAL);
@@ -105,7 +105,7 @@ static void test_malformed(void **state) {
     /* A reply is not a request. */
     Vase__Pong pong = VASE__PONG__INIT;
     Vase__Envelope pe = VASE__ENVELOPE__INIT;
-    pe.version = 1;
+    pe.version = VASE_WIRE_VERSION;
     pe.request_id = 44;
     pe.body_case = VASE__ENVELOPE__BODY_PONG;
     pe.pong = &pong;
@@ -117,7 +117,7 @@ static void test_malformed(void **state) {
     free(buf);
 
     /* Truncations of a valid frame never crash and never succeed with garbage. */
-    buf = ping_frame(1, INC, 1, 45, &len);
+    buf = ping_frame(VASE_WIRE_VERSION, INC, 1, 45, &len);
     for (size_t cut = 0; cut < len; cut++) {
         e = NULL;
         int r = vase_control_unpack(buf, cut, 1024, &e, &err);
@@ -166,7 +166,7 @@ static Vase__Envelope *unpacked(Vase__Envelope__BodyCase body, uint64_t inc, uin
     Vase__Envelope *ret = NULL;
     struct vase_control_error err;
     size_t len;
-    e.version = 1;
+    e.version = VASE_WIRE_VERSION;
     e.incarnation = inc;
     e.client_seq = seq;
     e.request_id = 9;

@@ -40,14 +40,16 @@
 #include "wire.h"
 
 #define ARENA_BYTES (3u << 20)
-#define PAGE_BYTES (64u << 10)
+#define GRANULE_BYTES (64u << 10)
+/* An offset that is no multiple of a granule: page 5 of a model with pages of 12288 bytes. */
+#define PAGE5 (5u * 12288u)
 
 /* vase_arena_new() must fail with err and log a line holding want. */
 static void expect_refusal(const char *spec, enum vase_cuda_share share, int err,
                            const char *want) {
     struct vase_arena *a = NULL;
     log_capture_begin();
-    int r = vase_arena_new(0, spec, share, ARENA_BYTES, PAGE_BYTES, &a);
+    int r = vase_arena_new(0, spec, share, ARENA_BYTES, GRANULE_BYTES, &a);
     const char *log = log_capture_end();
     if (r != err || !strstr(log, want))
         print_error("%s: got %d, log \"%s\"; want %d and \"%s\"\n", spec, r, log, err, want);
@@ -79,14 +81,15 @@ static void test_ipc_create(void **state) {
     struct vase_arena *a = NULL;
     int fd = 7;
 
-    assert_int_equal(vase_arena_new(2, "cuda:0", VASE_CUDA_SHARE_IPC, ARENA_BYTES, PAGE_BYTES, &a),
-                     0);
+    assert_int_equal(
+        vase_arena_new(2, "cuda:0", VASE_CUDA_SHARE_IPC, ARENA_BYTES, GRANULE_BYTES, &a), 0);
     assert_string_equal(a->ops->share, "cuda-ipc");
     assert_true(vase_arena_on_device(a));
     assert_ptr_equal(vase_planner_for(a), &vase_planner_cuda_ops);
     assert_int_equal(a->device, 0);
     assert_string_equal(a->device_uuid, "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f");
-    assert_int_equal(a->num_pages, ARENA_BYTES / PAGE_BYTES);
+    assert_int_equal(a->granule_bytes, GRANULE_BYTES);
+    assert_int_equal(a->num_granules, ARENA_BYTES / GRANULE_BYTES);
     assert_non_null(a->map);
     assert_int_equal(a->fd, -1);
     /* Shared by handle: no fd rides on the welcome. */
@@ -105,8 +108,9 @@ static void test_ipc_create(void **state) {
     memcpy(&h, a->ipc_handle, sizeof(h));
     assert_int_equal(cudaIpcOpenMemHandle(&client, h, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
     assert_ptr_not_equal(client, a->map);
-    memcpy(vase_arena_page(a, 5), "plan", 5);
-    assert_string_equal((char *)client + 5 * PAGE_BYTES, "plan");
+    assert_ptr_equal(vase_arena_at(a, PAGE5), (char *)a->map + PAGE5);
+    memcpy(vase_arena_at(a, PAGE5), "plan", 5);
+    assert_string_equal((char *)client + PAGE5, "plan");
     assert_int_equal(cudaIpcCloseMemHandle(client), cudaSuccess);
 
     /* Memory is freed by vase_arena_free() and nothing else. */
@@ -122,15 +126,15 @@ static void test_select_by_uuid(void **state) {
 
     /* Upper case as some tools print it; device 1 of 3. */
     assert_int_equal(vase_arena_new(0, "cuda:GPU-20212223-2425-2627-2829-2A2B2C2D2E2F",
-                                    VASE_CUDA_SHARE_IPC, ARENA_BYTES, PAGE_BYTES, &a),
+                                    VASE_CUDA_SHARE_IPC, ARENA_BYTES, GRANULE_BYTES, &a),
                      0);
     assert_int_equal(a->device, 1);
     assert_string_equal(a->device_uuid, "GPU-20212223-2425-2627-2829-2a2b2c2d2e2f");
     assert_int_equal(mock_cuda.current_device, 1);
     a = vase_arena_free(a);
 
-    assert_int_equal(vase_arena_new(0, "cuda:2", VASE_CUDA_SHARE_IPC, ARENA_BYTES, PAGE_BYTES, &a),
-                     0);
+    assert_int_equal(
+        vase_arena_new(0, "cuda:2", VASE_CUDA_SHARE_IPC, ARENA_BYTES, GRANULE_BYTES, &a), 0);
     assert_int_equal(a->device, 2);
     assert_string_equal(a->device_uuid, "GPU-30313233-3435-3637-3839-3a3b3c3d3e3f");
     vase_arena_free(a);
@@ -210,8 +214,8 @@ static void test_vmm_create_and_pass_fd(void **state) {
     struct stat st_daemon, st_client;
     int fd, sv[2];
 
-    assert_int_equal(vase_arena_new(0, "cuda:0", VASE_CUDA_SHARE_VMM, ARENA_BYTES, PAGE_BYTES, &a),
-                     0);
+    assert_int_equal(
+        vase_arena_new(0, "cuda:0", VASE_CUDA_SHARE_VMM, ARENA_BYTES, GRANULE_BYTES, &a), 0);
     assert_string_equal(a->ops->share, "cuda-vmm");
     assert_true(vase_arena_on_device(a));
     assert_ptr_equal(vase_planner_for(a), &vase_planner_cuda_ops);
@@ -265,8 +269,8 @@ static void test_vmm_create_and_pass_fd(void **state) {
     assert_int_equal(reserve(&va, 4u << 20, 2u << 20, 0, 0), CUDA_SUCCESS);
     assert_int_equal(map(va, 4u << 20, 0, h, 0), CUDA_SUCCESS);
     assert_int_equal(release(h), CUDA_SUCCESS);
-    memcpy(vase_arena_page(a, 9), "keep", 5);
-    assert_string_equal((char *)(uintptr_t)va + 9 * PAGE_BYTES, "keep");
+    memcpy(vase_arena_at(a, 9 * GRANULE_BYTES + 40), "keep", 5);
+    assert_string_equal((char *)(uintptr_t)va + 9 * GRANULE_BYTES + 40, "keep");
 
     /* The daemon frees at teardown; the importer's mapping keeps the memory until it goes. */
     assert_int_equal(mock_cuda.mem_releases, 1);
@@ -275,7 +279,7 @@ static void test_vmm_create_and_pass_fd(void **state) {
     assert_int_equal(mock_cuda.address_frees, 1);
     assert_int_equal(mock_cuda.mem_releases, 2);
     assert_int_equal(mock_cuda_live_allocations(), 1);
-    assert_string_equal((char *)(uintptr_t)va + 9 * PAGE_BYTES, "keep");
+    assert_string_equal((char *)(uintptr_t)va + 9 * GRANULE_BYTES + 40, "keep");
     assert_int_equal(unmap(va, 4u << 20), CUDA_SUCCESS);
     assert_int_equal(address_free(va, 4u << 20), CUDA_SUCCESS);
     assert_int_equal(mock_cuda_live_allocations(), 0);

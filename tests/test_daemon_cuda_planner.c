@@ -28,7 +28,7 @@
 #include "mock_cuda.h"
 #include "plan_fixture.h"
 
-#define PAGE_BYTES (64u << 10)
+#define GRANULE_BYTES (64u << 10)
 
 static int check_nothing_left(void **state) {
     (void)state;
@@ -37,26 +37,32 @@ static int check_nothing_left(void **state) {
     return 0;
 }
 
-enum { L = 3, HQ = 4, HKV = 2, D = 16, BUDGET = 128, W = 32, LEN = 512, N = LEN - W };
+/* Three unit sizes: KV pages of 12288 bytes, ring pages of 10 entries (11520 bytes), plan pages
+ * of 6 lists (2304 bytes). */
+enum { L = 3, HQ = 6, HKV = 2, D = 16, B = 16, BUDGET = 128, W = 32, LEN = 512, N = LEN - W };
 
 /* A cuda-ipc arena (the fake's device memory is readable by the CPU, so the CPU planner can
  * check the device planner on the same bytes) with one sequence's K, V and queries. */
 static int plan_setup(void **state) {
     struct plan_fixture *f = calloc(1, sizeof(*f));
-    const struct vase_geometry_desc g = {L, HQ, HKV, D, VASE_DTYPE_F32, 1};
+    const struct vase_layout_geometry g = {L, HQ, HKV, D, VASE_DTYPE_F32, B};
 
     mock_cuda_reset();
     assert_int_equal(
-        vase_arena_new(0, "cuda:0", VASE_CUDA_SHARE_IPC, 4u << 20, PAGE_BYTES, &f->arena), 0);
+        vase_arena_new(0, "cuda:0", VASE_CUDA_SHARE_IPC, 4u << 20, GRANULE_BYTES, &f->arena), 0);
     plan_fixture_shape(f, &g, LEN, W, BUDGET);
-    assert_true(f->n_pages + f->n_ring + f->n_plan < 60);
-    /* Pages backwards, so that the block table matters. */
+    assert_int_equal(f->page_bytes, 12288);
+    assert_int_equal(f->ring_page_bytes, 11520);
+    assert_int_equal(f->plan_page_bytes, 2304);
+    assert_true(f->n_pages <= 60);
+    /* KV pages backwards, so that the block table matters; each kind in units of its own size
+     * (the fixture checks that none overlap). */
     for (uint32_t i = 0; i < f->n_pages; i++)
         f->pages[i] = 60 - i;
     for (uint32_t i = 0; i < f->n_ring; i++)
         f->ring[i] = 2 + i;
     for (uint32_t i = 0; i < f->n_plan; i++)
-        f->plan[i] = 10 + i;
+        f->plan[i] = 100 + i;
     plan_fixture_fill(f, 5);
     *state = f;
     return 0;
@@ -103,8 +109,8 @@ static void check_against_cpu(struct plan_fixture *f, enum vase_policy policy) {
     assert_int_equal(mock_cuda.copies_d2d, L * HKV);
     assert_int_equal(mock_cuda.copies_d2h, 1);
     for (uint32_t i = 0; i < L * HKV; i++)
-        assert_memory_equal((char *)f->arena->map + vase_plan_run_list_offset(dev, i),
-                            dev->keep_lists + i * list, list * sizeof(uint32_t));
+        assert_memory_equal(plan_fixture_list(f, i), dev->keep_lists + i * list,
+                            list * sizeof(uint32_t));
 
     assert_int_equal(vase_plan_run_layers(cpu, 0, L, NULL, &bad), 0);
     assert_memory_equal(dev->keep_lists, cpu->keep_lists, (size_t)L * HKV * list * 4);
@@ -132,12 +138,11 @@ static void test_planner_nan(void **state) {
 
     /* A NaN in layer 1: the plan fails whole, naming the layer; no plan page is written. */
     plan_fixture_kv(f, 1, 1, 17, 0)[3] = NAN;
-    memcpy((char *)f->arena->map + vase_plan_run_list_offset(run, i0), sentinel, sizeof(sentinel));
+    memcpy(plan_fixture_list(f, i0), sentinel, sizeof(sentinel));
     assert_int_equal(vase_planner_for(f->arena)->thread_new(f->arena, &p), 0);
     assert_int_equal(vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad), -EINVAL);
     assert_int_equal(bad, 1);
-    assert_memory_equal((char *)f->arena->map + vase_plan_run_list_offset(run, i0), sentinel,
-                        sizeof(sentinel));
+    assert_memory_equal(plan_fixture_list(f, i0), sentinel, sizeof(sentinel));
     vase_planner_for(f->arena)->thread_free(p);
     vase_plan_run_free(run);
 }

@@ -28,25 +28,36 @@
 #include "../daemon/registry.h"
 #include "plan_fixture.h"
 
-enum { L = 4, HQ = 4, HKV = 2, D = 16, BUDGET = 256, W = 32, LEN = 1024, N = LEN - W };
+/* HQ / HKV = 3 and a block of 16 tokens make the three unit sizes differ (KV pages of 16384
+ * bytes, ring pages of 10 entries, 15360 bytes, plan pages of 8 lists, 7168 bytes), so a planner
+ * that addressed one kind of page in units of another would read or write elsewhere. */
+enum { L = 4, HQ = 6, HKV = 2, D = 16, B = 16, BUDGET = 256, W = 32, LEN = 1024, N = LEN - W };
 
 static int setup(void **state) {
     struct plan_fixture *f = calloc(1, sizeof(*f));
-    const struct vase_geometry_desc g = {L, HQ, HKV, D, VASE_DTYPE_F32, 1};
+    const struct vase_layout_geometry g = {L, HQ, HKV, D, VASE_DTYPE_F32, B};
     struct vase_alloc *alloc;
-    uint32_t client = 0, all[40];
+    uint64_t client = 0;
+    uint32_t filler[8], kv[PLAN_FIXTURE_MAX_PAGES];
     assert_int_equal(vase_arena_new(0, "host", VASE_CUDA_SHARE_IPC, 4 << 20, 64 << 10, &f->arena),
                      0);
-    assert_int_equal(vase_alloc_new(f->arena->num_pages, &alloc), 0);
+    assert_int_equal(vase_alloc_new(f->arena->size, f->arena->granule_bytes, &alloc), 0);
     plan_fixture_shape(f, &g, LEN, W, BUDGET);
-    /* Take pages in a scrambled order so that the block table matters. */
-    assert_int_equal(vase_alloc_reserve(alloc, 8, 0, &client, all), 0);
-    assert_int_equal(
-        vase_alloc_reserve(alloc, f->n_pages + f->n_ring + f->n_plan, 0, &client, all + 8), 0);
+    assert_int_equal(f->page_bytes, 16384);
+    assert_int_equal(f->ring_page_bytes, 15360);
+    assert_int_equal(f->plan_page_bytes, 7168);
+    /* Take pages the way the registry does, after others, with the block table reversed, so that
+     * the block table matters. */
+    struct vase_alloc_req first = {.unit = f->page_bytes, .n = 8, .ret = filler};
+    assert_int_equal(vase_alloc_reserve(alloc, &first, 1, 0, &client), 0);
+    struct vase_alloc_req parts[3] = {
+        {.unit = f->page_bytes, .n = f->n_pages, .ret = kv},
+        {.unit = f->ring_page_bytes, .n = f->n_ring, .ret = f->ring},
+        {.unit = f->plan_page_bytes, .n = f->n_plan, .ret = f->plan},
+    };
+    assert_int_equal(vase_alloc_reserve(alloc, parts, 3, 0, &client), 0);
     for (uint32_t i = 0; i < f->n_pages; i++)
-        f->pages[i] = all[8 + f->n_pages - 1 - i];
-    memcpy(f->ring, all + 8 + f->n_pages, f->n_ring * sizeof(uint32_t));
-    memcpy(f->plan, all + 8 + f->n_pages + f->n_ring, f->n_plan * sizeof(uint32_t));
+        f->pages[i] = kv[f->n_pages - 1 - i];
     vase_alloc_free(alloc);
     plan_fixture_fill(f, 3);
     *state = f;
@@ -136,11 +147,7 @@ static void check_policy(struct plan_fixture *f, struct vase_evictor *ev, enum v
         assert_int_equal(vase_plan_validate(ref, HKV, K, N), 0);
         for (uint32_t h = 0; h < HKV; h++) {
             uint32_t i = l * HKV + h;
-            const uint32_t *pp =
-                (const uint32_t *)((char *)f->arena->map +
-                                   (uint64_t)f->plan[i / f->ppp] * f->arena->page_bytes +
-                                   (uint64_t)(i % f->ppp) * 4 * K);
-            assert_memory_equal(pp, ref + (size_t)h * K, K * 4);
+            assert_memory_equal(plan_fixture_list(f, i), ref + (size_t)h * K, K * 4);
         }
     }
     free(ref);

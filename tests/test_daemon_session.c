@@ -94,7 +94,7 @@ static void test_handshake(void **state) {
     Vase__SessionHello hello = VASE__SESSION_HELLO__INIT;
     Vase__Envelope he = VASE__ENVELOPE__INIT;
     hello.name = "test";
-    he.version = 1;
+    he.version = VASE_WIRE_VERSION;
     he.body_case = VASE__ENVELOPE__BODY_HELLO;
     he.hello = &hello;
     assert_int_equal(vase_wire_pack(&he, &buf, &len), 0);
@@ -108,7 +108,7 @@ static void test_handshake(void **state) {
     /* Garbage, another version, an oversized packet. */
     assert_int_equal(send(cfd, "\xff\xff\xff", 3, 0), 3);
     assert_int_equal(vase_session_recv(sfd, &e), -EBADMSG);
-    he.version = 2;
+    he.version = VASE_WIRE_VERSION + 1;
     assert_int_equal(vase_wire_pack(&he, &buf, &len), 0);
     assert_int_equal(send(cfd, buf, len, 0), (ssize_t)len);
     free(buf);
@@ -133,7 +133,7 @@ static void test_handshake(void **state) {
     Vase__SessionWelcome w = VASE__SESSION_WELCOME__INIT;
     Vase__Envelope we = VASE__ENVELOPE__INIT;
     w.client_id = 9;
-    we.version = 1;
+    we.version = VASE_WIRE_VERSION;
     we.body_case = VASE__ENVELOPE__BODY_WELCOME;
     we.welcome = &w;
     assert_int_equal(vase_session_send(sfd, &we, &mfd, 1), 0);
