@@ -51,14 +51,12 @@ void plan_fixture_shape(struct plan_fixture *f, const struct vase_layout_geometr
         f->ring_rows = 1;
     f->ring_layer_stride = f->ring_rows * f->ring_row_stride;
     f->ring_page_bytes = g->layers * f->ring_layer_stride;
-    /* A plan page: as many keep lists as fit a page, at least one, at most all of them. */
+    /* One plan page of every keep list, the smallest power of two of at least 4096 bytes (the
+     * test arenas are far below 2^38 bytes, where the least plan page would grow). */
     uint32_t lists = g->layers * g->kv_heads;
-    f->ppp = (uint32_t)(f->page_bytes / (4 * (uint64_t)f->keep));
-    if (f->ppp == 0)
-        f->ppp = 1;
-    if (f->ppp > lists)
-        f->ppp = lists;
-    f->plan_page_bytes = (uint64_t)f->ppp * 4 * f->keep;
+    f->ppp = lists;
+    for (f->plan_page_bytes = 4096; f->plan_page_bytes < (uint64_t)lists * 4 * f->keep;)
+        f->plan_page_bytes *= 2;
 
     f->n_pages = div_up(len + window, g->block_tokens);
     f->n_ring = div_up(2 * window, f->ring_rows);

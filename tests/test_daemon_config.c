@@ -153,7 +153,7 @@ static void test_defaults_valid(void **state) {
     assert_int_equal(vase_config_init(&c), 0);
     assert_int_equal(vase_config_check(&c, NULL), 0);
     assert_string_equal(c.arena, "host");
-    assert_int_equal(c.arena_bytes, 256u << 20);
+    assert_int_equal(c.arena_bytes, 1u << 30);
     assert_int_equal(c.granule_bytes, 2u << 20);
     assert_int_equal(c.max_bytes_per_client, 0);
     assert_int_equal(c.log_level, LOG_INFO);
@@ -726,13 +726,13 @@ static void test_memory(void **state) {
     const uint64_t M = UINT64_C(1) << 20;
     assert_int_equal(vase_config_init(&c), 0);
 
-    /* The default arena, 256M, against machines of several sizes. */
-    assert_int_equal(vase_config_host_arena_bytes(&c), 256 * M);
-    assert_int_equal(vase_config_check_memory(&c, 1024 * M), 0);
-    assert_int_equal(vase_config_check_memory(&c, 342 * M), 0); /* 74.9% */
-    assert_int_equal(vase_config_check_memory(&c, 340 * M), 1); /* 75.3%: a warning */
-    assert_int_equal(vase_config_check_memory(&c, 256 * M), 1); /* all of it */
-    assert_int_equal(vase_config_check_memory(&c, 255 * M), -ERANGE);
+    /* The default arena, 1G, against machines of several sizes. */
+    assert_int_equal(vase_config_host_arena_bytes(&c), 1024 * M);
+    assert_int_equal(vase_config_check_memory(&c, 4096 * M), 0);
+    assert_int_equal(vase_config_check_memory(&c, 1366 * M), 0); /* 74.96% */
+    assert_int_equal(vase_config_check_memory(&c, 1365 * M), 1); /* 75.02%: a warning */
+    assert_int_equal(vase_config_check_memory(&c, 1024 * M), 1); /* all of it */
+    assert_int_equal(vase_config_check_memory(&c, 1023 * M), -ERANGE);
     assert_int_equal(vase_config_check_memory(&c, 0), -EINVAL);
     assert_int_equal(vase_config_check_memory(NULL, 1024 * M), -EINVAL);
 
@@ -863,7 +863,7 @@ static void test_arena_sections(void **state) {
     assert_int_equal(c.arena_bytes, 1u << 30);
     assert_int_equal(c.n_extra_arenas, 1);
     assert_int_equal(c.extra_arenas[0].granule_bytes, 1u << 20);
-    assert_int_equal(c.extra_arenas[0].arena_bytes, 256u << 20);
+    assert_int_equal(c.extra_arenas[0].arena_bytes, 1u << 30);
     vase_config_done(&c);
     vase_cmdline_done(&cmd);
     unlink(path);

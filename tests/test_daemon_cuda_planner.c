@@ -37,8 +37,8 @@ static int check_nothing_left(void **state) {
     return 0;
 }
 
-/* Three unit sizes: KV pages of 12288 bytes, ring pages of 10 entries (11520 bytes), plan pages
- * of 6 lists (2304 bytes). */
+/* Three unit sizes: KV pages of 12288 bytes, ring pages of 10 entries (11520 bytes), a plan page
+ * of 6 lists (2304 bytes, in 4096). */
 enum { L = 3, HQ = 6, HKV = 2, D = 16, B = 16, BUDGET = 128, W = 32, LEN = 512, N = LEN - W };
 
 /* A cuda-ipc arena (the fake's device memory is readable by the CPU, so the CPU planner can
@@ -53,7 +53,7 @@ static int plan_setup(void **state) {
     plan_fixture_shape(f, &g, LEN, W, BUDGET);
     assert_int_equal(f->page_bytes, 12288);
     assert_int_equal(f->ring_page_bytes, 11520);
-    assert_int_equal(f->plan_page_bytes, 2304);
+    assert_int_equal(f->plan_page_bytes, 4096);
     assert_true(f->n_pages <= 60);
     /* KV pages backwards, so that the block table matters; each kind in units of its own size
      * (the fixture checks that none overlap). */
@@ -62,7 +62,7 @@ static int plan_setup(void **state) {
     for (uint32_t i = 0; i < f->n_ring; i++)
         f->ring[i] = 2 + i;
     for (uint32_t i = 0; i < f->n_plan; i++)
-        f->plan[i] = 100 + i;
+        f->plan[i] = 200 + i;
     plan_fixture_fill(f, 5);
     *state = f;
     return 0;

@@ -29,7 +29,7 @@
 #include "plan_fixture.h"
 
 /* HQ / HKV = 3 and a block of 16 tokens make the three unit sizes differ (KV pages of 16384
- * bytes, ring pages of 10 entries, 15360 bytes, plan pages of 8 lists, 7168 bytes), so a planner
+ * bytes, ring pages of 10 entries, 15360 bytes, a plan page of 8 lists, 7168 bytes in 8192), so a planner
  * that addressed one kind of page in units of another would read or write elsewhere. */
 enum { L = 4, HQ = 6, HKV = 2, D = 16, B = 16, BUDGET = 256, W = 32, LEN = 1024, N = LEN - W };
 
@@ -45,7 +45,7 @@ static int setup(void **state) {
     plan_fixture_shape(f, &g, LEN, W, BUDGET);
     assert_int_equal(f->page_bytes, 16384);
     assert_int_equal(f->ring_page_bytes, 15360);
-    assert_int_equal(f->plan_page_bytes, 7168);
+    assert_int_equal(f->plan_page_bytes, 8192);
     /* Take pages the way the registry does, after others, with the block table reversed, so that
      * the block table matters. */
     struct vase_alloc_req first = {.unit = f->page_bytes, .n = 8, .ret = filler};

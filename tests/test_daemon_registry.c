@@ -58,17 +58,18 @@ static void test_layout(void **state) {
     assert_int_equal(vase_layout_kv_offset(&L, table, 3, VASE_V, 70, 1),
                      2 * 65536 + 3 * 16384 + 8192 + 6 * 128 + 64);
 
-    /* Keep lists of 224 slots (896 bytes): 8 of them, all, fit a 64 KiB page. */
+    /* Keep lists of 224 slots (896 bytes): the 8 of them, 7168 bytes, in one plan page of
+     * 8192, the next power of two. */
     assert_int_equal(vase_layout_plans(&L, 224, &P, msg, sizeof(msg)), 0);
     assert_int_equal(P.lists, 8);
     assert_int_equal(P.plans_per_page, 8);
-    assert_int_equal(P.plan_page_bytes, 8 * 896);
+    assert_int_equal(P.plan_page_bytes, 8192);
     assert_int_equal(P.plan_pages, 1);
-    /* A list larger than a page: one per plan page. */
+    /* Lists larger than a KV page: still one plan page, 8 * 80000 bytes in 1 MiB. */
     assert_int_equal(vase_layout_plans(&L, 20000, &P, msg, sizeof(msg)), 0);
-    assert_int_equal(P.plans_per_page, 1);
-    assert_int_equal(P.plan_page_bytes, 80000);
-    assert_int_equal(P.plan_pages, 8);
+    assert_int_equal(P.plans_per_page, 8);
+    assert_int_equal(P.plan_page_bytes, 1 << 20);
+    assert_int_equal(P.plan_pages, 1);
     assert_int_equal(vase_layout_plans(&L, 0, &P, msg, sizeof(msg)), -EINVAL);
 
     /* Block size 0 is the default, 16; other dtypes scale every byte count. */
@@ -151,9 +152,10 @@ static void check_alloc(const struct vase_alloc *a) {
         fail_msg("vase_alloc_check: %d %s", r, msg);
 }
 
-/* KV pages of 65536, two ring pages of 64512 and one plan page of 7168 bytes for a prompt of
- * 1000: ceil((1000 + 32 + 32) / 64) = 17 KV pages. */
-#define SEQ_BYTES (17u * 65536u + 2u * 64512u + 7168u)
+/* KV pages of 65536, two ring pages of 64512 and one plan page for a prompt of 1000:
+ * ceil((1000 + 32 + 32) / 64) = 17 KV pages; 8 keep lists of 224 slots are 7168 bytes, in a
+ * plan page of 8192. */
+#define SEQ_BYTES (17u * 65536u + 2u * 64512u + 8192u)
 
 static void test_footprint(void **state) {
     struct fixture *f = *state;
@@ -165,7 +167,7 @@ static void test_footprint(void **state) {
     assert_int_equal(fp.kv_pages, 17);
     assert_int_equal(fp.ring_pages, 2);
     assert_int_equal(fp.plan.plan_pages, 1);
-    assert_int_equal(fp.plan.plan_page_bytes, 7168);
+    assert_int_equal(fp.plan.plan_page_bytes, 8192);
     assert_int_equal(fp.bytes, SEQ_BYTES);
     /* A short prompt reserves the budget; a policy that reads no query has no ring. */
     req = request(10);
@@ -173,7 +175,7 @@ static void test_footprint(void **state) {
     assert_int_equal(vase_registry_footprint(&f->ma->layout, &req, &fp, msg, sizeof(msg)), 0);
     assert_int_equal(fp.kv_pages, 5); /* ceil((256 + 32 + 32) / 64) */
     assert_int_equal(fp.ring_pages, 0);
-    assert_int_equal(fp.bytes, 5u * 65536u + 7168u);
+    assert_int_equal(fp.bytes, 5u * 65536u + 8192u);
     /* A capacity beyond 32 bits is refused with a reason. */
     req = request(UINT32_MAX - 10);
     msg[0] = '\0';
@@ -223,7 +225,7 @@ static void test_open_close(void **state) {
         assert_true(vase_alloc_is_used(f->alloc, 65536, s->pages[i]));
     for (uint32_t i = 0; i < s->n_ring_pages; i++)
         assert_true(vase_alloc_is_used(f->alloc, 64512, s->ring_pages[i]));
-    assert_true(vase_alloc_is_used(f->alloc, 7168, s->plan_pages[0]));
+    assert_true(vase_alloc_is_used(f->alloc, 8192, s->plan_pages[0]));
     check_alloc(f->alloc);
 
     assert_int_equal(vase_registry_get_seq(f->reg, f->a, s->id, &t), 0);
