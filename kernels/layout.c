@@ -75,13 +75,15 @@ int vase_layout_compute(const struct vase_layout_geometry *g, uint64_t arena_byt
                       " bytes (more than 2^26 blocks): use a larger block_tokens",
                       page_bytes, arena_bytes);
 
+    /* Ring pages are the model's pages wherever one entry of every layer fits one: then the
+     * ring and the KV cache are pages of one size, which pack together. */
     uint64_t ring_row = (uint64_t)g->q_heads * g->head_dim * es;
     uint64_t ring_entry = (uint64_t)g->layers * ring_row;
-    uint64_t rows = page_bytes / ring_entry;
-    if (rows == 0)
+    uint64_t rows = page_bytes / ring_entry, ring_page_bytes = page_bytes;
+    if (rows == 0) {
         rows = 1;
-    if (rows > UINT32_MAX)
-        rows = UINT32_MAX;
+        ring_page_bytes = ring_entry;
+    }
 
     *ret = (struct vase_layout){
         .layers = g->layers,
@@ -100,7 +102,7 @@ int vase_layout_compute(const struct vase_layout_geometry *g, uint64_t arena_byt
         .ring_rows_per_page = (uint32_t)rows,
         .ring_row_stride = ring_row,
         .ring_layer_stride = rows * ring_row,
-        .ring_page_bytes = rows * ring_entry,
+        .ring_page_bytes = ring_page_bytes,
     };
     return 0;
 }

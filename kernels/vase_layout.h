@@ -24,8 +24,10 @@
  *
  * The query ring of a sequence (attention policies) holds 2 * window entries of every layer in
  * ring pages of ring_rows_per_page entries, ordered [layer][entry][q_head][dim]; ring page j
- * starts at j * ring_page_bytes. The plan area is one plan page holding the keep lists
- * [layers * kv_heads][keep] (uint32): plan_page_bytes is the smallest power of two, at least
+ * starts at j * ring_page_bytes. A ring page is one of the model's pages (ring_page_bytes =
+ * page_bytes, ring_rows_per_page = the entries that fit one) unless one entry of every layer is
+ * larger than a page; then it is exactly one entry. The plan area is one plan page holding the keep
+ * lists [layers * kv_heads][keep] (uint32): plan_page_bytes is the smallest power of two, at least
  * 4096 (and arena_bytes / 2^26), that holds them, so that sequences of every model share a few plan
  * page sizes; plan page j starts at j * plan_page_bytes.
  */
@@ -64,7 +66,7 @@ struct vase_layout {
     uint32_t ring_rows_per_page;
     uint64_t ring_row_stride;   /* q_heads * head_dim * dtype_bytes */
     uint64_t ring_layer_stride; /* ring_rows_per_page * ring_row_stride */
-    uint64_t ring_page_bytes;   /* layers * ring_layer_stride */
+    uint64_t ring_page_bytes;   /* page_bytes, or one entry of every layer when that is more */
 };
 
 /* The plan area of a sequence whose plans keep `keep` slots. */

@@ -46,11 +46,15 @@ void plan_fixture_shape(struct plan_fixture *f, const struct vase_layout_geometr
     /* A ring page: as many entries of every layer as fit a page (at least one),
      * [layer][entry][q_head][dim]. */
     f->ring_row_stride = g->q_heads * f->head_stride;
+    /* Ring pages are KV pages, with as many entries of every layer as fit, unless one entry is
+     * larger than a page: then a ring page is one entry. */
     f->ring_rows = (uint32_t)(f->page_bytes / (g->layers * f->ring_row_stride));
-    if (f->ring_rows == 0)
+    f->ring_page_bytes = f->page_bytes;
+    if (f->ring_rows == 0) {
         f->ring_rows = 1;
+        f->ring_page_bytes = g->layers * f->ring_row_stride;
+    }
     f->ring_layer_stride = f->ring_rows * f->ring_row_stride;
-    f->ring_page_bytes = g->layers * f->ring_layer_stride;
     /* One plan page of every keep list, the smallest power of two of at least 4096 bytes (the
      * test arenas are far below 2^38 bytes, where the least plan page would grow). */
     uint32_t lists = g->layers * g->kv_heads;

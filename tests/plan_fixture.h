@@ -21,8 +21,8 @@
 #include "../daemon/evictor.h"
 #include "../daemon/registry.h"
 
-#define PLAN_FIXTURE_MAX_PAGES 128u
-#define PLAN_FIXTURE_MAX_RING 16u
+#define PLAN_FIXTURE_MAX_PAGES 512u
+#define PLAN_FIXTURE_MAX_RING 64u
 #define PLAN_FIXTURE_MAX_PLAN 8u
 
 struct plan_fixture {

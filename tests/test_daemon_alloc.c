@@ -491,7 +491,8 @@ struct model_spec {
     uint32_t budget, window, prompt_min, prompt_max;
 };
 
-/* Real geometries (the small one is Llama-3.2-1B) with every block size and dtype mixed; each
+/* Real geometries (the small ones are Llama-3.2-1B and Qwen2.5-0.5B, whose pages of 256 tokens
+ * are several granules and no multiple of one) with every block size and dtype mixed; each
  * model's sequences keep one plan size (budget - window), so KV, ring and plan pages make
  * classes of many sizes, some of which do not divide a granule. */
 static const struct model_spec models[] = {
@@ -499,6 +500,8 @@ static const struct model_spec models[] = {
     {"llama-3-8b", {32, 32, 8, 128, VASE_DTYPE_BF16, 16}, 2048, 64, 256, 8192},
     {"qwen3-14b", {40, 40, 8, 128, VASE_DTYPE_BF16, 64}, 2048, 64, 1024, 6144},
     {"llama-3.2-1b", {16, 32, 8, 64, VASE_DTYPE_F32, 256}, 1024, 128, 16, 4096},
+    {"qwen2.5-0.5b", {24, 14, 2, 64, VASE_DTYPE_F32, 256}, 1024, 64, 16, 4096},
+    {"qwen3-14b-256", {40, 40, 8, 128, VASE_DTYPE_BF16, 256}, 1024, 64, 16, 2048},
 };
 #define N_MODELS (sizeof(models) / sizeof(models[0]))
 
@@ -695,11 +698,13 @@ static void test_churn(void **state) {
             check_books(c.alloc);
     }
     check_books(c.alloc);
-    print_message("churn: %u operations: %" PRIu64 " opened (%" PRIu64 " %" PRIu64 " %" PRIu64
-                  " %" PRIu64 " by model), %" PRIu64 " refused, %" PRIu64 " closed, %" PRIu64
-                  " shrunk; %u open at the end\n",
-                  CHURN_OPS, c.opened, per_model[0], per_model[1], per_model[2], per_model[3],
-                  c.refused, c.closed, c.shrunk, c.n_live);
+    char by_model[256] = "";
+    for (size_t m = 0, len = 0; m < N_MODELS; m++)
+        len += (size_t)snprintf(by_model + len, sizeof(by_model) - len, "%s%s %" PRIu64,
+                                m ? ", " : "", models[m].name, per_model[m]);
+    print_message("churn: %u operations: %" PRIu64 " opened (%s), %" PRIu64 " refused, %" PRIu64
+                  " closed, %" PRIu64 " shrunk; %u open at the end\n",
+                  CHURN_OPS, c.opened, by_model, c.refused, c.closed, c.shrunk, c.n_live);
     /* The seed makes every model open and the arena refuse: the test exercised what it claims. */
     for (size_t m = 0; m < N_MODELS; m++)
         assert_true(per_model[m] > 0);

@@ -37,9 +37,9 @@ static int check_nothing_left(void **state) {
     return 0;
 }
 
-/* Three unit sizes: KV pages of 12288 bytes, ring pages of 10 entries (11520 bytes), a plan page
- * of 6 lists (2304 bytes, in 4096). */
-enum { L = 3, HQ = 6, HKV = 2, D = 16, B = 16, BUDGET = 128, W = 32, LEN = 512, N = LEN - W };
+/* Three unit sizes: KV pages of 1536 bytes, ring pages of one entry of every layer (4608 bytes,
+ * more than a page), a plan page of 6 lists (2304 bytes, in 4096). */
+enum { L = 3, HQ = 24, HKV = 2, D = 16, B = 2, BUDGET = 128, W = 32, LEN = 512, N = LEN - W };
 
 /* A cuda-ipc arena (the fake's device memory is readable by the CPU, so the CPU planner can
  * check the device planner on the same bytes) with one sequence's K, V and queries. */
@@ -51,16 +51,16 @@ static int plan_setup(void **state) {
     assert_int_equal(
         vase_arena_new(0, "cuda:0", VASE_CUDA_SHARE_IPC, 4u << 20, GRANULE_BYTES, &f->arena), 0);
     plan_fixture_shape(f, &g, LEN, W, BUDGET);
-    assert_int_equal(f->page_bytes, 12288);
-    assert_int_equal(f->ring_page_bytes, 11520);
+    assert_int_equal(f->page_bytes, 1536);
+    assert_int_equal(f->ring_page_bytes, 4608);
     assert_int_equal(f->plan_page_bytes, 4096);
-    assert_true(f->n_pages <= 60);
+    assert_int_equal(f->n_pages, 272);
     /* KV pages backwards, so that the block table matters; each kind in units of its own size
      * (the fixture checks that none overlap). */
     for (uint32_t i = 0; i < f->n_pages; i++)
-        f->pages[i] = 60 - i;
+        f->pages[i] = 282 - i;
     for (uint32_t i = 0; i < f->n_ring; i++)
-        f->ring[i] = 2 + i;
+        f->ring[i] = 100 + i;
     for (uint32_t i = 0; i < f->n_plan; i++)
         f->plan[i] = 200 + i;
     plan_fixture_fill(f, 5);

@@ -28,10 +28,11 @@
 #include "../daemon/registry.h"
 #include "plan_fixture.h"
 
-/* HQ / HKV = 3 and a block of 16 tokens make the three unit sizes differ (KV pages of 16384
- * bytes, ring pages of 10 entries, 15360 bytes, a plan page of 8 lists, 7168 bytes in 8192), so a planner
- * that addressed one kind of page in units of another would read or write elsewhere. */
-enum { L = 4, HQ = 6, HKV = 2, D = 16, B = 16, BUDGET = 256, W = 32, LEN = 1024, N = LEN - W };
+/* HQ / HKV = 12 and a block of 4 tokens make the three unit sizes differ (KV pages of 4096 bytes,
+ * ring pages of one entry of every layer, 6144 bytes, since that is more than a page, and a plan
+ * page of 8 lists, 7168 bytes in 8192), so a planner that addressed one kind of page in units of
+ * another would read or write elsewhere. */
+enum { L = 4, HQ = 24, HKV = 2, D = 16, B = 4, BUDGET = 256, W = 32, LEN = 1024, N = LEN - W };
 
 static int setup(void **state) {
     struct plan_fixture *f = calloc(1, sizeof(*f));
@@ -43,8 +44,8 @@ static int setup(void **state) {
                      0);
     assert_int_equal(vase_alloc_new(f->arena->size, f->arena->granule_bytes, &alloc), 0);
     plan_fixture_shape(f, &g, LEN, W, BUDGET);
-    assert_int_equal(f->page_bytes, 16384);
-    assert_int_equal(f->ring_page_bytes, 15360);
+    assert_int_equal(f->page_bytes, 4096);
+    assert_int_equal(f->ring_page_bytes, 6144);
     assert_int_equal(f->plan_page_bytes, 8192);
     /* Take pages the way the registry does, after others, with the block table reversed, so that
      * the block table matters. */

@@ -18,9 +18,9 @@
 #include "../daemon/evictor.h"
 #include "../daemon/registry.h"
 
-/* Blocks of 64 tokens; 6 query heads over 2 KV heads make the ring page smaller than the KV page:
- * a KV page is 64 * 4 * 2 * 2 * 16 * 4 = 65536 bytes, a ring entry of every layer 4 * 6 * 16 * 4
- * = 1536 bytes, so a ring page holds floor(65536 / 1536) = 42 entries, 64512 bytes. */
+/* Blocks of 64 tokens, 6 query heads over 2 KV heads: a KV page is 64 * 4 * 2 * 2 * 16 * 4 = 65536
+ * bytes, a ring entry of every layer 4 * 6 * 16 * 4 = 1536 bytes, so a ring page, one KV page,
+ * holds floor(65536 / 1536) = 42 entries. */
 static const struct vase_layout_geometry tiny = {.layers = 4,
                                                  .q_heads = 6,
                                                  .kv_heads = 2,
@@ -46,7 +46,7 @@ static void test_layout(void **state) {
     assert_int_equal(L.ring_row_stride, 6 * 16 * 4);
     assert_int_equal(L.ring_rows_per_page, 42);
     assert_int_equal(L.ring_layer_stride, 42 * 384);
-    assert_int_equal(L.ring_page_bytes, 64512);
+    assert_int_equal(L.ring_page_bytes, 65536); /* a KV page: 42 entries of 1536 bytes fit */
     assert_int_equal(vase_layout_ring_pages(&L, 32, NULL), 2); /* 64 entries */
     assert_int_equal(vase_layout_ring_pages(&L, 0, NULL), 0);
     assert_int_equal(vase_layout_blocks_for(&L, 1064), 17);
@@ -152,10 +152,10 @@ static void check_alloc(const struct vase_alloc *a) {
         fail_msg("vase_alloc_check: %d %s", r, msg);
 }
 
-/* KV pages of 65536, two ring pages of 64512 and one plan page for a prompt of 1000:
+/* KV pages of 65536, two ring pages of 65536 and one plan page for a prompt of 1000:
  * ceil((1000 + 32 + 32) / 64) = 17 KV pages; 8 keep lists of 224 slots are 7168 bytes, in a
  * plan page of 8192. */
-#define SEQ_BYTES (17u * 65536u + 2u * 64512u + 8192u)
+#define SEQ_BYTES (17u * 65536u + 2u * 65536u + 8192u)
 
 static void test_footprint(void **state) {
     struct fixture *f = *state;
@@ -224,7 +224,7 @@ static void test_open_close(void **state) {
     for (uint32_t i = 0; i < s->n_pages; i++)
         assert_true(vase_alloc_is_used(f->alloc, 65536, s->pages[i]));
     for (uint32_t i = 0; i < s->n_ring_pages; i++)
-        assert_true(vase_alloc_is_used(f->alloc, 64512, s->ring_pages[i]));
+        assert_true(vase_alloc_is_used(f->alloc, 65536, s->ring_pages[i]));
     assert_true(vase_alloc_is_used(f->alloc, 8192, s->plan_pages[0]));
     check_alloc(f->alloc);
 

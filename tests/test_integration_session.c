@@ -86,10 +86,13 @@ static struct expected_layout expect_layout(const struct layout_case *lc) {
     uint32_t slack = lc->window; /* the default */
     e.kv_pages = (uint32_t)ceil_div(lc->budget + lc->window + slack, e.tpp);
     e.ring_row = (uint64_t)g->q_heads * g->head_dim * e.es;
+    /* A ring page is a KV page unless one entry of every layer is larger: then one entry. */
     e.ring_rows_per_page = e.page_bytes / (g->layers * e.ring_row);
-    if (e.ring_rows_per_page == 0)
+    e.ring_page_bytes = e.page_bytes;
+    if (e.ring_rows_per_page == 0) {
         e.ring_rows_per_page = 1;
-    e.ring_page_bytes = e.ring_rows_per_page * g->layers * e.ring_row;
+        e.ring_page_bytes = g->layers * e.ring_row;
+    }
     if (vase_policy_needs(lc->policy) & VASE_NEEDS_Q)
         e.ring_pages = (uint32_t)ceil_div(2 * lc->window, e.ring_rows_per_page);
     /* One plan page for every keep list, the smallest power of two of at least 4096 bytes. */
