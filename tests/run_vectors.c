@@ -16,14 +16,21 @@
  * Nothing about the shipped cases is built in: every size comes from params.txt and the array
  * shapes, each shape is checked against the others before use (tests/vcase.c reads the cases),
  * and every allocation is bounded by the size of an array already loaded (and by
- * VASE_NPY_MAX_BYTES through the loader).
+ * VASE_NPY_MAX_BYTES through the loader), the paged buffers of --block also by STORE_MAX_BYTES.
+ *
+ * By default K and V are kept as the vectors hold them and the kernels read them through
+ * contiguous views. With --block=N[,N...] each case runs once per block size N, named CASE@N,
+ * with K and V (and a trace's cache) in shuffled pages of N tokens laid out as in an arena (see
+ * struct kv_store); the plans and compactions must be the same exactly. The query window stays
+ * a contiguous [Hq][W][D] array either way.
  *
  * With --cuda the plans and compactions go through the CUDA kernels instead (vase_plan_cuda(),
  * vase_compact_cuda()), in a binary that links the CUDA backend (run_vectors.h); everything
  * else, the checks included, is the same.
  *
- * Output: one line per case, "PASS <case>" or "FAIL <case>: <first difference>", then
- * "N passed, N failed". The exit status is 0 only if at least one case ran and all passed.
+ * Output: one line per case (and block size), "PASS <case>" or "FAIL <case>: <first
+ * difference>", then "N passed, N failed". The exit status is 0 only if at least one case ran
+ * and all passed.
  */
 
 #include <dirent.h>
@@ -39,6 +46,7 @@
 #include "npy.h"
 #include "run_vectors.h"
 #include "vase_kernels.h"
+#include "vase_layout.h"
 #include "vcase.h"
 
 #define DEFAULT_ROOT "tests/vectors/reference"
@@ -56,6 +64,11 @@ static const struct vectors_backend cpu_backend = {
 
 /* The kernels under test: cpu_backend, or the CUDA one with --cuda. */
 static const struct vectors_backend *backend = &cpu_backend;
+
+/* Block sizes each case is run with (--block); none: once, contiguous. */
+#define MAX_BLOCKS 8
+static uint32_t arg_blocks[MAX_BLOCKS];
+static unsigned arg_n_blocks;
 
 /* ---- checks -------------------------------------------------------------------------- */
 
@@ -115,10 +128,153 @@ static int check_plan(const uint32_t *keep, uint32_t heads, uint32_t K, uint32_t
     return 0;
 }
 
+/* ---- where the runner keeps K and V -------------------------------------------------- */
+
+/*
+ * Without --block, a case's K and V rows are kept as the vectors hold them: [Hkv][rows][D] for K,
+ * then the same for V, and the kernels read them through vase_view_contiguous() views.
+ *
+ * With --block=B they are kept as an engine keeps them, in the arena layout of a one-layer f32
+ * model (kernels/vase_layout.h), computed here and not by kernels/layout.c so that the layout is
+ * checked against an independent statement of it: a page holds B tokens, K of all of them and
+ * then V, each token [kv_head][dim]; page p starts at p * page_bytes. The pages in use are the
+ * odd physical pages 1, 3, ..., 2 * npages - 1, in an order shuffled by a fixed seed and listed
+ * by the block table; the even ones, between and around them, are never used. The whole buffer
+ * starts out as NaN, so a kernel that reads a wrong page or slot fails on the NaN (the kernels
+ * refuse NaN and Inf), and store_check_guards() catches one that writes outside the pages in use.
+ */
+struct kv_store {
+    uint32_t block; /* tokens per page; 0: contiguous */
+    uint32_t heads, rows, dim;
+    uint32_t npages; /* pages in use, ceil(rows / block) */
+    uint32_t *table; /* [npages]: the physical page holding rows [i * block, (i + 1) * block) */
+    size_t page_bytes, kv_stride, token_stride, head_stride;
+    size_t bytes;
+    unsigned char *mem;
+};
+
+/* The largest paged buffer a case may make the runner allocate: K and V as large as the largest
+ * array the loader accepts, twice over for the unused pages. A block much larger than the case
+ * (B > T) costs up to 6 * B * Hkv * D floats, hence a bound of its own. */
+#define STORE_MAX_BYTES (4 * (uint64_t)VASE_NPY_MAX_BYTES)
+#define STORE_POISON 0xff               /* every byte: the float NaN 0xffffffff */
+#define STORE_SEED UINT64_C(0x76617365) /* "vase" */
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static void store_done(struct kv_store *s) {
+    free(s->table);
+    free(s->mem);
+    *s = (struct kv_store){.block = 0};
+}
+
+/* A store for rows rows of heads heads of dim floats, K and V, in pages of block tokens (0:
+ * contiguous). 0, or -EINVAL with the reason in res. */
+static int store_init(struct kv_store *s, uint32_t block, uint32_t heads, uint32_t rows,
+                      uint32_t dim, struct vcase_result *res) {
+    size_t row_bytes, nphys;
+    uint64_t state;
+
+    *s = (struct kv_store){.block = block, .heads = heads, .rows = rows, .dim = dim};
+    if (__builtin_mul_overflow((size_t)heads, (size_t)dim * sizeof(float), &row_bytes))
+        return vcase_failf(res, "%u heads of dim %u overflow", heads, dim);
+    if (block == 0) {
+        s->mem = alloc_array(2 * (size_t)heads, rows, dim, sizeof(float));
+        if (!s->mem)
+            return vcase_failf(res, "out of memory");
+        s->token_stride = (size_t)dim * sizeof(float);
+        s->head_stride = (size_t)rows * s->token_stride;
+        s->kv_stride = (size_t)heads * s->head_stride;
+        return 0;
+    }
+
+    s->npages = rows / block + (rows % block != 0);
+    s->token_stride = row_bytes;
+    s->head_stride = (size_t)dim * sizeof(float);
+    nphys = 2 * (size_t)s->npages + 1;
+    if (__builtin_mul_overflow((size_t)block, row_bytes, &s->kv_stride) ||
+        __builtin_mul_overflow(s->kv_stride, (size_t)2, &s->page_bytes) ||
+        __builtin_mul_overflow(s->page_bytes, nphys, &s->bytes) || s->bytes > STORE_MAX_BYTES)
+        return vcase_failf(res,
+                           "pages of %u tokens: %zu pages of %u heads of dim %u exceed %llu "
+                           "bytes",
+                           block, nphys, heads, dim, (unsigned long long)STORE_MAX_BYTES);
+    s->mem = malloc(s->bytes);
+    s->table = alloc_array(s->npages, 1, 1, sizeof *s->table);
+    if (!s->mem || !s->table)
+        return vcase_failf(res, "out of memory");
+    memset(s->mem, STORE_POISON, s->bytes);
+
+    /* Fisher-Yates over the odd physical pages, seeded by the geometry: deterministic. */
+    state = STORE_SEED ^ ((uint64_t)block << 32) ^ rows;
+    for (uint32_t i = 0; i < s->npages; i++)
+        s->table[i] = 2 * i + 1;
+    for (uint32_t i = s->npages; i > 1; i--) {
+        uint32_t j = (uint32_t)(splitmix64(&state) % i), t = s->table[i - 1];
+
+        s->table[i - 1] = s->table[j];
+        s->table[j] = t;
+    }
+    return 0;
+}
+
+/* Row (slot, head) of K or V: where the layout puts it, by the runner's own arithmetic. */
+static float *store_row(const struct kv_store *s, enum vase_kv kv, uint32_t head, uint32_t slot) {
+    size_t off;
+
+    if (s->block == 0)
+        off = kv * s->kv_stride + head * s->head_stride + slot * s->token_stride;
+    else
+        off = s->table[slot / s->block] * s->page_bytes + kv * s->kv_stride +
+              (slot % s->block) * s->token_stride + head * s->head_stride;
+    return (float *)(s->mem + off);
+}
+
+/* The view through which the kernels read (and compact) K or V. */
+static struct vase_view store_view(const struct kv_store *s, enum vase_kv kv) {
+    if (s->block == 0)
+        return vase_view_contiguous(s->mem + kv * s->kv_stride, VASE_DTYPE_F32, s->heads, s->rows,
+                                    s->dim);
+    return (struct vase_view){
+        .base = s->mem + kv * s->kv_stride,
+        .pages = s->table,
+        .tokens_per_page = s->block,
+        .heads = s->heads,
+        .dim = s->dim,
+        .dtype = VASE_DTYPE_F32,
+        .page_stride = (int64_t)s->page_bytes,
+        .token_stride = (int64_t)s->token_stride,
+        .head_stride = (int64_t)s->head_stride,
+    };
+}
+
+/* The unused pages must still hold nothing but the poison. */
+static int store_check_guards(const struct kv_store *s, const char *when,
+                              struct vcase_result *res) {
+    for (size_t p = 0; s->block && p <= 2 * (size_t)s->npages; p += 2) {
+        const unsigned char *b = s->mem + p * s->page_bytes;
+        size_t i = 0;
+
+        /* Every byte is the first one: one memcmp() instead of a loop, the loop on failure. */
+        if (b[0] == STORE_POISON && memcmp(b, b + 1, s->page_bytes - 1) == 0)
+            continue;
+        while (b[i] == STORE_POISON)
+            i++;
+        return vcase_failf(res, "%s: unused page %zu written at byte %zu", when, p, i);
+    }
+    return 0;
+}
+
 /* ---- single_*: one eviction ---------------------------------------------------------- */
 
-static int run_single(const char *dir, struct vcase_result *res) {
+static int run_single(const char *dir, uint32_t block, struct vcase_result *res) {
     struct vcase_single c = {.k = NULL};
+    struct kv_store store = {.block = 0};
     struct vase_plan_input in;
     struct vcase_params p;
     struct vase_params params;
@@ -145,6 +301,23 @@ static int run_single(const char *dir, struct vcase_result *res) {
         .exp_draws = c.exp ? c.exp->data : NULL,
         .gauss = c.gauss ? c.gauss->data : NULL,
     };
+    if (block) {
+        /* The vectors' [Hkv][N][D] rows, copied into pages. */
+        r = store_init(&store, block, c.hkv, c.n, c.d, res);
+        if (r < 0)
+            goto out;
+        for (uint32_t h = 0; h < c.hkv; h++)
+            for (uint32_t j = 0; j < c.n; j++) {
+                size_t at = ((size_t)h * c.n + j) * c.d;
+
+                memcpy(store_row(&store, VASE_K, h, j), (const float *)c.k->data + at,
+                       (size_t)c.d * sizeof(float));
+                memcpy(store_row(&store, VASE_V, h, j), (const float *)c.v->data + at,
+                       (size_t)c.d * sizeof(float));
+            }
+        in.k = store_view(&store, VASE_K);
+        in.v = store_view(&store, VASE_V);
+    }
     r = vase_params_check(&in.params, policy);
     if (r < 0) {
         r = vcase_failf(res, "vase_params_check() refuses the parameters: %s", strerror(-r));
@@ -173,6 +346,7 @@ static int run_single(const char *dir, struct vcase_result *res) {
     r = compare("keep", "entry", keep, c.K, c.keep->data, c.hkv, c.K, res);
 
 out:
+    store_done(&store);
     free(seen);
     free(keep);
     vcase_single_done(&c);
@@ -189,7 +363,7 @@ struct trace {
     uint32_t window, budget, K;
     uint32_t cap; /* slots per head: never more than T tokens are cached */
 
-    float *k_cache, *v_cache;  /* [Hkv][cap][D] */
+    struct kv_store kv;        /* K and V of [Hkv][cap] slots */
     uint32_t *pos;             /* [Hkv][cap]: the token in each slot */
     uint32_t *pos_tmp;         /* [cap] */
     float *q_win;              /* [Hq][W][D] */
@@ -207,21 +381,16 @@ static void trace_done(struct trace *tr) {
     free(tr->q_win);
     free(tr->pos_tmp);
     free(tr->pos);
-    free(tr->v_cache);
-    free(tr->k_cache);
+    store_done(&tr->kv);
     vcase_trace_done(&tr->vc);
-}
-
-static float *cache_row(const struct trace *tr, float *cache, uint32_t h, uint32_t slot) {
-    return cache + ((size_t)h * tr->cap + slot) * tr->vc.d;
 }
 
 static void append(struct trace *tr, uint32_t t) {
     for (uint32_t h = 0; h < tr->vc.hkv; h++) {
-        memcpy(cache_row(tr, tr->k_cache, h, tr->len),
+        memcpy(store_row(&tr->kv, VASE_K, h, tr->len),
                vcase_stream_row(tr->vc.ks, tr->vc.hkv, tr->vc.d, t, h),
                (size_t)tr->vc.d * sizeof(float));
-        memcpy(cache_row(tr, tr->v_cache, h, tr->len),
+        memcpy(store_row(&tr->kv, VASE_V, h, tr->len),
                vcase_stream_row(tr->vc.vs, tr->vc.hkv, tr->vc.d, t, h),
                (size_t)tr->vc.d * sizeof(float));
         tr->pos[(size_t)h * tr->cap + tr->len] = t;
@@ -229,17 +398,25 @@ static void append(struct trace *tr, uint32_t t) {
     tr->len++;
 }
 
-/* After a compaction, every live slot must hold the K and V rows of the token it claims. */
+/* After a compaction, every live slot must hold the K and V rows of the token it claims, read
+ * where the runner's own arithmetic puts them (store_row()), and no unused page was written. */
 static int verify_cache(const struct trace *tr, uint32_t round, struct vcase_result *res) {
     size_t row = (size_t)tr->vc.d * sizeof(float);
+    char when[64];
+    int r;
 
+    /* A write to a wrong page shows here first, under its own name. */
+    snprintf(when, sizeof when, "round %u: after vase_compact()", round);
+    r = store_check_guards(&tr->kv, when, res);
+    if (r < 0)
+        return r;
     for (uint32_t h = 0; h < tr->vc.hkv; h++)
         for (uint32_t s = 0; s < tr->len; s++) {
             uint32_t t = tr->pos[(size_t)h * tr->cap + s];
 
-            if (memcmp(cache_row(tr, tr->k_cache, h, s),
+            if (memcmp(store_row(&tr->kv, VASE_K, h, s),
                        vcase_stream_row(tr->vc.ks, tr->vc.hkv, tr->vc.d, t, h), row) != 0 ||
-                memcmp(cache_row(tr, tr->v_cache, h, s),
+                memcmp(store_row(&tr->kv, VASE_V, h, s),
                        vcase_stream_row(tr->vc.vs, tr->vc.hkv, tr->vc.d, t, h), row) != 0)
                 return vcase_failf(
                     res,
@@ -272,8 +449,8 @@ static int evict(struct trace *tr, uint32_t t, struct vcase_result *res) {
                    vcase_stream_row(tr->vc.qs, tr->vc.hq, tr->vc.d, t - tr->window + 1 + i, h),
                    (size_t)tr->vc.d * sizeof(float));
 
-    kview = vase_view_contiguous(tr->k_cache, VASE_DTYPE_F32, tr->vc.hkv, tr->cap, tr->vc.d);
-    vview = vase_view_contiguous(tr->v_cache, VASE_DTYPE_F32, tr->vc.hkv, tr->cap, tr->vc.d);
+    kview = store_view(&tr->kv, VASE_K);
+    vview = store_view(&tr->kv, VASE_V);
     in = (struct vase_plan_input){
         .policy = tr->policy,
         .params = tr->params,
@@ -318,7 +495,8 @@ static int evict(struct trace *tr, uint32_t t, struct vcase_result *res) {
     return verify_cache(tr, round, res);
 }
 
-static int trace_setup(struct trace *tr, const char *dir, struct vcase_result *res) {
+static int trace_setup(struct trace *tr, const char *dir, uint32_t block,
+                       struct vcase_result *res) {
     struct vcase_params p;
     int r;
 
@@ -348,13 +526,15 @@ static int trace_setup(struct trace *tr, const char *dir, struct vcase_result *r
         return r;
 
     /* The cache never holds more than the T tokens of the stream, so every allocation is
-     * bounded by the size of k_stream.npy. The eviction buffers are needed only if the
-     * sequence outgrows the budget, and then W < budget < T bounds them too. */
+     * bounded by the size of k_stream.npy (the paged K and V of --block by STORE_MAX_BYTES
+     * too). The eviction buffers are needed only if the sequence outgrows the budget, and then
+     * W < budget < T bounds them too. */
     tr->cap = tr->vc.T;
-    tr->k_cache = alloc_array(tr->vc.hkv, tr->cap, tr->vc.d, sizeof(float));
-    tr->v_cache = alloc_array(tr->vc.hkv, tr->cap, tr->vc.d, sizeof(float));
+    r = store_init(&tr->kv, block, tr->vc.hkv, tr->cap, tr->vc.d, res);
+    if (r < 0)
+        return r;
     tr->pos = alloc_array(tr->vc.hkv, tr->cap, 1, sizeof(uint32_t));
-    if (!tr->k_cache || !tr->v_cache || !tr->pos)
+    if (!tr->pos)
         return vcase_failf(res, "out of memory");
     if (tr->vc.T > tr->budget) {
         tr->pos_tmp = alloc_array(tr->cap, 1, 1, sizeof(uint32_t));
@@ -370,11 +550,11 @@ static int trace_setup(struct trace *tr, const char *dir, struct vcase_result *r
     return 0;
 }
 
-static int run_trace(const char *dir, struct vcase_result *res) {
+static int run_trace(const char *dir, uint32_t block, struct vcase_result *res) {
     struct trace tr = {.len = 0};
     int r;
 
-    r = trace_setup(&tr, dir, res);
+    r = trace_setup(&tr, dir, block, res);
     if (r < 0)
         goto out;
 
@@ -402,7 +582,7 @@ out:
 /* ---- driver -------------------------------------------------------------------------- */
 
 /* Picks the kind of the case by its name, else by the files it holds. */
-static int run_case(const char *path, struct vcase_result *res) {
+static int run_case(const char *path, uint32_t block, struct vcase_result *res) {
     char name[NAME_MAX + 1];
     struct stat st;
 
@@ -412,13 +592,13 @@ static int run_case(const char *path, struct vcase_result *res) {
     if (!S_ISDIR(st.st_mode))
         return vcase_failf(res, "not a directory");
     if (strncmp(name, "single_", 7) == 0)
-        return run_single(path, res);
+        return run_single(path, block, res);
     if (strncmp(name, "trace_", 6) == 0)
-        return run_trace(path, res);
+        return run_trace(path, block, res);
     if (vcase_file_exists(path, "keep.npy"))
-        return run_single(path, res);
+        return run_single(path, block, res);
     if (vcase_file_exists(path, "final_pos.npy"))
-        return run_trace(path, res);
+        return run_trace(path, block, res);
     return vcase_failf(res, "neither a single_ nor a trace_ case (no keep.npy or final_pos.npy)");
 }
 
@@ -480,21 +660,45 @@ free_ents:
 }
 
 static void help(void) {
-    printf("Usage: run_vectors [--cuda] [CASE_DIR...]\n"
+    printf("Usage: run_vectors [--cuda] [--block=N[,N...]] [CASE_DIR...]\n"
            "Replays eviction test vectors through the CPU kernels. Without arguments, runs every\n"
            "case directory under $VASE_VECTORS, or %s.\n"
            "\n"
-           "  --cuda       use the CUDA kernels (a binary built with them: run_vectors_cuda)\n"
-           "  -h --help    show this help\n",
+           "  --cuda          use the CUDA kernels (a binary built with them: run_vectors_cuda)\n"
+           "  --block=N,...   run each case once per block size, its K and V in shuffled pages\n"
+           "                  of N tokens (the arena layout), named CASE@N (default: once, K and\n"
+           "                  V contiguous, named CASE)\n"
+           "  -h --help       show this help\n",
            DEFAULT_ROOT);
+}
+
+/* "16" or "1,16,256" into arg_blocks: each 1..VASE_LAYOUT_MAX_BLOCK_TOKENS. 0 or -EINVAL. */
+static int parse_blocks(const char *s) {
+    arg_n_blocks = 0;
+    for (const char *p = s;;) {
+        unsigned long v;
+        char *end;
+
+        if (*p < '0' || *p > '9' || arg_n_blocks == MAX_BLOCKS)
+            return -EINVAL;
+        errno = 0;
+        v = strtoul(p, &end, 10);
+        if (errno || v == 0 || v > VASE_LAYOUT_MAX_BLOCK_TOKENS || (*end != ',' && *end != '\0'))
+            return -EINVAL;
+        arg_blocks[arg_n_blocks++] = (uint32_t)v;
+        if (*end == '\0')
+            return 0;
+        p = end + 1;
+    }
 }
 
 /* Returns < 0 on a usage error, 0 to exit successfully (help), > 0 to go on. */
 static int parse_argv(int argc, char **argv) {
-    enum { ARG_CUDA = 0x100 };
+    enum { ARG_CUDA = 0x100, ARG_BLOCK };
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"cuda", no_argument, NULL, ARG_CUDA},
+        {"block", required_argument, NULL, ARG_BLOCK},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -516,6 +720,15 @@ static int parse_argv(int argc, char **argv) {
                 return -ENODEV;
             }
             break;
+        case ARG_BLOCK:
+            if (parse_blocks(optarg) < 0) {
+                fprintf(stderr,
+                        "run_vectors: --block=%s: expected up to %d block sizes 1..%u, "
+                        "separated by commas\n",
+                        optarg, MAX_BLOCKS, VASE_LAYOUT_MAX_BLOCK_TOKENS);
+                return -EINVAL;
+            }
+            break;
         case '?':
             return -EINVAL;
         default:
@@ -528,6 +741,7 @@ int main(int argc, char **argv) {
     char **listed = NULL;
     size_t ncases = 0, passed = 0, failed = 0;
     const char *root;
+    bool named;
     int r;
 
     r = parse_argv(argc, argv);
@@ -546,25 +760,35 @@ int main(int argc, char **argv) {
     } else
         ncases = (size_t)(argc - optind);
 
-    for (size_t i = 0; i < ncases; i++) {
-        const char *path = listed ? listed[i] : argv[optind + (int)i];
-        struct vcase_result res = {.msg = ""};
-        char name[NAME_MAX + 1];
+    /* Without --block, one contiguous run (block 0) under the plain name. */
+    named = arg_n_blocks > 0;
+    if (!named)
+        arg_blocks[arg_n_blocks++] = 0;
+    for (size_t i = 0; i < ncases; i++)
+        for (unsigned b = 0; b < arg_n_blocks; b++) {
+            const char *path = listed ? listed[i] : argv[optind + (int)i];
+            struct vcase_result res = {.msg = ""};
+            char name[NAME_MAX + 1], shown[NAME_MAX + 16];
 
-        vcase_name(path, name, sizeof name);
-        r = run_case(path, &res);
-        if (r < 0 && res.msg[0] == '\0')
-            snprintf(res.msg, sizeof res.msg, "%s", strerror(-r));
-        if (r < 0) {
-            printf("FAIL %s: %s\n", name, res.msg);
-            failed++;
-        } else {
-            printf("PASS %s\n", name);
-            passed++;
+            vcase_name(path, name, sizeof name);
+            if (named)
+                snprintf(shown, sizeof shown, "%s@%u", name, arg_blocks[b]);
+            else
+                snprintf(shown, sizeof shown, "%s", name);
+            r = run_case(path, arg_blocks[b], &res);
+            if (r < 0 && res.msg[0] == '\0')
+                snprintf(res.msg, sizeof res.msg, "%s", strerror(-r));
+            if (r < 0) {
+                printf("FAIL %s: %s\n", shown, res.msg);
+                failed++;
+            } else {
+                printf("PASS %s\n", shown);
+                passed++;
+            }
+            /* stderr carries the loader's details; keep the two in order on a terminal or a
+             * log. */
+            fflush(stdout);
         }
-        /* stderr carries the loader's details; keep the two in order on a terminal or a log. */
-        fflush(stdout);
-    }
     printf("%zu passed, %zu failed\n", passed, failed);
     if (backend->done)
         backend->done();

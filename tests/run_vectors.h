@@ -4,8 +4,9 @@
 /*
  * The kernels run_vectors drives: the CPU's by default; with --cuda, those of a backend linked
  * into the binary (tests/gpu/vectors_cuda.c, in build/tests/gpu/run_vectors_cuda). The hooks
- * take what run_vectors has, host arrays behind views made by vase_view_contiguous(); a backend
- * copies what it needs and returns what the CPU function would.
+ * take what run_vectors has, host arrays behind views made by vase_view_contiguous(), or with
+ * --block paged views through a host block table; a backend copies what it needs and returns
+ * what the CPU function would.
  */
 
 #include "vase_kernels.h"

@@ -2,7 +2,7 @@
 # The GPU checks, on a machine with an NVIDIA GPU: builds with USE_CUDA=1, then
 #   (a) the test vectors through the CUDA kernels (run_vectors_cuda --cuda; shipped vectors in
 #       $VECTORS or tests/vectors/reference, and those tests/vectors/gen_vectors.py generates when
-#       NumPy is there), compare_kernels (CUDA against the CPU reference), and compare_kernels
+#       NumPy is there; contiguous, then in pages of 1, 16 and 256 tokens with --block), compare_kernels (CUDA against the CPU reference), and compare_kernels
 #       on small geometries under compute-sanitizer (memcheck, racecheck, synccheck, initcheck)
 #       where the toolkit has it;
 #   (b) the daemon's CUDA arena (tests/gpu/check_daemon.sh): vased on cuda:0 and two engine
@@ -85,6 +85,9 @@ section_vectors() {
         # shellcheck disable=SC2086
         step "vectors $VECTORS (CUDA)" "$OUT/vectors.log" 120 \
             "$GPU_DIR/run_vectors_cuda" --cuda $dirs
+        # shellcheck disable=SC2086
+        step "vectors $VECTORS in pages of 1, 16, 256 tokens (CUDA)" "$OUT/vectors-block.log" 120 \
+            "$GPU_DIR/run_vectors_cuda" --cuda --block=1,16,256 $dirs
     else
         not_run "vectors $VECTORS (CUDA)" "no vectors there (set VECTORS=DIR)"
     fi
@@ -95,6 +98,10 @@ section_vectors() {
             # shellcheck disable=SC2046
             step "generated vectors (CUDA)" "$OUT/vectors-gen.log" 120 \
                 "$GPU_DIR/run_vectors_cuda" --cuda $(ls -d "$gen"/*/)
+            # shellcheck disable=SC2046
+            step "generated vectors in pages of 1, 16, 256 tokens (CUDA)" \
+                "$OUT/vectors-gen-block.log" 120 \
+                "$GPU_DIR/run_vectors_cuda" --cuda --block=1,16,256 $(ls -d "$gen"/*/)
         else
             fail "generated vectors (CUDA)" "gen_vectors.py failed ($OUT/gen_vectors.log)"
         fi

@@ -68,6 +68,8 @@ status=0
 if [ -d "$VECTORS" ]; then
     mapfile -t dirs < <(ls -d "$VECTORS"/*/)
     "$OUT/run_vectors_cuda" --cuda "${dirs[@]}" 2>&1 | grep -v 'swapcontext' || status=1
+    "$OUT/run_vectors_cuda" --cuda --block=1,16,256 "${dirs[@]}" 2>&1 | grep -v 'swapcontext' ||
+        status=1
 else
     echo "NOT RUN: no vectors at $VECTORS"
 fi
@@ -76,6 +78,8 @@ if "$PYTHON" -c "import numpy" >/dev/null 2>&1; then
     "$PYTHON" tests/vectors/gen_vectors.py "$OUT/vectors-gen" >/dev/null
     mapfile -t dirs < <(ls -d "$OUT/vectors-gen"/*/)
     "$OUT/run_vectors_cuda" --cuda "${dirs[@]}" 2>&1 | grep -v 'swapcontext' || status=1
+    "$OUT/run_vectors_cuda" --cuda --block=1,16,256 "${dirs[@]}" 2>&1 | grep -v 'swapcontext' ||
+        status=1
 fi
 # The benchmark's code paths, at a toy size (its times mean nothing here).
 "$OUT/bench_plan_gpu" --model Qwen3-4B --budget 128 --layers 2 --reps 1 2>&1 |
