@@ -197,8 +197,10 @@ struct vase_seq_config {
     int32_t slack; /* steps the engine may run ahead of a plan; -1: window */
 };
 
-/* Opens a sequence: reserves all its pages at once, or fails whole with -ENOSPC (the arena is
- * full) or -EDQUOT (the client's quota). *ret is owned by the client. */
+/* Opens a sequence: reserves all its pages at once (its KV blocks, and its query ring and plan
+ * pages), or fails whole with -ENOSPC (the arena has no room for them) or -EDQUOT (the client's
+ * quota, max_bytes_per_client or max_seqs_per_client); vase_last_error() gives the sizes.
+ * *ret is owned by the client. */
 int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase_seq_config *cfg,
                   struct vase_seq **ret);
 /* Ends a sequence and returns its pages; accepts NULL. 0 or -errno (the local state is freed
