@@ -34,7 +34,7 @@
 
 #define MIB (UINT64_C(1) << 20)
 /* arena_bytes of `make run`: daemon/config.c's default. */
-#define DEFAULT_ARENA (256 * MIB)
+#define DEFAULT_ARENA (1024 * MIB)
 
 static const struct vase_layout_geometry made_up = {
     .layers = 3,
@@ -138,22 +138,22 @@ static void test_block_sizes_of_real_models(void **state) {
                         refused[a]++;
                     }
                 }
-    /* Every page of these models fits 256 MiB (the largest, Qwen3-14B in f32 with 256
+    /* Every page of these models fits 1 GiB (the largest, Qwen3-14B in f32 with 256
      * tokens, is 80 MiB); in 1 MiB the 64- and 256-token pages of the real models do not. */
     assert_int_equal(fitted[0], 5 * 3 * 4);
     assert_int_equal(refused[0], 0);
     assert_true(refused[1] > 0 && fitted[1] > 0);
 
-    /* Qwen3-14B, f32, 256 tokens: 256 * 40 * 2 * 8 * 128 * 4 = 83886080 bytes, 3 blocks. */
+    /* Qwen3-14B, f32, 256 tokens: 256 * 40 * 2 * 8 * 128 * 4 = 83886080 bytes, 12 blocks. */
     struct vase_layout l = compute_ok(
         &(struct vase_layout_geometry){40, 40, 8, 128, VASE_DTYPE_F32, 256}, DEFAULT_ARENA);
     assert_int_equal(l.page_bytes, 83886080);
-    assert_int_equal(l.num_blocks, 3);
-    /* Qwen3-4B, bf16, 16 tokens: 16 * 36 * 2 * 8 * 128 * 2 = 2359296 bytes, 113 blocks. */
+    assert_int_equal(l.num_blocks, 12);
+    /* Qwen3-4B, bf16, 16 tokens: 16 * 36 * 2 * 8 * 128 * 2 = 2359296 bytes, 455 blocks. */
     l = compute_ok(&(struct vase_layout_geometry){36, 32, 8, 128, VASE_DTYPE_BF16, 16},
                    DEFAULT_ARENA);
     assert_int_equal(l.page_bytes, 2359296);
-    assert_int_equal(l.num_blocks, 113);
+    assert_int_equal(l.num_blocks, 455);
     /* block_tokens 0 is the default, 16. */
     l = compute_ok(&(struct vase_layout_geometry){36, 32, 8, 128, VASE_DTYPE_BF16, 0},
                    DEFAULT_ARENA);
@@ -638,7 +638,7 @@ static void test_query_offsets(void **state) {
 
 static void test_plan_offsets(void **state) {
     (void)state;
-    /* Qwen3-4B in bf16, 16-token pages in 256 MiB, keep 448 (budget 512, window 64): 288 lists
+    /* Qwen3-4B in bf16, 16-token pages in 1 GiB, keep 448 (budget 512, window 64): 288 lists
      * of 1792 bytes = 516096 bytes: one plan page of 2^19. */
     struct vase_layout l = compute_ok(
         &(struct vase_layout_geometry){36, 32, 8, 128, VASE_DTYPE_BF16, 16}, DEFAULT_ARENA);
