@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The quality harness: what each eviction policy does to a model's predictions.
+
+For each held-out document, the model reads the first `prompt` tokens in one step, then the
+rest one token at a time (teacher forcing), through a vase cache of each policy and budget, in
+sync mode (the plans of the reference implementation, applied before the next token) and in
+async mode (the engine runs ahead while plans are computed). A plain cache that keeps every
+token is the reference. For every predicted token it records the log-probability of the true
+next token, the argmax, and the whole next-token distribution, and reports per policy, budget
+and mode:
+
+- perplexity over the predicted tokens (per byte for the byte-level model);
+- top-1 agreement with the full cache (the share of positions with the same argmax);
+- the mean KL divergence KL(full || policy) of the next-token distributions;
+- the wall time of the run and the evictions applied.
+
+A `full` row runs through vase with a budget above the document's length: no eviction, and its
+perplexity must equal the plain cache's (the harness checks it). Output: a Markdown table and a
+CSV file, and a PNG plot of perplexity and KL against the budget, in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, List
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import vase  # noqa: E402
+
+import model as llm  # noqa: E402
+from tokenizer import ByteTokenizer  # noqa: E402
+from vase_cache import SeqSpec, VaseCache  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+POLICIES = ["vase-attnv", "vase-dkv", "snapkv", "rkv", "h2o", "streaming", "random"]
+
+
+@dataclass
+class Run:
+    policy: str
+    budget: int
+    mode: str
+    nll: List[float]
+    top1: List[bool]
+    kl: List[float]
+    seconds: float
+    evictions: int
+
+    def perplexity(self) -> float:
+        return math.exp(sum(self.nll) / len(self.nll))
+
+
+def score(
+    net,
+    tokens: torch.Tensor,
+    prompt: int,
+    cache,
+) -> torch.Tensor:
+    """Feeds tokens through cache: the prompt in one step, then one token per step. Returns the
+    log-probabilities [len(tokens) - prompt, vocab] of the predictions of tokens prompt .. end
+    (the prediction of token i is made by the step that read token i - 1)."""
+    n = tokens.numel()
+    out = []
+    with torch.no_grad():
+        pos = torch.arange(prompt).unsqueeze(0)
+        logits = net.forward(tokens[:prompt].unsqueeze(0), pos, cache)
+        out.append(torch.log_softmax(logits[0, -1].float(), -1))
+        for i in range(prompt, n - 1):
+            t = tokens[i : i + 1].unsqueeze(0)
+            logits = net.forward(t, torch.tensor([[i]]), cache)
+            out.append(torch.log_softmax(logits[0, -1].float(), -1))
+    return torch.stack(out)
+
+
+def score_batch(net, tokens: torch.Tensor, prompt: int, cache, batch: int) -> torch.Tensor:
+    """As score(), for a cache of `batch` sequences fed the same tokens: [batch, steps, vocab]."""
+    n = tokens.numel()
+    out = []
+    with torch.no_grad():
+        toks = tokens[:prompt].unsqueeze(0).expand(batch, -1)
+        pos = torch.arange(prompt).unsqueeze(0).expand(batch, -1)
+        logits = net.forward(toks, pos, cache)
+        out.append(torch.log_softmax(logits[:, -1].float(), -1))
+        for i in range(prompt, n - 1):
+            t = tokens[i : i + 1].unsqueeze(0).expand(batch, -1)
+            logits = net.forward(t, torch.full((batch, 1), i), cache)
+            out.append(torch.log_softmax(logits[:, -1].float(), -1))
+    return torch.stack(out, dim=1)
+
+
+def compare(ref: torch.Tensor, got: torch.Tensor, targets: torch.Tensor):
+    """Per position: NLL of the target under got, whether got's argmax is ref's, KL(ref||got)."""
+    nll = (-got.gather(1, targets.unsqueeze(1)).squeeze(1)).tolist()
+    top1 = (got.argmax(-1) == ref.argmax(-1)).tolist()
+    kl = (ref.exp() * (ref - got)).sum(-1).clamp_min(0).tolist()
+    return nll, top1, kl
+
+
+def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]) -> float:
+    """Runs one document through the plain cache and every policy, budget and mode; adds the
+    results to runs. Returns the plain cache's perplexity on it."""
+    prompt = args.prompt
+    targets = tokens[prompt:]
+    t0 = time.monotonic()
+    ref = score(net, tokens, prompt, llm.ContiguousCache())
+    plain_seconds = time.monotonic() - t0
+    plain_nll, _, _ = compare(ref, ref, targets)
+    key = ("plain", 0, "-")
+    r = runs.setdefault(key, Run("plain", 0, "-", [], [], [], 0.0, 0))
+    r.nll += plain_nll
+    r.top1 += [True] * len(plain_nll)
+    r.kl += [0.0] * len(plain_nll)
+    r.seconds += plain_seconds
+
+    full_budget = args.window * (tokens.numel() // args.window + 2)
+    geometry = dict(
+        layers=cfg.num_hidden_layers,
+        q_heads=cfg.num_attention_heads,
+        kv_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+    )
+    for mode in args.modes:
+        for policy in ["full"] + args.policies:
+            plist = [full_budget] if policy == "full" else budgets
+            specs = [
+                SeqSpec(
+                    policy="streaming" if policy == "full" else policy,
+                    budget=b,
+                    window=args.window,
+                    mode=mode,
+                    seed=args.seed,
+                )
+                for b in plist
+            ]
+            t0 = time.monotonic()
+            with VaseCache(client, specs=specs, prompt_len=prompt, block_tokens=args.block, **geometry) as cache:
+                got = score_batch(net, tokens, prompt, cache, len(specs))
+                evictions = cache.evictions()
+            seconds = time.monotonic() - t0
+            for i, b in enumerate(plist):
+                nll, top1, kl = compare(ref, got[i], targets)
+                key = (policy, 0 if policy == "full" else b, mode)
+                r = runs.setdefault(key, Run(policy, key[1], mode, [], [], [], 0.0, 0))
+                r.nll += nll
+                r.top1 += top1
+                r.kl += kl
+                r.seconds += seconds / len(plist)
+                r.evictions += evictions[i]
+    return math.exp(sum(plain_nll) / len(plain_nll))
+
+
+def documents(args, tok: ByteTokenizer) -> List[torch.Tensor]:
+    docs = []
+    for path in args.docs:
+        with open(path, "rb") as f:
+            data = f.read()
+        ids = tok.encode(data)
+        if len(ids) < args.doc_tokens:
+            raise SystemExit(f"{path}: {len(ids)} tokens, fewer than --doc-tokens {args.doc_tokens}")
+        docs.append(torch.tensor(ids[: args.doc_tokens], dtype=torch.long))
+    return docs
+
+
+def write_outputs(args, runs: Dict[tuple, Run], doc_len: int) -> str:
+    os.makedirs(args.out, exist_ok=True)
+    rows = sorted(runs.values(), key=lambda r: (r.mode, r.policy != "plain", r.policy != "full",
+                                                 r.policy, r.budget))
+    with open(os.path.join(args.out, "quality.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["mode", "policy", "budget", "budget_share", "perplexity", "top1_agreement",
+                    "mean_kl", "evictions", "seconds"])
+        for r in rows:
+            w.writerow([r.mode, r.policy, r.budget, f"{r.budget / doc_len:.4f}" if r.budget else "",
+                        f"{r.perplexity():.4f}", f"{sum(r.top1) / len(r.top1):.4f}",
+                        f"{sum(r.kl) / len(r.kl):.5f}", r.evictions, f"{r.seconds:.2f}"])
+    lines = ["| mode | policy | budget | perplexity | top-1 agreement | mean KL | evictions | seconds |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        budget = "all" if r.budget == 0 else f"{r.budget} ({r.budget / doc_len:.3g})"
+        lines.append(f"| {r.mode} | {r.policy} | {budget} | {r.perplexity():.3f} | "
+                     f"{sum(r.top1) / len(r.top1):.3f} | {sum(r.kl) / len(r.kl):.4f} | "
+                     f"{r.evictions} | {r.seconds:.1f} |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "quality.md"), "w") as f:
+        f.write(table)
+    plot(args, rows, doc_len)
+    return table
+
+
+def plot(args, rows: List[Run], doc_len: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(args.modes), 2, figsize=(11, 4 * len(args.modes)), squeeze=False)
+    plain = next(r for r in rows if r.policy == "plain")
+    for mi, mode in enumerate(args.modes):
+        for ci, (what, fn) in enumerate([("perplexity", Run.perplexity),
+                                         ("mean KL from the full cache",
+                                          lambda r: sum(r.kl) / len(r.kl))]):
+            ax = axes[mi][ci]
+            for policy in args.policies:
+                pts = sorted((r.budget / doc_len, fn(r)) for r in rows
+                             if r.mode == mode and r.policy == policy)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy)
+            if ci == 0:
+                ax.axhline(plain.perplexity(), color="black", linestyle="--", label="full cache")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("budget / document length")
+            ax.set_ylabel(what)
+            ax.set_title(f"{what}, {mode} mode")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "quality.png"), dpi=100)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=os.path.join(HERE, "model"), help="checkpoint directory")
+    p.add_argument("--runtime-dir", default=None, help="vased's runtime directory")
+    p.add_argument("--docs", nargs="+", default=None, help="held-out documents (files)")
+    p.add_argument("--doc-tokens", type=int, default=2048, help="tokens of each document used")
+    p.add_argument("--prompt", type=int, default=64, help="tokens read in one step first")
+    p.add_argument("--window", type=int, default=64)
+    p.add_argument("--budgets", default="0.125,0.25,0.5",
+                   help="budgets as shares of the document length")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--modes", default="sync,async")
+    p.add_argument("--block", type=int, default=16, help="block_tokens of the vase model")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="build/quality")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke test: one short document, small budgets, both modes")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.doc_tokens, args.prompt, args.window = 384, 32, 32
+    args.policies = [x for x in args.policies.split(",") if x]
+    args.modes = [x for x in args.modes.split(",") if x]
+    args.budget_shares = [float(x) for x in args.budgets.split(",")]
+    return args
+
+
+def budgets_for(args, doc_len: int) -> List[int]:
+    out = []
+    for share in args.budget_shares:
+        b = int(round(share * doc_len / args.window)) * args.window
+        b = max(b, 2 * args.window)
+        if b not in out:
+            out.append(b)
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    net, cfg = llm.load(args.model)
+    tok = ByteTokenizer.load(args.model)
+    if args.docs is None:
+        args.docs = default_documents(args)
+    docs = documents(args, tok)
+    budgets = budgets_for(args, args.doc_tokens)
+    print(f"harness: {len(docs)} documents of {args.doc_tokens} tokens, prompt {args.prompt}, "
+          f"window {args.window}, budgets {budgets}, policies {args.policies}, modes {args.modes}")
+    runs: Dict[tuple, Run] = {}
+    t0 = time.monotonic()
+    with vase.connect(runtime_dir=args.runtime_dir, name="quality-harness") as client:
+        for d in docs:
+            ppl = run_document(net, cfg, client, d, args, budgets, runs)
+            print(f"harness: document done, full-cache perplexity {ppl:.3f}")
+    table = write_outputs(args, runs, args.doc_tokens)
+    print(table)
+    print(f"harness: {time.monotonic() - t0:.1f} s; {args.out}/quality.md, quality.csv, quality.png")
+    # The full row went through vase without eviction: it must be the plain model.
+    plain = runs[("plain", 0, "-")].perplexity()
+    for mode in args.modes:
+        full = runs[("full", 0, mode)]
+        if full.evictions or abs(full.perplexity() - plain) > 1e-3 * plain:
+            print(f"harness: the full cache through vase ({mode}) gives perplexity "
+                  f"{full.perplexity():.6f} with {full.evictions} evictions; the plain model "
+                  f"{plain:.6f}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def default_documents(args) -> List[str]:
+    import data
+
+    return data.heldout_documents(min_bytes=args.doc_tokens)[: 1 if args.quick else 2]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
