@@ -132,6 +132,13 @@ def test_kv_tensor(client, dtype):
     assert tuple(tk.shape) == k.shape and tk.stride() == k.strides
     assert tk.data_ptr() == k.address
     assert not tk.is_contiguous()
+    # Newer consumers' keywords: the same view, never a copy or another device.
+    assert torch.from_dlpack(k.__dlpack__(stream=None, max_version=(1, 0), dl_device=(1, 0),
+                                          copy=False)).data_ptr() == k.address
+    with pytest.raises(BufferError):
+        k.__dlpack__(copy=True)
+    with pytest.raises(BufferError):
+        k.__dlpack__(dl_device=(2, 0))
     if dtype != "bf16":  # NumPy has no bfloat16
         a = np.from_dlpack(k)
         assert a.dtype == np.dtype("float32" if dtype == "f32" else "float16")

@@ -344,12 +344,31 @@ static void capsule_destructor(PyObject *cap) {
 }
 
 static PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"stream", NULL};
-    PyObject *stream = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:__dlpack__", kwlist, &stream))
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kwlist, &stream, &max_version,
+                                     &dl_device, &copy))
         return NULL;
     /* stream is not used: libvase has finished every operation on the arena when its calls
-     * return (vase.h, "Ordering"), so there is nothing to order on the consumer's stream. */
+     * return (vase.h, "Ordering"), so there is nothing to order on the consumer's stream. The
+     * capsule is an unversioned "dltensor" whatever max_version asks, as the array API allows;
+     * a view is never copied, nor moved to another device. */
+    if (copy != Py_None && PyObject_IsTrue(copy)) {
+        PyErr_SetString(PyExc_BufferError, "vase tensors are views: copy=True is not supported");
+        return NULL;
+    }
+    if (dl_device != Py_None) {
+        PyObject *mine =
+            Py_BuildValue("(ii)", (int)self->device.device_type, (int)self->device.device_id);
+        int same = mine ? PyObject_RichCompareBool(mine, dl_device, Py_EQ) : -1;
+        Py_XDECREF(mine);
+        if (same < 0)
+            return NULL;
+        if (!same) {
+            PyErr_SetString(PyExc_BufferError, "vase tensors are views: no other dl_device");
+            return NULL;
+        }
+    }
     DLManagedTensor *mt = malloc(sizeof(*mt) + 2 * (size_t)self->ndim * sizeof(int64_t));
     if (!mt)
         return PyErr_NoMemory();
@@ -451,9 +470,10 @@ static PyObject *tensor_repr(TensorObject *self) {
 
 static PyMethodDef tensor_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__($self, /, *, stream=None)\n--\n\nA DLPack capsule of the view (zero-copy). "
-     "stream is accepted and not used: libvase's work on the arena is complete when its calls "
-     "return."},
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule (unversioned, \"dltensor\") of the view, zero-copy. stream is accepted "
+     "and not used: libvase's work on the arena is complete when its calls return. copy=True "
+     "and another dl_device raise BufferError."},
     {"__dlpack_device__", (PyCFunction)tensor_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device ordinal): (1, 0) for host "
      "memory, (2, ordinal) for a CUDA arena."},
