@@ -7,6 +7,7 @@ VASE_BUILD_DIR names the build whose vased is started (default: ./build).
 
 import ctypes
 import errno
+import json
 import math
 import os
 import signal
@@ -67,6 +68,13 @@ def client(daemon):
 def model(client, dtype="f32", block_tokens=16):
     return client.register_model(layers=2, q_heads=4, kv_heads=2, head_dim=8, dtype=dtype,
                                  block_tokens=block_tokens)
+
+
+def connected_clients(run):
+    """The ids of the clients vased lists (vasectl --json clients)."""
+    out = subprocess.run([os.path.join(BUILD, "vasectl"), f"--runtime-dir={run}", "--json",
+                          "clients"], check=True, capture_output=True, text=True).stdout
+    return {c["client_id"] for c in json.loads(out)["clients"]}
 
 
 def fill(seq, n):
@@ -370,10 +378,26 @@ def test_views_keep_the_client_alive(daemon):
     assert float(k[5, 3].sum()) == 7.0 * 16
     qt.fill_(2.0)
     assert float(q.sum()) == 2.0 * 32
+    assert c.client_id in connected_clients(daemon)  # the disconnect waits for the views
     s.close()
     del k, q, qt, s, m  # the last views go: now the client disconnects
-    with vase.connect(daemon) as d:
-        d.ping()
+    for _ in range(500):  # the daemon sees the closed socket in its own time
+        if c.client_id not in connected_clients(daemon):
+            break
+        time.sleep(0.01)
+    assert c.client_id not in connected_clients(daemon)
+
+
+def test_close_without_views_disconnects(daemon):
+    c = vase.connect(daemon)
+    model(c).open("streaming", budget=128)
+    assert c.client_id in connected_clients(daemon)
+    c.close()
+    for _ in range(500):
+        if c.client_id not in connected_clients(daemon):
+            break
+        time.sleep(0.01)
+    assert c.client_id not in connected_clients(daemon)
 
 
 def test_exception_type():
