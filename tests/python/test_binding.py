@@ -362,6 +362,13 @@ def test_views_keep_the_client_alive(daemon):
     assert sys.getrefcount(kt) == base
     k = torch.from_dlpack(kt)
     assert sys.getrefcount(kt) == base + 1
+    # A consumer that refuses the capsule (NumPy has no bf16) leaves it to its destructor.
+    bt = c.register_model(2, 4, 2, 8, dtype="bf16").kv_tensor(0, "v")
+    bbase = sys.getrefcount(bt)
+    with pytest.raises(RuntimeError, match="dtype"):
+        np.from_dlpack(bt)
+    assert sys.getrefcount(bt) == bbase
+    del bt
     q = np.from_dlpack(s.query_slot(0, 3))  # read-only in NumPy 1.x
     qt = torch.from_dlpack(s.query_slot(0, 3))
     del kt
