@@ -412,3 +412,31 @@ def test_exception_type():
     assert isinstance(e, OSError) and e.errno == errno.EINVAL
     assert str(e) == "[Errno 22] Invalid argument: what went wrong"
     assert str(vase.VaseError(5, "Input/output error")) == "[Errno 5] Input/output error"
+
+
+def test_close_while_another_thread_calls(daemon):
+    """Calls release the GIL; a close() meanwhile waits for them, and later calls refuse."""
+    import threading
+    c = vase.connect(daemon)
+    s = model(c).open("streaming", budget=128, window=64, mode="async")
+    started = threading.Event()
+    result = {"appended": 0}
+
+    def engine():
+        try:
+            while True:
+                s.append(1)
+                s.poll()
+                result["appended"] += 1
+                started.set()
+        except vase.VaseError as e:
+            result["errno"] = e.errno
+        started.set()
+
+    t = threading.Thread(target=engine)
+    t.start()
+    started.wait()
+    c.close()
+    t.join()
+    assert result["errno"] == errno.EBADF
+    assert result["appended"] > 0
