@@ -26,12 +26,14 @@ endif
 
 # ---- Debian packages and library paths ---------------------------------------------------
 
-# Besides the libraries: python3 and python3-numpy run the vector generator, systemd gives the
+# Besides the libraries: python3 and python3-numpy run the vector generator (python3-dev,
+# libdlpack-dev, python3-torch and python3-pytest build and test the Python package), systemd gives the
 # tools of check-systemd (systemd-analyze, systemd-sysusers, systemd-tmpfiles), and procps the
 # /bin/kill that vased.service names (systemd-analyze verify wants it to exist).
 DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
                 libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
-                python3 python3-numpy valgrind systemd procps clang-format
+                python3 python3-numpy valgrind systemd procps clang-format \
+                python3-dev python3-torch python3-pytest python3-matplotlib libdlpack-dev
 DEPS_STAMP := $(BUILD)/.deps-$(shell echo $(DEB_PACKAGES) | cksum | cut -d' ' -f1)
 
 # Missing packages are installed as root, or through sudo. A user who can do neither gets one
@@ -340,6 +342,29 @@ $(VASECTL): $(VASECTL_SRCS:%.c=$(BUILD)/%.o) $(LIBVASE_A)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
 
+# ---- client/python/: the vase Python package ----------------------------------------------
+#
+# The extension module vase._vase, on CPython's limited API (one vase/_vase.abi3.so serves every
+# CPython >= 3.11 of the machine), is built next to its package so that the package imports from
+# the tree: from the repository root through the symlink ./vase, elsewhere with
+# PYTHONPATH=<repo>/client/python. Like an engine it sees only the public headers (and DLPack's),
+# and it links libvase.a statically (its objects are -fPIC), exporting nothing of it. Not built
+# with SANITIZE: a sanitized extension loads only into a sanitized interpreter.
+PY_EXT := client/python/vase/_vase.abi3.so
+PY_EXT_OBJ := $(BUILD)/client/python/vase/_vase.o
+PY_INC = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+
+$(PY_EXT_OBJ): CPPFLAGS := -MMD -MP -I$(PUBLIC_INCLUDE) -I$(PY_INC)
+$(PY_EXT_OBJ): | $(PUBLIC_STAMP)
+
+$(PY_EXT): $(PY_EXT_OBJ) $(LIBVASE_A)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,--exclude-libs,ALL -o $@ $^ $(LIBVASE_LIBS)
+
+ifeq ($(SANITIZE),)
+all: $(PY_EXT)
+endif
+
 # ---- daemon/: vased -------------------------------------------------------------------
 
 DAEMON_SRCS := $(filter-out $(CUDA_ARENA_EXCLUDED),$(wildcard daemon/*.c))
@@ -585,6 +610,17 @@ check: all
 	  awk '/ evictions, / {found = $$1 > 0} END {exit !found}' $(BUILD)/readme_engine.out; \
 	  rc=$$?; cat $(BUILD)/readme_engine.out; \
 	  result $$rc "the README's engine"; \
+	if [ -z "$(SANITIZE)" ]; then \
+	  echo "  PYTHON  tests/python (pytest, python3 -X dev)"; \
+	  PYTHONPATH=$(CURDIR)/client/python $(PYTHON) -X dev -m pytest -q -p no:cacheprovider \
+	    tests/python >$(BUILD)/pytest.out 2>&1; rc=$$?; cat $(BUILD)/pytest.out; \
+	  summary=$$(tail -n 1 $(BUILD)/pytest.out); \
+	  np=$$(echo "$$summary" | sed -n 's/.*\b\([0-9][0-9]*\) passed.*/\1/p'); \
+	  nf=$$(echo "$$summary" | sed -n 's/.*\b\([0-9][0-9]*\) failed.*/\1/p'); \
+	  ne=$$(echo "$$summary" | sed -n 's/.*\b\([0-9][0-9]*\) errors\{0,1\}.*/\1/p'); \
+	  pass=$$((pass + $${np:-0})); fail=$$((fail + $${nf:-0} + $${ne:-0})); \
+	  if [ $$rc != 0 ] && [ $$(($${nf:-0} + $${ne:-0})) = 0 ]; then result 1 "pytest tests/python (exit $$rc)"; fi; \
+	else echo "  PYTHON  not run under SANITIZE (the extension is not built)"; fi; \
 	echo "check: $$pass passed, $$fail failed"; [ $$fail = 0 ]
 
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect
@@ -595,7 +631,7 @@ bench: $(BENCH_KERNELS)
 	$(Q)BENCH=$(BENCH_KERNELS) tests/bench_table.sh
 
 clean:
-	$(Q)rm -rf $(BUILD) build build-san
+	$(Q)rm -rf $(BUILD) build build-san $(PY_EXT)
 
 # The tree's C, CUDA and header files against .clang-format (Debian's clang-format); CI runs it.
 # `make format` rewrites them in place.
