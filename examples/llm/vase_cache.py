@@ -16,6 +16,7 @@ keys are stored after RoPE (with their own positions) and attention needs no pos
 
 from __future__ import annotations
 
+import errno
 import math
 from dataclasses import dataclass, field
 from typing import List, Sequence
@@ -62,6 +63,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first_new: int)
     return out, probs
 
 
+def _has_ring(seq: "vase.Seq") -> bool:
+    try:
+        seq.query_slot(0, 0)
+    except vase.VaseError as e:
+        if e.errno == errno.EINVAL:
+            return False
+        raise
+    return True
+
+
 class VaseCache:
     """The cache of a batch of sequences in one vase model (one geometry, one arena)."""
 
@@ -105,7 +116,7 @@ class VaseCache:
             self.close()
             raise
         # Whether each sequence has a query ring (its policy reads the window's queries).
-        self._ring = [s.query_slot(0, 0) is not None for s in self.seqs]
+        self._ring = [_has_ring(s) for s in self.seqs]
         self._base: List[int] = []  # per sequence: its length when the current step began
         self._tables: List[torch.Tensor] = []
         # Per sequence and layer, the attention each slot received in this step (h2o).

@@ -28,36 +28,6 @@ ES = {"f32": 4, "f16": 2, "bf16": 2}
 TORCH_DTYPE = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    run = str(tmp_path_factory.mktemp("run"))
-    log = open(os.path.join(run, "vased.log"), "w")
-    proc = subprocess.Popen(
-        [os.path.join(BUILD, "vased"), "--config=/dev/null", f"--runtime-dir={run}",
-         "--arena-bytes=64M", "--granule-bytes=64K"],
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
-        for _ in range(500):
-            try:
-                vase.connect(run).close()
-                break
-            except vase.VaseError:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"vased exited with {proc.returncode}")
-                time.sleep(0.01)
-        else:
-            raise RuntimeError("vased did not come up")
-        yield run
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
 @pytest.fixture
 def client(daemon):
     c = vase.connect(daemon, name="test_binding")

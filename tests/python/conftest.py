@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: MIT
+"""Fixtures shared by the Python tests: a private vased for each test module."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+import vase
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("VASE_BUILD_DIR", os.path.join(REPO, "build"))
+
+
+def start_vased(run, *settings):
+    """Starts build/vased on runtime directory run and waits until it accepts a client."""
+    log = open(os.path.join(run, "vased.log"), "w")
+    proc = subprocess.Popen(
+        [os.path.join(BUILD, "vased"), "--config=/dev/null", f"--runtime-dir={run}", *settings],
+        stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    for _ in range(500):
+        try:
+            vase.connect(run).close()
+            return proc
+        except vase.VaseError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vased exited with {proc.returncode}")
+            time.sleep(0.01)
+    stop_vased(proc)
+    raise RuntimeError("vased did not come up")
+
+
+def stop_vased(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    """The runtime directory of a vased with a 64 MiB host arena of 64 KiB granules."""
+    run = str(tmp_path_factory.mktemp("run"))
+    proc = start_vased(run, "--arena-bytes=64M", "--granule-bytes=64K")
+    try:
+        yield run
+    finally:
+        stop_vased(proc)
