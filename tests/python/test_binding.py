@@ -10,7 +10,6 @@ import errno
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
