@@ -161,9 +161,9 @@ def main(argv=None):
         elapsed = time.time() - start
         if (total is not None and step >= total) or elapsed >= budget:
             break
-        if total is None and step == 5:
+        if total is None and step == 10:
             t_measure = time.time()
-        if total is None and step == 25:
+        if total is None and step == 30:
             per_step = (time.time() - t_measure) / 20
             total = step + int((budget - elapsed) / per_step * 0.97)
             log(f"schedule: {per_step:.3f} s/step measured, {total} steps in all")
