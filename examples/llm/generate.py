@@ -51,8 +51,9 @@ def main(argv=None) -> int:
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    net, cfg = llm.load(args.model)
-    tok = ByteTokenizer.load(args.model)
+    net = llm.Model.load(args.model).eval()
+    cfg = net.config
+    tok = ByteTokenizer.load(os.path.join(args.model, "tokenizer.json"))
     if args.prompt_file:
         with open(args.prompt_file, "rb") as f:
             text = f.read(args.prompt_bytes)
