@@ -175,7 +175,7 @@ $(GPU_TEST_DIR)/bench_plan_gpu: $(BUILD)/tests/argnum.o
 
 # The vector runner with its CUDA backend linked in (run_vectors --cuda). Its support objects
 # are those of TEST_SUPPORT_OBJS, named here because that is defined further down.
-GPU_VECTOR_SUPPORT := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/npy.c tests/vcase.c))
+GPU_VECTOR_SUPPORT := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/npy.c tests/vcase.c tests/argnum.c))
 $(GPU_TEST_DIR)/run_vectors_cuda: $(BUILD)/tests/run_vectors.o $(GPU_TEST_DIR)/vectors_cuda.o \
                                   $(GPU_VECTOR_SUPPORT) $(CUDA_LIB) $(KERNEL_LIB)
 	$(call say,LD,$@)
@@ -401,7 +401,7 @@ $(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(LIBVASE_A)
 
 KERNEL_MODULES := view philox select score plan compact
 KERNEL_TESTS := $(KERNEL_MODULES:%=$(BUILD)/tests/test_%)
-TEST_SUPPORT_OBJS := $(BUILD)/tests/npy.o $(BUILD)/tests/vcase.o
+TEST_SUPPORT_OBJS := $(BUILD)/tests/npy.o $(BUILD)/tests/vcase.o $(BUILD)/tests/argnum.o
 REPLAY_ENGINE := $(BUILD)/tests/replay_engine
 RUN_VECTORS := $(BUILD)/tests/run_vectors
 BENCH_KERNELS := $(BUILD)/tests/bench_kernels

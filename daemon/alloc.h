@@ -20,8 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Most pages of one size an arena may hold: the bound on a class's bookkeeping. */
-#define VASE_ALLOC_MAX_UNITS (UINT32_C(1) << 26)
+#include "vase_layout.h"
+
+/* Most pages of one size an arena may hold, the layout's bound: it also bounds a class's books. */
+#define VASE_ALLOC_MAX_UNITS ((uint32_t)VASE_LAYOUT_MAX_UNITS)
 
 struct vase_alloc_class {
     uint64_t unit;       /* page bytes; 0: the slot is unused */

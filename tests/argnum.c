@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 int argnum_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
     unsigned long long v;
@@ -35,5 +36,33 @@ int argnum_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret) {
     if (r < 0)
         return r;
     *ret = (uint32_t)v;
+    return 0;
+}
+
+int argnum_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t *ret, size_t cap,
+                    size_t *ret_n) {
+    uint32_t vals[64];
+    size_t n = 0;
+
+    if (cap > sizeof(vals) / sizeof(vals[0]))
+        cap = sizeof(vals) / sizeof(vals[0]);
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[24];
+        if (n == cap || len == 0 || len >= sizeof(item))
+            return -EINVAL;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        int r = argnum_u32(item, min, max, &vals[n]);
+        if (r < 0)
+            return r;
+        n++;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    memcpy(ret, vals, n * sizeof(*ret));
+    *ret_n = n;
     return 0;
 }

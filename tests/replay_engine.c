@@ -33,6 +33,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "argnum.h"
 #include "npy.h"
 #include "vase.h"
 #include "vcase.h"
@@ -41,7 +42,7 @@ static const char *arg_runtime_dir;
 /* Block sizes each case is replayed with (--block); 0 is the library's default. */
 #define MAX_BLOCKS 8
 static uint32_t arg_blocks[MAX_BLOCKS];
-static unsigned arg_n_blocks;
+static size_t arg_n_blocks;
 
 static int fail_call(struct vcase_result *res, struct vase_client *c, int r, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -448,23 +449,6 @@ static void help(void) {
         program_invocation_short_name);
 }
 
-/* "16" or "1,16,256" into arg_blocks. 0 or -EINVAL. */
-static int parse_blocks(const char *s) {
-    arg_n_blocks = 0;
-    for (const char *p = s;;) {
-        char *end;
-        errno = 0;
-        unsigned long v = strtoul(p, &end, 10);
-        if (end == p || errno || v == 0 || v > 65536 || arg_n_blocks == MAX_BLOCKS ||
-            (*end != ',' && *end != '\0') || *p == '-' || *p == '+' || *p == ' ')
-            return -EINVAL;
-        arg_blocks[arg_n_blocks++] = (uint32_t)v;
-        if (*end == '\0')
-            return 0;
-        p = end + 1;
-    }
-}
-
 /* Returns < 0 on a usage error, 0 to exit successfully (help), > 0 to go on. */
 static int parse_argv(int argc, char **argv) {
     static const struct option options[] = {
@@ -484,7 +468,7 @@ static int parse_argv(int argc, char **argv) {
             arg_runtime_dir = optarg;
             break;
         case 'b':
-            if (parse_blocks(optarg) < 0) {
+            if (argnum_u32_list(optarg, 1, 65536, arg_blocks, MAX_BLOCKS, &arg_n_blocks) < 0) {
                 fprintf(stderr,
                         "%s: --block=%s: expected up to %d block sizes 1..65536, "
                         "separated by commas\n",
@@ -514,7 +498,7 @@ int main(int argc, char **argv) {
     if (!named)
         arg_blocks[arg_n_blocks++] = 0;
     for (int i = optind; i < argc; i++)
-        for (unsigned b = 0; b < arg_n_blocks; b++) {
+        for (size_t b = 0; b < arg_n_blocks; b++) {
             struct vcase_result res = {.msg = ""};
             char name[NAME_MAX + 1], shown[NAME_MAX + 16];
 

@@ -43,6 +43,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "argnum.h"
 #include "npy.h"
 #include "run_vectors.h"
 #include "vase_kernels.h"
@@ -68,7 +69,7 @@ static const struct vectors_backend *backend = &cpu_backend;
 /* Block sizes each case is run with (--block); none: once, contiguous. */
 #define MAX_BLOCKS 8
 static uint32_t arg_blocks[MAX_BLOCKS];
-static unsigned arg_n_blocks;
+static size_t arg_n_blocks;
 
 /* ---- checks -------------------------------------------------------------------------- */
 
@@ -672,26 +673,6 @@ static void help(void) {
            DEFAULT_ROOT);
 }
 
-/* "16" or "1,16,256" into arg_blocks: each 1..VASE_LAYOUT_MAX_BLOCK_TOKENS. 0 or -EINVAL. */
-static int parse_blocks(const char *s) {
-    arg_n_blocks = 0;
-    for (const char *p = s;;) {
-        unsigned long v;
-        char *end;
-
-        if (*p < '0' || *p > '9' || arg_n_blocks == MAX_BLOCKS)
-            return -EINVAL;
-        errno = 0;
-        v = strtoul(p, &end, 10);
-        if (errno || v == 0 || v > VASE_LAYOUT_MAX_BLOCK_TOKENS || (*end != ',' && *end != '\0'))
-            return -EINVAL;
-        arg_blocks[arg_n_blocks++] = (uint32_t)v;
-        if (*end == '\0')
-            return 0;
-        p = end + 1;
-    }
-}
-
 /* Returns < 0 on a usage error, 0 to exit successfully (help), > 0 to go on. */
 static int parse_argv(int argc, char **argv) {
     enum { ARG_CUDA = 0x100, ARG_BLOCK };
@@ -721,7 +702,8 @@ static int parse_argv(int argc, char **argv) {
             }
             break;
         case ARG_BLOCK:
-            if (parse_blocks(optarg) < 0) {
+            if (argnum_u32_list(optarg, 1, VASE_LAYOUT_MAX_BLOCK_TOKENS, arg_blocks, MAX_BLOCKS,
+                                &arg_n_blocks) < 0) {
                 fprintf(stderr,
                         "run_vectors: --block=%s: expected up to %d block sizes 1..%u, "
                         "separated by commas\n",
@@ -765,7 +747,7 @@ int main(int argc, char **argv) {
     if (!named)
         arg_blocks[arg_n_blocks++] = 0;
     for (size_t i = 0; i < ncases; i++)
-        for (unsigned b = 0; b < arg_n_blocks; b++) {
+        for (size_t b = 0; b < arg_n_blocks; b++) {
             const char *path = listed ? listed[i] : argv[optind + (int)i];
             struct vcase_result res = {.msg = ""};
             char name[NAME_MAX + 1], shown[NAME_MAX + 16];

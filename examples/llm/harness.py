@@ -65,30 +65,10 @@ class Run:
         return math.exp(sum(self.nll) / len(self.nll))
 
 
-def score(
-    net,
-    tokens: torch.Tensor,
-    prompt: int,
-    cache,
-) -> torch.Tensor:
-    """Feeds tokens through cache: the prompt in one step, then one token per step. Returns the
-    log-probabilities [len(tokens) - prompt, vocab] of the predictions of tokens prompt .. end
-    (the prediction of token i is made by the step that read token i - 1)."""
-    n = tokens.numel()
-    out = []
-    with torch.no_grad():
-        pos = torch.arange(prompt).unsqueeze(0)
-        logits = net.forward(tokens[:prompt].unsqueeze(0), pos, cache)
-        out.append(torch.log_softmax(logits[0, -1].float(), -1))
-        for i in range(prompt, n - 1):
-            t = tokens[i : i + 1].unsqueeze(0)
-            logits = net.forward(t, torch.tensor([[i]]), cache)
-            out.append(torch.log_softmax(logits[0, -1].float(), -1))
-    return torch.stack(out)
-
-
 def score_batch(net, tokens: torch.Tensor, prompt: int, cache, batch: int) -> torch.Tensor:
-    """As score(), for a cache of `batch` sequences fed the same tokens: [batch, steps, vocab]."""
+    """Feeds tokens to every one of the `batch` sequences of cache: the prompt in one step, then
+    one token per step. Returns the log-probabilities [batch, len(tokens) - prompt, vocab] of the
+    predictions of tokens prompt .. end (token i is predicted by the step that read token i - 1)."""
     n = tokens.numel()
     out = []
     with torch.no_grad():
@@ -118,7 +98,7 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
     prompt = args.prompt
     targets = tokens[prompt:]
     t0 = time.monotonic()
-    ref = score(net, tokens, prompt, llm.ContiguousCache())
+    ref = score_batch(net, tokens, prompt, llm.ContiguousCache(), 1)[0]
     plain_seconds = time.monotonic() - t0
     plain_nll, _, _ = compare(ref, ref, targets)
     key = ("plain", 0, "-")
