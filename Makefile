@@ -621,7 +621,7 @@ check: all
 	  pass=$$((pass + $${np:-0})); fail=$$((fail + $${nf:-0} + $${ne:-0})); \
 	  if [ $$rc != 0 ] && [ $$(($${nf:-0} + $${ne:-0})) = 0 ]; then result 1 "pytest tests/python (exit $$rc)"; fi; \
 	  echo "  QUALITY examples/llm/harness.py --quick, against a private daemon"; \
-	  PYTHONPATH=$(CURDIR)/client/python $(WITH_VASED) $(VASED) -- $(PYTHON) \
+	  $(WITH_VASED) $(VASED) -- $(PYTHON) \
 	    examples/llm/harness.py --quick --out $(BUILD)/quality-quick >$(BUILD)/quality-quick.out 2>&1; \
 	  rc=$$?; tail -n 40 $(BUILD)/quality-quick.out; result $$rc "harness.py --quick"; \
 	else echo "  PYTHON  not run under SANITIZE (the extension is not built)"; fi; \

@@ -10,6 +10,11 @@ The prompt is read in one step, then tokens are sampled one at a time (greedy wi
 --temperature=0); every step writes its keys, values and queries into the arena and counts the
 new token with vase, which evicts down to --budget slots whenever the trigger fires. Prints the
 text and, per sequence, the evictions and vase's counters.
+
+On a daemon whose arena is on a GPU (`arena_device = cuda:0`), run the model there too:
+`--device=cuda:0 --dtype=bfloat16` (a vase model of bf16; the checkpoint is converted as it
+loads), and attention reads the arena's pages through the block table with FlashInfer or
+FlashAttention-2 when installed (`--attention`, default auto).
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The repository's own vase package, after an installed one.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client",
+                             "python"))
 
 import vase  # noqa: E402
 
 import model as llm  # noqa: E402
 from tokenizer import ByteTokenizer  # noqa: E402
-from vase_cache import SeqSpec, VaseCache  # noqa: E402
+from vase_cache import ATTENTION, DTYPES, SeqSpec, VaseCache  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -47,11 +55,17 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=int, default=16)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="where the model runs: the arena's device")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES),
+                   help="the model's and the cache's element type")
+    p.add_argument("--attention", default="auto", choices=ATTENTION,
+                   help="how attention reads the cache (auto: a paged kernel when one applies)")
     args = p.parse_args(argv)
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    net = llm.Model.load(args.model).eval()
+    dtype = getattr(torch, args.dtype)
+    net = llm.Model.load(args.model, dtype=dtype).eval().to(args.device)
     cfg = net.config
     tok = ByteTokenizer.load(os.path.join(args.model, "tokenizer.json"))
     if args.prompt_file:
@@ -60,7 +74,7 @@ def main(argv=None) -> int:
     else:
         text = args.prompt.encode()
     ids = tok.encode(text)
-    prompt = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
+    prompt = torch.tensor(ids, dtype=torch.long, device=args.device).unsqueeze(0)
     spec = SeqSpec(policy=args.policy, budget=args.budget, window=args.window, mode=args.mode,
                    seed=args.seed)
     out = []
@@ -73,10 +87,16 @@ def main(argv=None) -> int:
         head_dim=cfg.head_dim,
         specs=[spec],
         prompt_len=prompt.shape[1],
+        dtype=DTYPES[args.dtype],
         block_tokens=args.block,
         name="generate",
+        attention=args.attention,
     ) as cache, torch.no_grad():
-        logits = net.forward(prompt, torch.arange(prompt.shape[1]).unsqueeze(0), cache)
+        if cache.device != torch.device(args.device):
+            raise SystemExit(f"generate.py: the arena is on {cache.device}; run with "
+                             f"--device={cache.device}")
+        logits = net.forward(prompt, torch.arange(prompt.shape[1], device=args.device)
+                             .unsqueeze(0), cache)
         pos = prompt.shape[1]
         for _ in range(args.tokens):
             last = logits[0, -1].float()
@@ -85,7 +105,8 @@ def main(argv=None) -> int:
             else:
                 nxt = int(last.argmax())
             out.append(nxt)
-            logits = net.forward(torch.tensor([[nxt]]), torch.tensor([[pos]]), cache)
+            logits = net.forward(torch.tensor([[nxt]], device=args.device),
+                                 torch.tensor([[pos]], device=args.device), cache)
             pos += 1
         seq = cache.seqs[0]
         stats = seq.stats
@@ -94,7 +115,8 @@ def main(argv=None) -> int:
     sys.stdout.write(tok.decode(ids + out))
     print(f"\n---\n{len(ids)} prompt tokens, {len(out)} generated in {seconds:.1f} s; policy "
           f"{args.policy}, budget {args.budget}, {args.mode}: {rounds} evictions, {length} slots "
-          f"cached at the end; stalls {stats['stalls']}, compaction {stats['compact_seconds']:.3f} s")
+          f"cached at the end; stalls {stats['stalls']}, compaction {stats['compact_seconds']:.3f} s; "
+          f"attention {cache.attention}")
     return 0
 
 

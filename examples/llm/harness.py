@@ -16,8 +16,12 @@ and mode:
 - the evictions applied, and what vase cost the engine for the sequence (libvase's counters):
   the time its compactions took and the time appends waited for a plan (stalls).
 
-All policies and budgets of a mode run as one batch (one forward pass per token for all of
-them), so the wall time is reported per mode, not per policy.
+By default all policies and budgets of a mode run as one batch (one forward pass per token for
+all of them): the model's time is shared, and the time table gives per policy what is its own,
+the daemon's plan time for its evictions and the time the engine spent in its vase calls
+(push_stats, append, poll: in sync mode they wait for the plan), next to the wall time of each
+batch. `--batch-per-policy` runs each policy's budgets as a batch of their own instead, which
+takes longer in all but gives each policy's wall time, model included.
 
 A `full` row runs through vase with a budget above the document's length: no eviction, and its
 perplexity must equal the plain cache's (the harness checks it). Output: a Markdown table and a
@@ -38,12 +42,15 @@ from typing import Dict, List
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The repository's own vase package, after an installed one.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client",
+                             "python"))
 
 import vase  # noqa: E402
 
 import model as llm  # noqa: E402
 from tokenizer import ByteTokenizer  # noqa: E402
-from vase_cache import SeqSpec, VaseCache  # noqa: E402
+from vase_cache import ATTENTION, DTYPES, SeqSpec, VaseCache  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = ["vase-attnv", "vase-dkv", "snapkv", "rkv", "h2o", "streaming", "random"]
@@ -60,6 +67,8 @@ class Run:
     compact: float
     stall: float
     evictions: int
+    plan: float = 0.0  # the daemon's plan seconds of the evictions applied
+    calls: float = 0.0  # the engine's seconds in the sequence's vase calls
 
     def perplexity(self) -> float:
         return math.exp(sum(self.nll) / len(self.nll))
@@ -73,12 +82,12 @@ def score_batch(net, tokens: torch.Tensor, prompt: int, cache, batch: int) -> to
     out = []
     with torch.no_grad():
         toks = tokens[:prompt].unsqueeze(0).expand(batch, -1)
-        pos = torch.arange(prompt).unsqueeze(0).expand(batch, -1)
+        pos = torch.arange(prompt, device=tokens.device).unsqueeze(0).expand(batch, -1)
         logits = net.forward(toks, pos, cache)
         out.append(torch.log_softmax(logits[:, -1].float(), -1))
         for i in range(prompt, n - 1):
             t = tokens[i : i + 1].unsqueeze(0).expand(batch, -1)
-            logits = net.forward(t, torch.full((batch, 1), i), cache)
+            logits = net.forward(t, torch.full((batch, 1), i, device=tokens.device), cache)
             out.append(torch.log_softmax(logits[:, -1].float(), -1))
     return torch.stack(out, dim=1)
 
@@ -118,7 +127,10 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
     for mode in args.modes:
         # Every policy and budget of a mode in one batch: one forward pass per token for all of
         # them. The full cache through vase runs apart: its many more slots would pad the rest.
-        batches = [[("full", 0)], [(p, b) for p in args.policies for b in budgets]]
+        if args.batch_per_policy:
+            batches = [[("full", 0)]] + [[(p, b) for b in budgets] for p in args.policies]
+        else:
+            batches = [[("full", 0)], [(p, b) for p in args.policies for b in budgets]]
         for keys in batches:
             specs = [
                 SeqSpec(
@@ -132,11 +144,17 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
             ]
             t0 = time.monotonic()
             with VaseCache(client, specs=specs, prompt_len=prompt, block_tokens=args.block,
+                           dtype=DTYPES[args.dtype], attention=args.attention,
                            **geometry) as cache:
+                if cache.device != tokens.device:
+                    raise SystemExit(f"harness: the arena is on {cache.device}; run with "
+                                     f"--device={cache.device}")
                 got = score_batch(net, tokens, prompt, cache, len(specs))
                 evictions = cache.evictions()
                 counters = cache.counters()
-            walls[mode] = walls.get(mode, 0.0) + time.monotonic() - t0
+                plans, calls = cache.plan_seconds, cache.call_seconds
+            batch = f"{mode} {keys[0][0]}" if len({p for p, _ in keys}) == 1 else f"{mode} all"
+            walls[batch] = walls.get(batch, 0.0) + time.monotonic() - t0
             for i, (policy, b) in enumerate(keys):
                 nll, top1, kl = compare(ref, got[i], targets)
                 key = (policy, b, mode)
@@ -147,6 +165,8 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
                 r.compact += counters[i]["compact_seconds"]
                 r.stall += counters[i]["stall_seconds"]
                 r.evictions += evictions[i]
+                r.plan += plans[i]
+                r.calls += calls[i]
     return math.exp(sum(plain_nll) / len(plain_nll))
 
 
@@ -169,12 +189,13 @@ def write_outputs(args, runs: Dict[tuple, Run], doc_len: int, walls: Dict[str, f
     with open(os.path.join(args.out, "quality.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["mode", "policy", "budget", "budget_share", "perplexity", "top1_agreement",
-                    "mean_kl", "evictions", "compaction_seconds", "stall_seconds"])
+                    "mean_kl", "evictions", "compaction_seconds", "stall_seconds",
+                    "plan_seconds", "vase_call_seconds"])
         for r in rows:
             w.writerow([r.mode, r.policy, r.budget, f"{r.budget / doc_len:.4f}" if r.budget else "",
                         f"{r.perplexity():.4f}", f"{sum(r.top1) / len(r.top1):.4f}",
                         f"{sum(r.kl) / len(r.kl):.5f}", r.evictions, f"{r.compact:.3f}",
-                        f"{r.stall:.3f}"])
+                        f"{r.stall:.3f}", f"{r.plan:.3f}", f"{r.calls:.3f}"])
     lines = ["| mode | policy | budget | perplexity | top-1 agreement | mean KL | evictions | "
              "compaction ms | stall ms |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -183,13 +204,31 @@ def write_outputs(args, runs: Dict[tuple, Run], doc_len: int, walls: Dict[str, f
         lines.append(f"| {r.mode} | {r.policy} | {budget} | {r.perplexity():.3f} | "
                      f"{sum(r.top1) / len(r.top1):.3f} | {sum(r.kl) / len(r.kl):.4f} | "
                      f"{r.evictions} | {r.compact * 1e3:.1f} | {r.stall * 1e3:.1f} |")
+    lines += ["", "Time per policy, over its budgets and the documents: evictions, the daemon's plan "
+              "time for them, and the engine's time in the policy's vase calls (push_stats, "
+              "append, poll; sync mode waits there for each plan), compaction included.", "",
+              "| mode | policy | evictions | plan s | vase calls s | compaction s | stall s |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for (mode, policy), rs in per_policy(rows).items():
+        lines.append(f"| {mode} | {policy} | {sum(r.evictions for r in rs)} | "
+                     f"{sum(r.plan for r in rs):.3f} | {sum(r.calls for r in rs):.3f} | "
+                     f"{sum(r.compact for r in rs):.3f} | {sum(r.stall for r in rs):.3f} |")
     lines.append("")
-    lines.append("Wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in walls.items()) + ".")
+    lines.append("Wall time per batch (model and vase): "
+                 + ", ".join(f"{k} {v:.1f} s" for k, v in walls.items()) + ".")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "quality.md"), "w") as f:
         f.write(table)
     plot(args, rows, doc_len)
     return table
+
+
+def per_policy(rows: List[Run]) -> Dict[tuple, List[Run]]:
+    out: Dict[tuple, List[Run]] = {}
+    for r in rows:
+        if r.policy != "plain":
+            out.setdefault((r.mode, r.policy), []).append(r)
+    return out
 
 
 def plot(args, rows: List[Run], doc_len: int) -> None:
@@ -238,6 +277,13 @@ def parse_args(argv=None):
     p.add_argument("--block", type=int, default=16, help="block_tokens of the vase model")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="build/quality")
+    p.add_argument("--device", default="cpu", help="where the model runs: the arena's device")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES),
+                   help="the model's and the cache's element type")
+    p.add_argument("--attention", default="auto", choices=ATTENTION,
+                   help="how attention reads the cache (auto: a paged kernel when one applies)")
+    p.add_argument("--batch-per-policy", action="store_true",
+                   help="one batch per policy (its budgets): a wall time per policy, but slower")
     p.add_argument("--quick", action="store_true",
                    help="a smoke test: one short document, small budgets, both modes")
     args = p.parse_args(argv)
@@ -263,12 +309,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    net = llm.Model.load(args.model).eval()
+    net = llm.Model.load(args.model, dtype=getattr(torch, args.dtype)).eval().to(args.device)
     cfg = net.config
     tok = ByteTokenizer.load(os.path.join(args.model, "tokenizer.json"))
     if args.docs is None:
         args.docs = default_documents(args)
-    docs = documents(args, tok)
+    docs = [d.to(args.device) for d in documents(args, tok)]
     budgets = budgets_for(args, args.doc_tokens)
     print(f"harness: {len(docs)} documents of {args.doc_tokens} tokens, prompt {args.prompt}, "
           f"window {args.window}, budgets {budgets}, policies {args.policies}, modes {args.modes}")

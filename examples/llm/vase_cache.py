@@ -5,8 +5,10 @@
 batch of sequences, each opened with its own eviction policy and budget. Keys, values and, for
 the policies that read them, the post-RoPE queries are written straight into the arena through
 the zero-copy tensors of the `vase` binding (`Model.kv_tensor`, `Seq.query_slot`); attention
-reads the cache back through each sequence's block table (`Seq.block_table`): one gather of the
-blocks of every sequence, then masked attention over the slots each one holds. At the end of
+reads the cache back through each sequence's block table (`Seq.block_table`): on a CUDA arena
+with FlashInfer (any block size) or FlashAttention-2 (blocks of a multiple of 256 tokens)
+installed, that kernel reads the arena's pages through the table itself; otherwise one gather of
+the blocks of every sequence, then masked attention over the slots each one holds. At the end of
 every forward pass the new tokens are counted with `Seq.append`, and ready plans are applied
 with `Seq.poll`: from then on a sequence holds the slots its policy kept, in order.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import math
+import time
 from dataclasses import dataclass, field
 from typing import List, Sequence
 
@@ -41,6 +44,60 @@ class SeqSpec:
     extra: dict = field(default_factory=dict)  # further Model.open() keywords
 
 
+# How attend() reads the cache: "gather" (any device: the blocks copied out, then masked
+# attention), the paged kernels reading the arena through the block table, or "auto": a kernel
+# when one applies, else gather.
+ATTENTION = ("auto", "gather", "flashinfer", "flash-attn")
+KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+# The torch element types of a model and the vase model's dtype for each.
+DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+
+def _import_kernel(name: str):
+    """The paged attention entry point of `name`, or None when it is not installed."""
+    try:
+        if name == "flash-attn":
+            from flash_attn import flash_attn_with_kvcache
+
+            return flash_attn_with_kvcache
+        import flashinfer
+
+        return flashinfer
+    except ImportError:
+        return None
+
+
+def choose_attention(requested: str, device: torch.device, dtype: torch.dtype, block: int,
+                     needs_probs: bool):
+    """The attention backend for a cache: (name, kernel module or function or None).
+
+    An explicit request that cannot be met raises ValueError saying why; "auto" takes
+    FlashInfer, then FlashAttention-2, on a CUDA arena of fp16/bf16 when they apply, else
+    "gather". The kernels do not return the attention probabilities, so a batch holding a
+    sequence whose policy needs them (h2o) gathers."""
+    if requested not in ATTENTION:
+        raise ValueError(f"attention {requested!r}: one of {', '.join(ATTENTION)}")
+    if requested == "gather":
+        return "gather", None
+    candidates = ["flashinfer", "flash-attn"] if requested == "auto" else [requested]
+    why = []
+    for name in candidates:
+        kernel = _import_kernel(name)
+        if kernel is None:
+            why.append(f"{name} is not installed")
+        elif needs_probs:
+            why.append(f"{name} returns no attention probabilities, which h2o reads")
+        elif name == "flash-attn" and block % 256:
+            why.append(f"flash-attn takes blocks of a multiple of 256 tokens, not {block}")
+        elif requested == "auto" and (device.type != "cuda" or dtype not in KERNEL_DTYPES):
+            why.append(f"{name} runs on a CUDA arena of fp16/bf16 ({device}, {dtype} here)")
+        else:
+            return name, kernel
+    if requested == "auto":
+        return "gather", None
+    raise ValueError(f"attention {requested!r}: {'; '.join(why)}")
+
+
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, base: torch.Tensor):
     """Causal grouped-query attention of a batch over slots of different counts, in float32.
 
@@ -56,9 +113,9 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, base: to
     kf = k.float().permute(0, 2, 1, 3).unsqueeze(2)  # [b, kv, 1, T, d]
     vf = v.float().permute(0, 2, 1, 3).unsqueeze(2)
     scores = torch.matmul(qf, kf.transpose(-1, -2)) * (1.0 / math.sqrt(d))
-    cols = torch.arange(T).view(1, 1, T)
-    rows = torch.arange(n).view(1, n, 1)
-    hidden = cols > base.view(b, 1, 1) + rows  # [b, n, T]
+    cols = torch.arange(T, device=q.device).view(1, 1, T)
+    rows = torch.arange(n, device=q.device).view(1, n, 1)
+    hidden = cols > base.to(q.device).view(b, 1, 1) + rows  # [b, n, T]
     scores = scores.masked_fill(hidden.view(b, 1, 1, n, T), float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     out = torch.matmul(probs, vf)  # [b, kv, g, n, d]
@@ -90,6 +147,7 @@ class VaseCache:
         dtype: str = "f32",
         block_tokens: int = 16,
         name: str = "",
+        attention: str = "auto",
     ):
         self.layers, self.q_heads, self.kv_heads, self.head_dim = layers, q_heads, kv_heads, head_dim
         self.model = client.register_model(
@@ -99,7 +157,12 @@ class VaseCache:
         # Per layer, K and V of the whole arena: [num_blocks][block][kv_heads][head_dim] views.
         self.k = [torch.from_dlpack(self.model.kv_tensor(l, "k")) for l in range(layers)]
         self.v = [torch.from_dlpack(self.model.kv_tensor(l, "v")) for l in range(layers)]
+        self.device = self.k[0].device
         self.specs = list(specs)
+        self._stats = [sp.policy in STATS_POLICIES for sp in self.specs]
+        self.attention, self._kernel = choose_attention(
+            attention, self.device, self.k[0].dtype, self.block, any(self._stats))
+        self._workspace = None
         self.seqs: List["vase.Seq"] = []
         try:
             for sp in self.specs:
@@ -128,7 +191,11 @@ class VaseCache:
         except BaseException:
             self.close()
             raise
-        self._stats = [sp.policy in STATS_POLICIES for sp in self.specs]
+        # Per sequence: seconds spent in its own vase calls (push_stats, append, poll) and the
+        # daemon's plan seconds of the evictions it applied.
+        self.call_seconds = [0.0] * len(self.seqs)
+        self.plan_seconds = [0.0] * len(self.seqs)
+        self._rounds = [0] * len(self.seqs)
         self._recv: dict = {}  # layer -> [b, kv_heads, T]: attention received this step (h2o)
         self._begin_step()
 
@@ -156,6 +223,7 @@ class VaseCache:
             self._tables[i, : t.numel()] = t
         self._widths = torch.tensor([t.numel() for t in tables])
         self._where = None
+        self._plan = None  # the paged kernels' per-step inputs, made by the first attend()
 
     def _new_slots(self, n: int):
         """The blocks and offsets of the n new tokens of every sequence: [b * n] each."""
@@ -185,6 +253,10 @@ class VaseCache:
                 slot.copy_(q[i, j].to(slot.dtype))
 
     def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        if self.attention == "flash-attn":
+            return self._attend_flash_attn(layer, q)
+        if self.attention == "flashinfer":
+            return self._attend_flashinfer(layer, q)
         b, n = q.shape[0], q.shape[1]
         held = self._base + n
         width = int((held.max() + self.block - 1) // self.block)
@@ -192,6 +264,11 @@ class VaseCache:
         shape = (b, width * self.block, self.kv_heads, self.head_dim)
         k = self.k[layer][blocks].reshape(shape)
         v = self.v[layer][blocks].reshape(shape)
+        # Slots past what a sequence holds are whatever the arena had there (another
+        # sequence's data, NaN in another type's reading): masked scores ignore K, but a
+        # probability of 0 times a NaN of V is NaN, so V is zeroed there.
+        past = torch.arange(shape[1], device=v.device).view(1, -1) >= held.to(v.device).view(-1, 1)
+        v = v.masked_fill(past.view(b, -1, 1, 1), 0)
         out, probs = masked_attention(q, k, v, self._base)
         if any(self._stats):
             # Attention each slot received, summed over the new queries and each KV head's
@@ -199,17 +276,84 @@ class VaseCache:
             self._recv[layer] = probs.sum(dim=(2, 3))
         return out
 
+    def _step_plan(self, n: int) -> dict:
+        """What the paged kernels need this step, made once for every layer: per sequence the
+        slots it holds once the n new ones are in and the blocks those take, and the block
+        tables; on the host and, in int32, on the arena's device."""
+        if self._plan is None:
+            held = self._base + n
+            pages = (held + self.block - 1) // self.block
+            table = self._tables[:, : int(pages.max())]
+            i32 = dict(dtype=torch.int32, device=self.device)
+            self._plan = dict(held=held, pages=pages, table=table, held_dev=held.to(**i32),
+                              table_dev=table.to(**i32))
+        return self._plan
+
+    def _attend_flash_attn(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        # flash_attn_with_kvcache reads blocks table[i][0 .. ceil(seqlens[i] / block)) of the
+        # arena-wide K and V (strided: the block stride is the page's) and masks causally from
+        # the bottom right: new query j of sequence i sees slots below base[i] + j + 1.
+        plan = self._step_plan(q.shape[1])
+        return self._kernel(
+            q.to(self.k[layer].dtype),
+            self.k[layer],
+            self.v[layer],
+            cache_seqlens=plan["held_dev"],
+            block_table=plan["table_dev"],
+            softmax_scale=1.0 / math.sqrt(self.head_dim),
+            causal=True,
+        ).to(q.dtype)
+
+    def _attend_flashinfer(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        b, n = q.shape[0], q.shape[1]
+        if self._plan is None:
+            plan = self._step_plan(n)
+            held, pages, table = plan["held"], plan["pages"], plan["table"]
+            # One plan per step for every layer: the sequences' pages in CSR form.
+            keep = torch.arange(table.shape[1]).view(1, -1) < pages.view(-1, 1)
+            i32 = dict(dtype=torch.int32, device=self.device)
+            if self._workspace is None:
+                self._workspace = torch.empty(128 << 20, dtype=torch.uint8, device=self.device)
+                self._wrapper = self._kernel.BatchPrefillWithPagedKVCacheWrapper(
+                    self._workspace, "NHD")
+            self._wrapper.plan(
+                torch.arange(0, (b + 1) * n, n, **i32),
+                torch.cat([torch.zeros(1, dtype=torch.long), pages.cumsum(0)]).to(**i32),
+                table[keep].to(**i32),
+                (held - (pages - 1) * self.block).to(**i32),
+                self.q_heads,
+                self.kv_heads,
+                self.head_dim,
+                self.block,
+                causal=True,
+                sm_scale=1.0 / math.sqrt(self.head_dim),
+                q_data_type=self.k[layer].dtype,
+                kv_data_type=self.k[layer].dtype,
+            )
+        out = self._wrapper.run(
+            q.to(self.k[layer].dtype).reshape(b * n, self.q_heads, self.head_dim),
+            (self.k[layer], self.v[layer]),
+        )
+        return out.reshape(b, n, self.q_heads, self.head_dim).to(q.dtype)
+
     def step_done(self, n_new: int) -> None:
         for i, s in enumerate(self.seqs):
+            t0 = time.perf_counter()
             # h2o: the attention the slots cached before this step received (the new tokens are
             # not counted by the sequence until the append).
             base = int(self._base[i])
             if self._stats[i] and base > 0:
                 for layer in range(self.layers):
                     recv = self._recv[layer][i, :, :base].contiguous()
-                    s.push_stats(layer, "acc_add", recv.numpy())
+                    s.push_stats(layer, "acc_add", recv.cpu().numpy())
             s.append(n_new)
             s.poll()
+            self.call_seconds[i] += time.perf_counter() - t0
+            rounds = s.rounds
+            if rounds != self._rounds[i]:
+                # At most one plan is applied per poll: its time is the last plan's.
+                self.plan_seconds[i] += s.stats["last_plan_seconds"] * (rounds - self._rounds[i])
+                self._rounds[i] = rounds
         self._recv = {}
         self._begin_step()
 
