@@ -1,6 +1,9 @@
 # vase: one GNU Makefile for the whole tree (no recursive make).
 #
-#   make                 install missing Debian packages, then build everything
+#   make                 build everything (first installing the Debian packages, when the
+#                        compiler does not find the build's dependencies)
+#   make DEPS_PREFIX=DIR the same against packages unpacked into DIR (dpkg-deb -x); no apt
+#   make WERROR=0        nvcc's warnings not fatal (another machine's compilers)
 #   make check           build and run every test and the vector runner
 #   make check-valgrind  the same tests under valgrind
 #   make bench           the kernel benchmark table (every policy and dtype, Qwen3-4B shape)
