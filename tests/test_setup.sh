@@ -14,6 +14,14 @@
 #     OpenBLAS of the compiler's multiarch directory, not a path computed before it existed.
 #  3. A compiler whose multiarch directories hold no pthread OpenBLAS: make stops with an error
 #     that says so, and writes no configuration.
+#  4. The build's dependencies found by the compiler while dpkg says packages are missing (a
+#     machine whose libraries did not come from apt): nothing is installed, dpkg is not asked.
+#  5. DEPS_PREFIX=DIR, packages unpacked into DIR (fakes: empty headers and archives, a protoc-c
+#     that only answers --version) on a machine where dpkg says everything is missing: nothing is
+#     installed, dpkg is not asked, and the compile takes the headers and the pthread OpenBLAS of
+#     DIR before the machine's own.
+#  6. DEPS_PREFIX naming an empty folder: make stops with an error that names it, and installs
+#     nothing.
 #
 # Prints PASS or FAIL per case, with make's output on failure; exits 1 if any failed.
 
@@ -29,7 +37,7 @@ real_cc=$(type -P cc) || { echo "$0: no cc on PATH" >&2; exit 1; }
 real_as=$(type -P as) || { echo "$0: no as on PATH" >&2; exit 1; }
 multiarch=$("$real_cc" -print-multiarch)
 # What make, its recipes and the fakes below run.
-tools="make sh true cksum cut find mkdir grep id env touch mv rm cat sed ln"
+tools="make sh true cksum cut find mkdir grep id env touch mv rm cat sed ln tr tail printf"
 
 # new_case NAME: a directory with a copy of the Makefile (src/), a state directory for the fakes
 # (state/: `missing` lists the packages dpkg-query says are not installed; the fakes log their
@@ -165,5 +173,91 @@ ok=0
     if [ -e "$c/build/config.mk" ]; then echo "(config.mk was written)"; ok=1; fi
 } >>"$c/out"
 result "no pthread OpenBLAS: refused" "$ok"
+
+# with_compiler: the real compiler, assembler and linker on the case's PATH, and a kernel source
+# that includes the pthread OpenBLAS header and one of the libraries' headers.
+with_compiler() {
+    local t
+    for t in cc as ld; do
+        ln -sf "$(type -P $t)" "$c/bin/$t" || { echo "$0: no $t on PATH" >&2; exit 1; }
+    done
+    printf '%s\n' '#include <cblas.h>' '#include <zmq.h>' 'int vase_probe(void);' \
+        'int vase_probe(void) { return CblasRowMajor; }' >"$c/src/kernels/probe.c"
+}
+
+# no_packaging: appended to $c/out, 1 if dpkg-query or apt-get ran.
+no_packaging() {
+    local bad=0
+    if [ -e "$c/state/apt-get.log" ]; then echo "(apt-get ran)"; bad=1; fi
+    if [ -e "$c/state/dpkg-query.log" ]; then echo "(dpkg-query was asked)"; bad=1; fi
+    return $bad
+}
+
+# ---- 4. Dependencies found by the compiler, though dpkg says two packages are missing.
+new_case found
+printf 'libcmocka-dev\nvalgrind\n' >"$c/state/missing"
+with_compiler
+ln -sf "$(type -P protoc-c)" "$c/bin/protoc-c" || { echo "$0: no protoc-c on PATH" >&2; exit 1; }
+run_make self BUILD="$c/build" USE_CUDA=0 "$c/build/kernels/probe.o"
+status=$?
+ok=0
+{
+    [ "$status" = 0 ] || { echo "(make failed)"; ok=1; }
+    grep -q '^  DEPS    found: nothing to install$' "$c/out" || { echo "(no DEPS found line)"; ok=1; }
+    no_packaging || ok=1
+} >>"$c/out"
+result "dependencies found by the compiler: nothing installed, dpkg not asked" "$ok"
+
+# ---- 5. DEPS_PREFIX: the unpacked packages, and nothing installed.
+new_case prefix
+prefix=$c/deps
+printf 'gcc\nlibzmq3-dev\nlibcmocka-dev\nlibopenblas-pthread-dev\nprotobuf-c-compiler\n' \
+    >"$c/state/missing"
+with_compiler
+mkdir -p "$prefix/usr/include/protobuf-c" "$prefix/usr/include/systemd" "$prefix/usr/bin" \
+    "$prefix/usr/include/$multiarch/openblas-pthread" "$prefix/usr/lib/$multiarch/openblas-pthread"
+for h in zmq.h cmocka.h ini.h protobuf-c/protobuf-c.h systemd/sd-daemon.h; do
+    : >"$prefix/usr/include/$h"
+done
+for l in zmq cmocka protobuf-c systemd inih; do
+    printf '!<arch>\n' >"$prefix/usr/lib/$multiarch/lib$l.a"
+done
+echo 'enum { CblasRowMajor = 101 };' >"$prefix/usr/include/$multiarch/openblas-pthread/cblas.h"
+: >"$prefix/usr/lib/$multiarch/openblas-pthread/libopenblas.so"
+printf '#!/bin/sh\n[ "$1" = --version ] && echo "protobuf-c (fake)"\n' >"$prefix/usr/bin/protoc-c"
+chmod -R a+rwX "$prefix"
+chmod 755 "$prefix/usr/bin/protoc-c"
+run_make self V=1 BUILD="$c/build" USE_CUDA=0 DEPS_PREFIX="$prefix" "$c/build/kernels/probe.o"
+status=$?
+ok=0
+{
+    [ "$status" = 0 ] || { echo "(make failed)"; ok=1; }
+    grep -q "^  DEPS    found in $prefix: nothing to install\$" "$c/out" ||
+        { echo "(no DEPS found line naming $prefix)"; ok=1; }
+    no_packaging || ok=1
+    compile=$(grep -- ' -c -o .*probe\.o' "$c/out")
+    for want in "-I$prefix/usr/include " "-I$prefix/usr/include/$multiarch/openblas-pthread "; do
+        case "$compile " in *" $want"*) ;; *) echo "(the compile does not include $want)"; ok=1 ;; esac
+    done
+    grep -qx "BLAS_LIB := $prefix/usr/lib/$multiarch/openblas-pthread" "$c/build/config.mk" ||
+        { echo "(config.mk does not take the prefix's OpenBLAS)"; ok=1; }
+} >>"$c/out"
+result "DEPS_PREFIX: the unpacked packages first, nothing installed" "$ok"
+
+# ---- 6. DEPS_PREFIX without the packages.
+new_case emptyprefix
+echo libzmq3-dev >"$c/state/missing"
+with_compiler
+mkdir -p "$c/deps" && chmod a+rwx "$c/deps"
+run_make self BUILD="$c/build" USE_CUDA=0 DEPS_PREFIX="$c/deps" "$c/build/kernels/probe.o"
+status=$?
+ok=0
+{
+    [ "$status" != 0 ] || { echo "(make exited 0)"; ok=1; }
+    grep -q "^error: DEPS_PREFIX=$c/deps lacks the build's headers" "$c/out" ||
+        { echo "(no error naming DEPS_PREFIX)"; ok=1; }
+    no_packaging || ok=1
+} >>"$c/out"
+result "DEPS_PREFIX without the packages: refused, nothing installed" "$ok"
 
 exit "$failed"

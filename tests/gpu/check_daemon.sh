@@ -49,7 +49,9 @@ finish() {
 for prog in "$VASED" "$VASECTL" "$ENGINE"; do
     [ -x "$prog" ] || { fail "prerequisites" "$prog missing (make USE_CUDA=1 first)"; finish; }
 done
-if ! ldd "$VASED" | grep -q libcudart; then
+# Not `ldd | grep -q`: under pipefail, grep leaving at its first match can kill ldd with SIGPIPE
+# and fail the pipeline, now and then.
+if ! grep -q libcudart <<<"$(ldd "$VASED" 2>&1)"; then
     fail "prerequisites" "$VASED was built without CUDA (make USE_CUDA=1)"
     finish
 fi
