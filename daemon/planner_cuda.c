@@ -36,8 +36,18 @@ struct vase_planner {
     size_t scratch_bytes;
 };
 
-/* Logs a failed runtime call while planning over arena a and returns its -errno. */
+/*
+ * Logs a failed runtime call while planning over arena a and returns its -errno. A sticky error
+ * (vase_cuda_sticky()) means this process's context on the device is lost: every later call
+ * would fail the same way, so it returns -ENOTRECOVERABLE, on which vased exits to be restarted.
+ */
 static int log_rt(const struct vase_arena *a, cudaError_t e, const char *what) {
+    if (vase_cuda_sticky(e))
+        return log_error_errno(-ENOTRECOVERABLE,
+                               "Arena \"%s\": %s failed: %s (%s), a sticky error: the CUDA "
+                               "context of vased on %s is lost.",
+                               a->kind, what, cudaGetErrorString(e), cudaGetErrorName(e),
+                               a->device_uuid);
     return log_error_errno(vase_cuda_errno(e), "Arena \"%s\": %s failed: %s (%s).", a->kind, what,
                            cudaGetErrorString(e), cudaGetErrorName(e));
 }
@@ -233,12 +243,15 @@ static int plan_range(struct vase_planner *p, const struct vase_plan_run *run,
         if (r < 0) {
             *ret_bad_layer = l;
             /* Bad data (NaN, Inf) is the engine's, reported to it; anything else is ours. */
-            if (r != -EINVAL) {
-                const char *m = vase_cuda_last_error();
-                log_error_errno(r, "Arena \"%s\": planning layer %u of sequence %u on %s: %s",
-                                a->kind, l, run->seq_id, a->device_uuid, m ? m : strerror(-r));
-            }
-            return r;
+            if (r == -EINVAL)
+                return r;
+            const char *m = vase_cuda_last_error();
+            log_error_errno(r, "Arena \"%s\": planning layer %u of sequence %u on %s: %s", a->kind,
+                            l, run->seq_id, a->device_uuid, m ? m : strerror(-r));
+            /* The kernels map every failure to an errno: whether the context survived is
+             * asked of the stream, which reports a sticky error to any later call. */
+            cudaError_t e = cudaStreamSynchronize(p->stream);
+            return vase_cuda_sticky(e) ? log_rt(a, e, "the plan kernels") : r;
         }
     }
     return 0;

@@ -90,6 +90,7 @@ struct vased {
     bool stopping;        /* SIGTERM seen: draining in-flight plans */
     double stop_deadline; /* CLOCK_MONOTONIC */
     bool quit;            /* leave the main loop */
+    int exit_error;       /* why the loop stopped on its own (-ENOTRECOVERABLE: GPU context lost) */
 
     uint64_t watchdog_usec; /* 0: no systemd watchdog */
     double last_watchdog, last_stats;

@@ -311,7 +311,15 @@ static int main_loop(struct vased *d) {
     }
     free(ps.items);
     free(ps.owners);
-    return r;
+    return r < 0 ? r : d->exit_error;
+}
+
+int vased_exit_status(int r) {
+    /* EX_SOFTWARE: a failure the daemon cannot recover from in this process; systemd's
+     * Restart=on-failure restarts it, as it does for any non-zero status. */
+    if (r == -ENOTRECOVERABLE)
+        return VASED_EXIT_DEVICE_LOST;
+    return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 int vased_run(struct vase_config *cfg, const struct vase_cmdline *cmdline) {
@@ -345,8 +353,14 @@ int vased_run(struct vase_config *cfg, const struct vase_cmdline *cmdline) {
     r = main_loop(d);
     if (!d->stopping)
         sd_notify(0, "STOPPING=1");
-    log_info("vased stopped (%llu requests, %llu evictions).",
-             (unsigned long long)d->requests_total, (unsigned long long)d->evictions_total);
+    if (r == -ENOTRECOVERABLE)
+        log_error("vased stopped: its CUDA context is lost (%llu requests, %llu evictions); exit "
+                  "status %d.",
+                  (unsigned long long)d->requests_total, (unsigned long long)d->evictions_total,
+                  VASED_EXIT_DEVICE_LOST);
+    else
+        log_info("vased stopped (%llu requests, %llu evictions).",
+                 (unsigned long long)d->requests_total, (unsigned long long)d->evictions_total);
 finish:
     vase_setup_teardown(d);
     free(d);
