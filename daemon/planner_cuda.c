@@ -105,7 +105,13 @@ static size_t align_up(size_t n) {
     return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
 }
 
-/* Grows the device scratch to at least bytes (its old contents are not kept). */
+/*
+ * Grows the device scratch to at least bytes (its old contents are not kept). Nothing is
+ * allocated or freed per plan or per sequence: the scratch only grows, by half again each time,
+ * so a thread reallocates it a few times over the daemon's life (cudaFree() waits for the
+ * daemon's own work on the device, never for an engine's), and no plan of this thread is in
+ * flight here (publish() synchronised the stream).
+ */
 static int reserve_scratch(struct vase_planner *p, size_t bytes) {
     if (bytes <= p->scratch_bytes)
         return 0;
@@ -114,11 +120,12 @@ static int reserve_scratch(struct vase_planner *p, size_t bytes) {
     p->scratch = NULL;
     p->scratch_bytes = 0;
     void *s = NULL;
-    cudaError_t e = cudaMalloc(&s, bytes);
+    size_t want = align_up(bytes + bytes / 2);
+    cudaError_t e = cudaMalloc(&s, want);
     if (e != cudaSuccess)
         return log_rt(p->arena, e, "cudaMalloc() of plan scratch");
     p->scratch = s;
-    p->scratch_bytes = bytes;
+    p->scratch_bytes = want;
     return 0;
 }
 

@@ -237,6 +237,27 @@ static void test_evictor_on_device(void **state) {
     zmq_ctx_term(ctx);
 }
 
+/* The scratch grows, by half again, and is never allocated or freed per plan: a larger job
+ * within the margin and any number of repeated jobs reuse it. */
+static void test_scratch_reused(void **state) {
+    struct plan_fixture *f = *state;
+    struct vase_plan_run *run = make_run(f, VASE_POLICY_VASE_ATTNV, f->arena);
+    struct vase_planner *p = NULL;
+    uint32_t bad;
+
+    assert_int_equal(vase_planner_for(f->arena)->thread_new(f->arena, &p), 0);
+    unsigned mallocs = mock_cuda.mallocs;
+    assert_int_equal(vase_planner_for(f->arena)->plan_layers(p, run, 0, 2, &bad), 0);
+    assert_int_equal(mock_cuda.mallocs, mallocs + 1);
+    unsigned frees = mock_cuda.frees;
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad), 0);
+    assert_int_equal(mock_cuda.mallocs, mallocs + 1);
+    assert_int_equal(mock_cuda.frees, frees);
+    vase_planner_for(f->arena)->thread_free(p);
+    vase_plan_run_free(run);
+}
+
 /* The sticky class (errno_cuda.c), against the runtime's own codes. */
 static void test_sticky_class(void **state) {
     (void)state;
@@ -337,6 +358,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_planner_nan, plan_setup, plan_teardown),
         cmocka_unit_test_setup_teardown(test_planner_failures, plan_setup, plan_teardown),
         cmocka_unit_test_setup_teardown(test_evictor_on_device, plan_setup, plan_teardown),
+        cmocka_unit_test_setup_teardown(test_scratch_reused, plan_setup, plan_teardown),
         cmocka_unit_test(test_sticky_class),
         cmocka_unit_test_setup_teardown(test_sticky_stops_daemon, plan_setup, plan_teardown),
     };
