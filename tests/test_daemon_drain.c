@@ -105,20 +105,25 @@ struct fixture {
     struct child child;
 };
 
-static struct vased_seq *open_seq(struct fixture *f, uint32_t arena_id) {
+/* Opens a sequence of client c (a model of its own each time) on arena_id: 0 or -errno. */
+static int try_open(struct fixture *f, struct vased_client *c, uint32_t arena_id,
+                    struct vased_seq **ret) {
     struct vase_layout lay;
     struct vased_model *m;
-    struct vased_seq *s;
     char msg[256];
     struct vased_seq_request req = {.policy = VASE_POLICY_VASE_ATTNV, .prompt_len = 500};
     req.params = vase_params_default(256);
     req.params.window = 32;
     req.slack = 32;
     assert_int_equal(vase_layout_compute(&tiny, ARENA, &lay, msg, sizeof(msg)), 0);
-    assert_int_equal(vase_registry_add_model(f->d->reg, f->c, "tiny", arena_id, &lay, &m), 0);
-    assert_int_equal(vase_registry_open_seq(f->d->reg, f->d->allocs[arena_id], f->c, m, &req, 8, 0,
-                                            &s, msg, sizeof(msg)),
-                     0);
+    assert_int_equal(vase_registry_add_model(f->d->reg, c, "tiny", arena_id, &lay, &m), 0);
+    return vase_registry_open_seq(f->d->reg, f->d->allocs[arena_id], c, m, &req, 64, 0, ret, msg,
+                                  sizeof(msg));
+}
+
+static struct vased_seq *open_seq(struct fixture *f, uint32_t arena_id) {
+    struct vased_seq *s;
+    assert_int_equal(try_open(f, f->c, arena_id, &s), 0);
     return s;
 }
 
@@ -262,6 +267,38 @@ static void test_dead_client_held_for_grace(void **state) {
 }
 
 /*
+ * The point of it all: while the dead client's pages are held, another tenant that fills the
+ * device arena never gets one of them; once they are released, it does.
+ */
+static void test_other_tenant_waits(void **state) {
+    struct fixture *f = *state;
+    struct vased *d = f->d;
+    struct vased_client *other;
+    struct vased_seq *s;
+    int r;
+
+    need_pidfd(f);
+    child_exit(&f->child, f->c->pidfd);
+    close_session(f);
+    assert_int_equal(d->reg->n_draining, 1);
+    const struct vased_seq *held = f->on_device; /* an orphan now, its pages kept */
+    assert_int_equal(vase_registry_add_client(d->reg, -1, &other), 0);
+    int opened = 0;
+    while ((r = try_open(f, other, 0, &s)) == 0) {
+        opened++;
+        for (uint32_t i = 0; i < s->n_pages; i++)
+            for (uint32_t j = 0; j < held->n_pages; j++)
+                assert_int_not_equal(s->pages[i], held->pages[j]);
+    }
+    assert_int_equal(r, -ENOSPC);
+    assert_true(opened > 0);
+
+    vase_drain_tick(d, d->reg->draining->release_at);
+    assert_int_equal(d->reg->n_draining, 0);
+    assert_int_equal(try_open(f, other, 0, &s), 0);
+}
+
+/*
  * The process is still exiting when its session closes: its device pages wait for its pidfd,
  * with no time limit, then for the grace. The order is what matters: no tick, however late,
  * returns them before the exit.
@@ -353,6 +390,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_watch_and_judge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clean_disconnect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_client_held_for_grace, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_tenant_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pages_wait_for_exit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unwatchable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_only, setup, teardown),
