@@ -4,9 +4,11 @@
  * The daemon's life: start-up (setup.c), the main loop, shutdown. The main thread owns every
  * piece of state in struct vased and is the only thread that touches the registry, the
  * allocators and the sockets other than the evictor's; it sleeps in one zmq_poll() over the
- * control ROUTER, the evictor's results, the session listener and sessions, a signalfd and a
- * timerfd, and never computes a plan. The loop only calls down: control.c, cycle.c, clients.c
- * and the others take the state and never call back into this file.
+ * control ROUTER, the evictor's results, the session listener and sessions, the pidfds of
+ * draining clients (drain.h), a signalfd and a timerfd, and never computes a plan. The loop
+ * only calls down: control.c, cycle.c, clients.c and the others take the state and never call
+ * back into this file. It stops on SIGTERM, or by itself when a sticky CUDA error lost the GPU
+ * context (exit status VASED_EXIT_DEVICE_LOST, so that systemd restarts vased).
  */
 
 #include <errno.h>
