@@ -66,6 +66,9 @@ static int handle_status(struct vased *d, const struct vase_reply_to *p,
     sr.plans_queued = q.plans_queued;
     sr.plans_running = q.plans_running;
     sr.clients_waiting = q.clients_waiting;
+    sr.clients_draining = d->reg->n_draining;
+    for (const struct vased_client *c = d->reg->draining; c; c = c->next)
+        sr.bytes_draining += c->bytes;
     e.body_case = VASE__ENVELOPE__BODY_STATUS_REPLY;
     e.status_reply = &sr;
     vase_reply_send(d, p, &e);
@@ -74,12 +77,16 @@ static int handle_status(struct vased *d, const struct vase_reply_to *p,
 
 static int handle_list_clients(struct vased *d, const struct vase_reply_to *p,
                                const struct vased_peer *who) {
-    uint32_t n = d->reg->n_clients;
+    uint32_t n = d->reg->n_clients + d->reg->n_draining;
     ProtobufCMessage **entries = vase_reply_repeated_new(n, sizeof(Vase__ClientInfo));
     if (!entries)
         return vase_reply_error(d, p, ENOMEM, "out of memory");
     size_t i = 0;
+    /* Connected clients, then those whose pages wait for their process to exit. */
     for (struct vased_client *c = d->reg->clients; c && i < n; c = c->next)
+        if (vase_access_client_visible(who, c))
+            vase_publish_client_info(d, c, (Vase__ClientInfo *)entries[i++]);
+    for (struct vased_client *c = d->reg->draining; c && i < n; c = c->next)
         if (vase_access_client_visible(who, c))
             vase_publish_client_info(d, c, (Vase__ClientInfo *)entries[i++]);
     Vase__ClientsReply cr = VASE__CLIENTS_REPLY__INIT;

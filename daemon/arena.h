@@ -67,7 +67,8 @@ struct vase_arena {
  * granules of granule_bytes (which must divide size and be a multiple of 4096); share chooses how a
  * CUDA arena is shared (ignored for host). -EINVAL for a bad spec or geometry, -EOPNOTSUPP for CUDA
  * in a build without it, -ENODEV (no such device, no driver), -EBUSY (the device's compute
- * mode forbids sharing it), -ENOMEM, -EIO (other CUDA failures). Logs the reason.
+ * mode forbids sharing it), -ENOMEM, -ENOTRECOVERABLE (a sticky CUDA error: the process's context
+ * is lost), -EIO (other CUDA failures). Logs the reason.
  */
 int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, uint64_t size,
                    uint64_t granule_bytes, struct vase_arena **ret);

@@ -44,8 +44,14 @@ const bool vase_arena_have_cuda = true;
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
-/* Logs a failed runtime call of arena a and returns its -errno. */
+/* Logs a failed runtime call of arena a and returns its -errno; -ENOTRECOVERABLE for a sticky
+ * error (vase_cuda_sticky(): this process's context on the device is lost). */
 static int log_rt(const struct vase_arena *a, cudaError_t e, const char *what) {
+    if (vase_cuda_sticky(e))
+        return log_error_errno(-ENOTRECOVERABLE,
+                               "Arena \"%s\": %s failed: %s (%s), a sticky error: the CUDA "
+                               "context of vased is lost.",
+                               a->kind, what, cudaGetErrorString(e), cudaGetErrorName(e));
     return log_error_errno(vase_cuda_errno(e), "Arena \"%s\": %s failed: %s (%s).", a->kind, what,
                            cudaGetErrorString(e), cudaGetErrorName(e));
 }

@@ -22,6 +22,7 @@
 #include "access.h"
 #include "arena.h"
 #include "clients.h"
+#include "drain.h"
 #include "log.h"
 #include "publish.h"
 #include "registry.h"
@@ -31,6 +32,8 @@
 
 static void drop_pending(struct vased *d, size_t i) {
     close(d->pending[i].fd);
+    if (d->pending[i].pidfd >= 0)
+        close(d->pending[i].pidfd);
     d->pending[i] = d->pending[--d->n_pending];
 }
 
@@ -163,9 +166,11 @@ static void on_pending(struct vased *d, size_t i) {
         drop_pending(d, i);
         return;
     }
-    /* The registry owns the fd now. */
+    /* The registry owns the fds now. */
     d->pending[i] = d->pending[--d->n_pending];
     c->name = name_copy;
+    c->pidfd = pend.pidfd;
+    c->pidfd_error = pend.pidfd_error;
     c->pid = (uint32_t)pend.cred.pid;
     c->uid = pend.cred.uid;
     c->gid = pend.cred.gid;
@@ -188,24 +193,34 @@ static void on_pending(struct vased *d, size_t i) {
 }
 
 /* Ends client c, whose session closed: its sequences close (those with a plan in flight keep their
- * pages until it finishes), its pages return, a client_leave event goes out. */
+ * pages until it finishes), its pages return, a client_leave event goes out. The pages of its
+ * device sequences are held instead while its process may still write them (drain.h). */
 static void drop_client(struct vased *d, struct vased_client *c) {
     uint64_t bytes = c->bytes;
-    uint32_t waiting = 0;
+    uint32_t waiting = 0, held = 0;
+    bool hold = vase_drain_must_hold(d, c);
     vase_publish_client(d, c, false);
     while (c->seqs) {
         struct vased_seq *s = c->seqs;
         vase_publish_seq(d, s, false);
-        if (vase_registry_close_seq(d->reg, d->allocs[s->arena_id], s) > 0)
+        if (hold && vase_arena_on_device(d->arenas[s->arena_id])) {
+            vase_registry_hold_seq(d->reg, s);
+            held++;
+        } else if (vase_registry_close_seq(d->reg, d->allocs[s->arena_id], s) > 0) {
             waiting++;
+        }
     }
     if (c->log_limit.suppressed)
         log_notice("Client %u: %u more messages about it were suppressed.", c->id,
                    c->log_limit.suppressed);
-    log_info("Client %u \"%s\" (pid %u) disconnected; %llu bytes released%s.", c->id,
-             c->name ? c->name : "", c->pid, (unsigned long long)bytes,
-             waiting ? " (those of sequences with a plan in flight when it finishes)" : "");
-    vase_registry_remove_client(d->reg, c);
+    log_info("Client %u \"%s\" (pid %u) disconnected; %llu bytes released%s%s.", c->id,
+             c->name ? c->name : "", c->pid, (unsigned long long)(bytes - c->bytes),
+             waiting ? " (those of sequences with a plan in flight when it finishes)" : "",
+             held ? ", those of its device sequences held while its process may use them" : "");
+    if (held)
+        vase_drain_start(d, c);
+    else
+        vase_registry_remove_client(d->reg, c);
     vase_publish_pressure(d, false);
 }
 
@@ -255,8 +270,30 @@ static void admit(struct vased *d, int fd, const struct ucred *cred) {
         close(fd);
         return;
     }
-    d->pending[d->n_pending++] = (struct vased_pending){
-        .fd = fd, .cred = *cred, .peer = peer, .deadline = vased_now() + VASED_HELLO_TIMEOUT};
+    /* Watched from now on, before its pid could be reused: only where it may map device
+     * memory, whose pages outlive its session until the process is gone (drain.h). */
+    int pidfd = -1, pidfd_error = -EBADF;
+    for (uint32_t i = 0; i < d->n_arenas; i++)
+        if ((peer.arenas & (1u << i)) && vase_arena_on_device(d->arenas[i])) {
+            pidfd_error = vase_drain_watch(cred->pid, &pidfd);
+            /* Said once: it is the kernel's (or the pid namespace's) doing, the same for all. */
+            if (pidfd_error < 0 && pidfd_error != -ESRCH && !d->unwatchable_logged) {
+                log_full_errno(LOG_NOTICE, pidfd_error,
+                               "Cannot watch the process of pid %d (%m); the pages of a GPU "
+                               "client that cannot be watched are held for %.0f s after its "
+                               "session ends.",
+                               (int)cred->pid, VASED_DRAIN_FALLBACK);
+                d->unwatchable_logged = true;
+            }
+            break;
+        }
+    d->pending[d->n_pending++] =
+        (struct vased_pending){.fd = fd,
+                               .pidfd = pidfd,
+                               .pidfd_error = pidfd_error,
+                               .cred = *cred,
+                               .peer = peer,
+                               .deadline = vased_now() + VASED_HELLO_TIMEOUT};
     on_pending(d, d->n_pending - 1);
 }
 

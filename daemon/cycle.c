@@ -267,10 +267,27 @@ static void evict_plan_of(const struct vased_seq *s, const struct vase_plan_run 
     ret->plan_seconds = run->seconds;
 }
 
+/*
+ * A plan failed with the planner's context on its device lost (a sticky CUDA error, logged by
+ * the planner): every later plan there would fail the same way while the daemon looked alive, so
+ * the main loop stops, and vased exits with a status that has systemd restart it (the unit's
+ * Restart=on-failure). Clients see their session close and reconnect to the new daemon.
+ */
+static void fail_device(struct vased *d, const struct vase_plan_run *run) {
+    if (d->exit_error == 0)
+        log_error("Arena %u: the GPU context of vased is lost (sticky CUDA error while planning "
+                  "sequence %u); stopping, so that vased is restarted.",
+                  run->arena ? run->arena->id : 0, run->seq_id);
+    d->exit_error = -ENOTRECOVERABLE;
+    d->quit = true;
+}
+
 void vase_cycle_plan_done(struct vased *d, struct vase_plan_run *run) {
     struct vased_seq *s = run->owner;
 
     d->evictions_in_flight--;
+    if (run->error == -ENOTRECOVERABLE)
+        fail_device(d, run);
     if (!s->client) {
         /* Closed, or its client died, while the plan was computed: now its pages are free. */
         log_debug("Plan of closed sequence %u finished; releasing its pages.", s->id);

@@ -70,5 +70,5 @@ int main(int argc, char **argv) {
     }
     vase_config_done(&cfg);
     vase_cmdline_done(&cmd);
-    return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+    return vased_exit_status(r);
 }

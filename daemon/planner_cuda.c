@@ -36,8 +36,18 @@ struct vase_planner {
     size_t scratch_bytes;
 };
 
-/* Logs a failed runtime call while planning over arena a and returns its -errno. */
+/*
+ * Logs a failed runtime call while planning over arena a and returns its -errno. A sticky error
+ * (vase_cuda_sticky()) means this process's context on the device is lost: every later call
+ * would fail the same way, so it returns -ENOTRECOVERABLE, on which vased exits to be restarted.
+ */
 static int log_rt(const struct vase_arena *a, cudaError_t e, const char *what) {
+    if (vase_cuda_sticky(e))
+        return log_error_errno(-ENOTRECOVERABLE,
+                               "Arena \"%s\": %s failed: %s (%s), a sticky error: the CUDA "
+                               "context of vased on %s is lost.",
+                               a->kind, what, cudaGetErrorString(e), cudaGetErrorName(e),
+                               a->device_uuid);
     return log_error_errno(vase_cuda_errno(e), "Arena \"%s\": %s failed: %s (%s).", a->kind, what,
                            cudaGetErrorString(e), cudaGetErrorName(e));
 }
@@ -95,7 +105,13 @@ static size_t align_up(size_t n) {
     return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
 }
 
-/* Grows the device scratch to at least bytes (its old contents are not kept). */
+/*
+ * Grows the device scratch to at least bytes (its old contents are not kept). Nothing is
+ * allocated or freed per plan or per sequence: the scratch only grows, by half again each time,
+ * so a thread reallocates it a few times over the daemon's life (cudaFree() waits for the
+ * daemon's own work on the device, never for an engine's), and no plan of this thread is in
+ * flight here (publish() synchronised the stream).
+ */
 static int reserve_scratch(struct vase_planner *p, size_t bytes) {
     if (bytes <= p->scratch_bytes)
         return 0;
@@ -104,11 +120,12 @@ static int reserve_scratch(struct vase_planner *p, size_t bytes) {
     p->scratch = NULL;
     p->scratch_bytes = 0;
     void *s = NULL;
-    cudaError_t e = cudaMalloc(&s, bytes);
+    size_t want = align_up(bytes + bytes / 2);
+    cudaError_t e = cudaMalloc(&s, want);
     if (e != cudaSuccess)
         return log_rt(p->arena, e, "cudaMalloc() of plan scratch");
     p->scratch = s;
-    p->scratch_bytes = bytes;
+    p->scratch_bytes = want;
     return 0;
 }
 
@@ -233,12 +250,15 @@ static int plan_range(struct vase_planner *p, const struct vase_plan_run *run,
         if (r < 0) {
             *ret_bad_layer = l;
             /* Bad data (NaN, Inf) is the engine's, reported to it; anything else is ours. */
-            if (r != -EINVAL) {
-                const char *m = vase_cuda_last_error();
-                log_error_errno(r, "Arena \"%s\": planning layer %u of sequence %u on %s: %s",
-                                a->kind, l, run->seq_id, a->device_uuid, m ? m : strerror(-r));
-            }
-            return r;
+            if (r == -EINVAL)
+                return r;
+            const char *m = vase_cuda_last_error();
+            log_error_errno(r, "Arena \"%s\": planning layer %u of sequence %u on %s: %s", a->kind,
+                            l, run->seq_id, a->device_uuid, m ? m : strerror(-r));
+            /* The kernels map every failure to an errno: whether the context survived is
+             * asked of the stream, which reports a sticky error to any later call. */
+            cudaError_t e = cudaStreamSynchronize(p->stream);
+            return vase_cuda_sticky(e) ? log_rt(a, e, "the plan kernels") : r;
         }
     }
     return 0;

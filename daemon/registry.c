@@ -5,8 +5,10 @@
  * incarnation; a live sequence is on its client's list and in the id table, an orphan on the
  * orphan list only; the pages of a sequence are charged to its client while it is live
  * (client->bytes), and stay out of the free pool until the sequence is freed, so no plan is
- * ever written into pages someone else owns. All page movement goes through the allocator's
- * all-or-nothing calls.
+ * ever written into pages someone else owns. An orphan held by a draining client (its holder,
+ * on the draining list, still charged) is freed only when that client is released, so no dead
+ * process's GPU work lands in pages someone else owns either. All page movement goes through
+ * the allocator's all-or-nothing calls.
  */
 
 #include <errno.h>
@@ -71,6 +73,8 @@ static void client_free(struct vased_client *c) {
     }
     if (c->fd >= 0)
         close(c->fd);
+    if (c->pidfd >= 0)
+        close(c->pidfd);
     free(c->name);
     free(c);
 }
@@ -81,6 +85,11 @@ struct vase_registry *vase_registry_free(struct vase_registry *reg) {
     while (reg->clients) {
         struct vased_client *c = reg->clients;
         reg->clients = c->next;
+        client_free(c);
+    }
+    while (reg->draining) {
+        struct vased_client *c = reg->draining;
+        reg->draining = c->next;
         client_free(c);
     }
     while (reg->orphans) {
@@ -100,6 +109,7 @@ int vase_registry_add_client(struct vase_registry *reg, int fd, struct vased_cli
     if (!c)
         return -ENOMEM;
     c->fd = -1;
+    c->pidfd = -1;
     /* The token is the control socket's routing id: random, so that one client cannot guess
      * another's, and never starting with a zero byte, which ZeroMQ reserves. */
     if (getrandom(c->token, sizeof(c->token), 0) != (ssize_t)sizeof(c->token)) {
@@ -357,8 +367,9 @@ static void seq_release_pages(struct vased_seq *s, struct vase_alloc *alloc,
     s->n_pages = s->n_ring_pages = s->n_plan_pages = 0;
 }
 
-int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
-                            struct vased_seq *s) {
+/* Takes live sequence s off its client's list and the id table; the client stops paying for its
+ * statistics. */
+static void seq_unlink(struct vase_registry *reg, struct vased_seq *s) {
     struct vased_client *c = s->client;
 
     for (struct vased_seq **p = &c->seqs; *p; p = &(*p)->next)
@@ -368,20 +379,41 @@ int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
         }
     s->next = NULL;
     c->n_seqs--;
-    /* The client no longer pays for what the sequence keeps while a plan finishes. */
     c->stats_bytes -= s->stats_bytes < c->stats_bytes ? s->stats_bytes : c->stats_bytes;
     seq_table_remove(reg, s);
     reg->n_seqs--;
+}
 
+/* Puts s, unlinked, on the orphan list: no client, no model, its pages kept. */
+static void seq_orphan(struct vase_registry *reg, struct vased_seq *s) {
+    s->client = NULL;
+    s->model = NULL;
+    s->next = reg->orphans;
+    reg->orphans = s;
+}
+
+static void orphan_unlink(struct vase_registry *reg, struct vased_seq *s) {
+    for (struct vased_seq **p = &reg->orphans; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+}
+
+static void uncharge(struct vased_client *c, uint64_t bytes) {
+    c->bytes -= bytes < c->bytes ? bytes : c->bytes;
+}
+
+int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
+                            struct vased_seq *s) {
+    struct vased_client *c = s->client;
+
+    seq_unlink(reg, s);
     if (s->state == VASED_SEQ_PLANNING) {
         /* Evictor threads may still write this sequence's plan pages: keep every page out of
          * the free pool until they are done, but stop charging the client for them. */
-        uint64_t held = vase_registry_seq_bytes(s);
-        c->bytes -= held < c->bytes ? held : c->bytes;
-        s->client = NULL;
-        s->model = NULL;
-        s->next = reg->orphans;
-        reg->orphans = s;
+        uncharge(c, vase_registry_seq_bytes(s));
+        seq_orphan(reg, s);
         return 1;
     }
     seq_release_pages(s, alloc, &c->bytes);
@@ -390,13 +422,71 @@ int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
 }
 
 void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, struct vased_seq *s) {
-    for (struct vased_seq **p = &reg->orphans; *p; p = &(*p)->next)
-        if (*p == s) {
-            *p = s->next;
-            break;
-        }
+    if (s->holder) {
+        /* The plan is done, but the dead client's process may still write the pages. */
+        s->run = vase_plan_run_free(s->run);
+        s->state = VASED_SEQ_IDLE;
+        return;
+    }
+    orphan_unlink(reg, s);
     seq_release_pages(s, alloc, NULL);
     seq_free(s);
+}
+
+void vase_registry_hold_seq(struct vase_registry *reg, struct vased_seq *s) {
+    struct vased_client *c = s->client;
+
+    seq_unlink(reg, s);
+    seq_orphan(reg, s);
+    s->holder = c;
+    c->n_held++;
+}
+
+void vase_registry_drain_client(struct vase_registry *reg, struct vased_client *c) {
+    for (struct vased_client **p = &reg->clients; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            reg->n_clients--;
+            break;
+        }
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->draining = true;
+    c->next = reg->draining;
+    reg->draining = c;
+    reg->n_draining++;
+}
+
+uint64_t vase_registry_release_client(struct vase_registry *reg, struct vase_alloc *const *allocs,
+                                      struct vased_client *c) {
+    uint64_t released = 0;
+    struct vased_seq *next;
+
+    for (struct vased_seq *s = reg->orphans; s; s = next) {
+        next = s->next;
+        if (s->holder != c)
+            continue;
+        s->holder = NULL;
+        c->n_held--;
+        if (s->state == VASED_SEQ_PLANNING) {
+            /* Its run comes back later and reaps it. */
+            uncharge(c, vase_registry_seq_bytes(s));
+            continue;
+        }
+        released += vase_registry_seq_bytes(s);
+        orphan_unlink(reg, s);
+        seq_release_pages(s, allocs[s->arena_id], &c->bytes);
+        seq_free(s);
+    }
+    for (struct vased_client **p = &reg->draining; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            reg->n_draining--;
+            break;
+        }
+    client_free(c);
+    return released;
 }
 
 int vase_registry_shrink_seq(struct vased_seq *s, struct vase_alloc *alloc, uint32_t keep_pages) {

@@ -33,7 +33,16 @@ struct vased_client {
     uint32_t pid;
     uid_t uid;
     gid_t gid;
-    int fd;               /* the session socket; closed by vase_registry_remove_client() */
+    int fd; /* the session socket; closed by vase_registry_remove_client() */
+    /* The process, watched from its connection on (drain.h): a pidfd, or -1 with pidfd_error
+     * saying why (-ESRCH: gone already; -ENOSYS, -EPERM, -EINVAL: it cannot be watched). */
+    int pidfd;
+    int pidfd_error;
+    /* Draining: the session closed while the process may still run GPU work on the pages of its
+     * device sequences, which it holds (n_held orphans) until release_at (0: until it exits). */
+    bool draining;
+    double release_at;
+    uint32_t n_held;
     double connected_at;  /* CLOCK_MONOTONIC seconds */
     uint64_t bytes;       /* arena bytes charged to this client (quota) */
     uint64_t stats_bytes; /* daemon memory its sequences' pushed statistics hold (quota) */
@@ -95,6 +104,7 @@ struct vased_seq {
     uint32_t *scores_len;
     uint64_t stats_bytes;        /* bytes of acc and scores, also charged to the client */
     struct vased_seq *next;      /* in the client's list, or the orphan list */
+    struct vased_client *holder; /* an orphan's draining client, whose process may write it */
     struct vased_seq *hash_next; /* in the registry's id table */
 };
 
@@ -103,9 +113,11 @@ struct vase_registry {
     uint32_t n_clients;
     uint32_t n_seqs; /* live (not orphaned) sequences */
     uint32_t next_client_id, next_model_id, next_seq_id;
-    struct vased_seq **seq_table; /* id hash, chained through hash_next */
-    uint32_t seq_table_size;      /* power of two */
-    struct vased_seq *orphans;    /* sequences whose pages wait for their plan to finish */
+    struct vased_seq **seq_table;  /* id hash, chained through hash_next */
+    uint32_t seq_table_size;       /* power of two */
+    struct vased_seq *orphans;     /* sequences whose pages wait for their plan or holder */
+    struct vased_client *draining; /* clients gone from the session, holding device pages */
+    uint32_t n_draining;
 };
 
 int vase_registry_new(struct vase_registry **ret);
@@ -172,8 +184,26 @@ struct vased_seq *vase_registry_find_seq(const struct vase_registry *reg, uint32
  */
 int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
                             struct vased_seq *s);
-/* Frees an orphan whose plan has finished, returning its pages. */
+/* Frees an orphan whose plan has finished, returning its pages; one a draining client holds
+ * only drops its run and keeps its pages until vase_registry_release_client(). */
 void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, struct vased_seq *s);
+
+/*
+ * Ends live sequence s of a client whose session closed without returning its pages: it becomes
+ * an orphan held by the client (unreachable by id), its pages still charged to the client, until
+ * vase_registry_release_client(). Its plan in flight, if any, finishes as for any orphan.
+ */
+void vase_registry_hold_seq(struct vase_registry *reg, struct vased_seq *s);
+/* Moves client c, which has no live sequence left and holds n_held > 0, from the clients to the
+ * draining list (unreachable by token; no longer counted in n_clients); its session closes. */
+void vase_registry_drain_client(struct vase_registry *reg, struct vased_client *c);
+/*
+ * Ends draining client c: the pages of the orphans it holds go back to their arena's allocator
+ * (allocs, by arena id), those with a plan in flight when it finishes; c is freed. Returns the
+ * bytes returned now.
+ */
+uint64_t vase_registry_release_client(struct vase_registry *reg, struct vase_alloc *const *allocs,
+                                      struct vased_client *c);
 
 /* Releases the KV pages of s beyond keep_pages (charged to its client). 0 or -EINVAL. */
 int vase_registry_shrink_seq(struct vased_seq *s, struct vase_alloc *alloc, uint32_t keep_pages);

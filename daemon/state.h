@@ -45,6 +45,7 @@ struct vased_peer {
 
 struct vased_pending {
     int fd;
+    int pidfd, pidfd_error; /* the peer's process (drain.h), for device arenas */
     struct ucred cred;
     struct vased_peer peer;
     double deadline;
@@ -86,10 +87,12 @@ struct vased {
     struct vased_pending pending[VASED_MAX_PENDING];
     size_t n_pending;
     struct vase_ratelimit refuse_log;
+    bool unwatchable_logged; /* a client's process could not be watched (drain.h), said once */
 
     bool stopping;        /* SIGTERM seen: draining in-flight plans */
     double stop_deadline; /* CLOCK_MONOTONIC */
     bool quit;            /* leave the main loop */
+    int exit_error;       /* why the loop stopped on its own (-ENOTRECOVERABLE: GPU context lost) */
 
     uint64_t watchdog_usec; /* 0: no systemd watchdog */
     double last_watchdog, last_stats;

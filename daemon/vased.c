@@ -4,9 +4,11 @@
  * The daemon's life: start-up (setup.c), the main loop, shutdown. The main thread owns every
  * piece of state in struct vased and is the only thread that touches the registry, the
  * allocators and the sockets other than the evictor's; it sleeps in one zmq_poll() over the
- * control ROUTER, the evictor's results, the session listener and sessions, a signalfd and a
- * timerfd, and never computes a plan. The loop only calls down: control.c, cycle.c, clients.c
- * and the others take the state and never call back into this file.
+ * control ROUTER, the evictor's results, the session listener and sessions, the pidfds of
+ * draining clients (drain.h), a signalfd and a timerfd, and never computes a plan. The loop
+ * only calls down: control.c, cycle.c, clients.c and the others take the state and never call
+ * back into this file. It stops on SIGTERM, or by itself when a sticky CUDA error lost the GPU
+ * context (exit status VASED_EXIT_DEVICE_LOST, so that systemd restarts vased).
  */
 
 #include <errno.h>
@@ -26,6 +28,7 @@
 #include "clients.h"
 #include "control.h"
 #include "cycle.h"
+#include "drain.h"
 #include "evictor.h"
 #include "log.h"
 #include "publish.h"
@@ -40,9 +43,16 @@ static void update_status(struct vased *d, bool force) {
         free_bytes += vase_alloc_free_bytes(d->allocs[i]);
         total += d->allocs[i]->arena_bytes;
     }
-    snprintf(status, sizeof(status), "%u clients, %u sequences, %llu MiB of %llu MiB free%s",
+    uint64_t held = 0;
+    for (const struct vased_client *c = d->reg->draining; c; c = c->next)
+        held += c->bytes;
+    char draining[96] = "";
+    if (d->reg->n_draining)
+        snprintf(draining, sizeof(draining), ", %u draining (%llu MiB held)", d->reg->n_draining,
+                 (unsigned long long)(held >> 20));
+    snprintf(status, sizeof(status), "%u clients, %u sequences, %llu MiB of %llu MiB free%s%s",
              d->reg->n_clients, d->reg->n_seqs, (unsigned long long)(free_bytes >> 20),
-             (unsigned long long)(total >> 20), d->stopping ? ", stopping" : "");
+             (unsigned long long)(total >> 20), draining, d->stopping ? ", stopping" : "");
     if (!force && strcmp(status, d->last_status) == 0)
         return;
     memcpy(d->last_status, status, sizeof(status));
@@ -132,6 +142,7 @@ static void on_timer(struct vased *d) {
         log_debug_errno(-errno, "timerfd read: %m");
 
     vase_clients_expire_pending(d, now);
+    vase_drain_tick(d, now);
     if (d->watchdog_usec && now - d->last_watchdog >= (double)d->watchdog_usec / 2e6) {
         sd_notify(0, "WATCHDOG=1");
         d->last_watchdog = now;
@@ -205,6 +216,7 @@ struct poll_set {
     size_t cap, n;
     size_t listener; /* SIZE_MAX: no listener */
     size_t pending0, n_pending, clients0;
+    size_t drain0; /* items[drain0..n): pidfds of draining clients awaiting their exit */
 };
 
 enum { ITEM_ROUTER, ITEM_EVICTOR, ITEM_SIGNAL, ITEM_TIMER, ITEM_ZAP, ITEM_FIXED };
@@ -234,7 +246,7 @@ static int poll_set_reserve(struct poll_set *ps, size_t need) {
  * set may grow).
  */
 static int poll_set_fill(struct vased *d, struct poll_set *ps) {
-    size_t need = ITEM_FIXED + 1 + d->n_pending + d->reg->n_clients;
+    size_t need = ITEM_FIXED + 1 + d->n_pending + d->reg->n_clients + d->reg->n_draining;
     bool short_of_room = poll_set_reserve(ps, need) < 0;
     size_t cap = ps->cap;
     zmq_pollitem_t *items = ps->items;
@@ -242,7 +254,7 @@ static int poll_set_fill(struct vased *d, struct poll_set *ps) {
     if (cap < ITEM_FIXED) {
         ps->n = 0;
         ps->listener = SIZE_MAX;
-        ps->pending0 = ps->clients0 = 0;
+        ps->pending0 = ps->clients0 = ps->drain0 = 0;
         ps->n_pending = 0;
         return 1;
     }
@@ -265,16 +277,25 @@ static int poll_set_fill(struct vased *d, struct poll_set *ps) {
         ps->owners[n - ps->clients0] = c;
         items[n++] = (zmq_pollitem_t){.fd = c->fd, .events = ZMQ_POLLIN};
     }
+    ps->drain0 = n;
+    for (struct vased_client *c = d->reg->draining; c && n < cap; c = c->next)
+        if (c->pidfd >= 0 && c->release_at == 0) {
+            ps->owners[n - ps->clients0] = c;
+            items[n++] = (zmq_pollitem_t){.fd = c->pidfd, .events = ZMQ_POLLIN};
+        }
     ps->n = n;
     return short_of_room ? 1 : 0;
 }
 
-/* Pending sessions, clients' sessions, then new connections. */
+/* Pending sessions, clients' sessions, exits of draining clients, then new connections. */
 static void poll_set_sessions(struct vased *d, const struct poll_set *ps) {
     for (size_t i = ps->pending0; i < ps->pending0 + ps->n_pending; i++)
         if (ps->items[i].revents)
             vase_clients_on_pending(d, ps->items[i].fd);
-    for (size_t i = ps->clients0; i < ps->n; i++)
+    for (size_t i = ps->drain0; i < ps->n; i++)
+        if (ps->items[i].revents)
+            vase_drain_on_exit(d, ps->owners[i - ps->clients0], ps->items[i].fd, vased_now());
+    for (size_t i = ps->clients0; i < ps->drain0; i++)
         if (ps->items[i].revents)
             vase_clients_on_session(d, ps->owners[i - ps->clients0], ps->items[i].fd,
                                     ps->items[i].revents);
@@ -311,7 +332,15 @@ static int main_loop(struct vased *d) {
     }
     free(ps.items);
     free(ps.owners);
-    return r;
+    return r < 0 ? r : d->exit_error;
+}
+
+int vased_exit_status(int r) {
+    /* EX_SOFTWARE: a failure the daemon cannot recover from in this process; systemd's
+     * Restart=on-failure restarts it, as it does for any non-zero status. */
+    if (r == -ENOTRECOVERABLE)
+        return VASED_EXIT_DEVICE_LOST;
+    return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 int vased_run(struct vase_config *cfg, const struct vase_cmdline *cmdline) {
@@ -345,8 +374,14 @@ int vased_run(struct vase_config *cfg, const struct vase_cmdline *cmdline) {
     r = main_loop(d);
     if (!d->stopping)
         sd_notify(0, "STOPPING=1");
-    log_info("vased stopped (%llu requests, %llu evictions).",
-             (unsigned long long)d->requests_total, (unsigned long long)d->evictions_total);
+    if (r == -ENOTRECOVERABLE)
+        log_error("vased stopped: its CUDA context is lost (%llu requests, %llu evictions); exit "
+                  "status %d.",
+                  (unsigned long long)d->requests_total, (unsigned long long)d->evictions_total,
+                  VASED_EXIT_DEVICE_LOST);
+    else
+        log_info("vased stopped (%llu requests, %llu evictions).",
+                 (unsigned long long)d->requests_total, (unsigned long long)d->evictions_total);
 finish:
     vase_setup_teardown(d);
     free(d);

@@ -63,3 +63,32 @@ int vase_cu_errno(int cu_result) {
         return -EIO;
     }
 }
+
+/*
+ * The runtime's documentation says of each of these that it "leaves the process in an
+ * inconsistent state and any further CUDA work will return the same error. To continue using
+ * CUDA, the process must be terminated and relaunched." An uncorrectable ECC error is not
+ * described so, but the memory it was found in can no longer be trusted either. The codes added
+ * in later toolkits are matched by value, so that older toolkits still compile this file.
+ */
+int vase_cuda_sticky(int cuda_error) {
+    switch (cuda_error) {
+    case cudaErrorECCUncorrectable:
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case 226: /* cudaErrorContained */
+    case 721: /* cudaErrorTensorMemoryLeak */
+    case 810: /* cudaErrorMpsClientTerminated */
+    case 911: /* cudaErrorExternalDevice */
+        return 1;
+    default:
+        return 0;
+    }
+}

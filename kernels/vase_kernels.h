@@ -178,6 +178,12 @@ int vase_plan_validate(const uint32_t *keep, uint32_t heads, uint32_t K, uint32_
  */
 int vase_cuda_errno(int cuda_error);
 int vase_cu_errno(int cu_result);
+/*
+ * 1 if cuda_error (a cudaError_t) is of the sticky class: the context of the process is lost and
+ * every later CUDA call fails the same way until the process restarts (an illegal address, a
+ * failed launch, a device assert, an uncorrectable ECC error...); 0 otherwise. Pure.
+ */
+int vase_cuda_sticky(int cuda_error);
 
 /* 1 if a CUDA device is usable, 0 if there is none (or no driver), -errno on another error. */
 int vase_cuda_available(void);

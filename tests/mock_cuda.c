@@ -659,7 +659,10 @@ int vase_plan_cuda(const struct vase_plan_input *in, struct vase_cuda_workspace 
     (void)stream;
     pthread_mutex_lock(&lock);
     mock_cuda.plans++;
+    int fail = mock_cuda.plan_error;
     pthread_mutex_unlock(&lock);
+    if (fail)
+        return fail;
     return vase_plan(in, 1, NULL, keep);
 }
 

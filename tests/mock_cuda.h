@@ -48,6 +48,9 @@ struct mock_cuda {
     unsigned copies_h2d, copies_d2h, copies_d2d;
     unsigned plans, compacts, workspaces;
     int workspaces_live;
+
+    /* More knobs. */
+    int plan_error; /* vase_plan_cuda() fails with this -errno when not 0 */
 };
 
 extern struct mock_cuda mock_cuda;

@@ -5,7 +5,7 @@
  * libcudart), on a cuda-ipc arena whose "device" memory the CPU can read: plans on the
  * "device" equal the CPU planner's, reach the plan pages, fail whole on NaN naming the layer,
  * report CUDA failures with the runtime's message, and the evictor's threads make and free their
- * planners.
+ * planners; a sticky CUDA error stops the daemon with the status that restarts it.
  */
 
 #include <errno.h>
@@ -20,10 +20,15 @@
 
 #include <cmocka.h>
 
+#include "../daemon/alloc.h"
 #include "../daemon/arena.h"
+#include "../daemon/cycle.h"
 #include "../daemon/evictor.h"
 #include "../daemon/log.h"
 #include "../daemon/planner.h"
+#include "../daemon/registry.h"
+#include "../daemon/state.h"
+#include "../daemon/vased.h"
 #include "log_capture.h"
 #include "mock_cuda.h"
 #include "plan_fixture.h"
@@ -162,13 +167,31 @@ static void test_planner_failures(void **state) {
     assert_non_null(strstr(log, "plan scratch"));
     assert_int_equal(bad, 0);
     mock_cuda.fail_malloc = false;
+    /* cudaErrorLaunchFailure is sticky: the context is lost, said so, and -ENOTRECOVERABLE. */
     mock_cuda.fail_stream_sync = true;
     log_capture_begin();
     r = vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad);
     log = log_capture_end();
-    assert_int_equal(r, -EIO);
+    assert_int_equal(r, -ENOTRECOVERABLE);
     assert_non_null(strstr(log, "cudaStreamSynchronize"));
+    assert_non_null(strstr(log, "sticky"));
     mock_cuda.fail_stream_sync = false;
+    /* A kernel failure that leaves the context usable stays the kernels' -EIO... */
+    mock_cuda.plan_error = -EIO;
+    log_capture_begin();
+    r = vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad);
+    log = log_capture_end();
+    assert_int_equal(r, -EIO);
+    assert_null(strstr(log, "sticky"));
+    /* ... and one after which the stream reports a sticky error is the context's loss. */
+    mock_cuda.fail_stream_sync = true;
+    log_capture_begin();
+    r = vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad);
+    log = log_capture_end();
+    assert_int_equal(r, -ENOTRECOVERABLE);
+    assert_non_null(strstr(log, "the plan kernels"));
+    mock_cuda.fail_stream_sync = false;
+    mock_cuda.plan_error = 0;
     assert_int_equal(vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad), 0);
     vase_planner_for(f->arena)->thread_free(p);
     vase_plan_run_free(run);
@@ -214,6 +237,120 @@ static void test_evictor_on_device(void **state) {
     zmq_ctx_term(ctx);
 }
 
+/* The scratch grows, by half again, and is never allocated or freed per plan: a larger job
+ * within the margin and any number of repeated jobs reuse it. */
+static void test_scratch_reused(void **state) {
+    struct plan_fixture *f = *state;
+    struct vase_plan_run *run = make_run(f, VASE_POLICY_VASE_ATTNV, f->arena);
+    struct vase_planner *p = NULL;
+    uint32_t bad;
+
+    assert_int_equal(vase_planner_for(f->arena)->thread_new(f->arena, &p), 0);
+    unsigned mallocs = mock_cuda.mallocs;
+    assert_int_equal(vase_planner_for(f->arena)->plan_layers(p, run, 0, 2, &bad), 0);
+    assert_int_equal(mock_cuda.mallocs, mallocs + 1);
+    unsigned frees = mock_cuda.frees;
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(vase_planner_for(f->arena)->plan_layers(p, run, 0, L, &bad), 0);
+    assert_int_equal(mock_cuda.mallocs, mallocs + 1);
+    assert_int_equal(mock_cuda.frees, frees);
+    vase_planner_for(f->arena)->thread_free(p);
+    vase_plan_run_free(run);
+}
+
+/* The sticky class (errno_cuda.c), against the runtime's own codes. */
+static void test_sticky_class(void **state) {
+    (void)state;
+    assert_true(vase_cuda_sticky(cudaErrorIllegalAddress));
+    assert_true(vase_cuda_sticky(cudaErrorLaunchFailure));
+    assert_true(vase_cuda_sticky(cudaErrorAssert));
+    assert_true(vase_cuda_sticky(cudaErrorHardwareStackError));
+    assert_true(vase_cuda_sticky(cudaErrorMisalignedAddress));
+    assert_true(vase_cuda_sticky(cudaErrorECCUncorrectable));
+    assert_false(vase_cuda_sticky(cudaSuccess));
+    assert_false(vase_cuda_sticky(cudaErrorMemoryAllocation));
+    assert_false(vase_cuda_sticky(cudaErrorInvalidValue));
+    assert_false(vase_cuda_sticky(cudaErrorNotReady));
+    /* Its mapping to errno is unchanged: the class is asked for separately. */
+    assert_int_equal(vase_cuda_errno(cudaErrorIllegalAddress), -EIO);
+}
+
+/*
+ * From the planner to the main loop: a run whose plan hit a sticky error comes back from the
+ * evictor with -ENOTRECOVERABLE, and its completion stops the loop with the status that has
+ * systemd restart vased; a run that failed otherwise does not. The sequence, closed while it
+ * planned, gets its pages back either way.
+ */
+static void test_sticky_stops_daemon(void **state) {
+    struct plan_fixture *f = *state;
+    const struct vase_layout_geometry g = {L, HQ, HKV, D, VASE_DTYPE_F32, B};
+    void *ctx = zmq_ctx_new();
+    struct vase_evictor *ev = NULL;
+    struct vased *d = calloc(1, sizeof(*d));
+    struct vased_client *c;
+    struct vased_model *m;
+    struct vase_layout lay;
+    char msg[256];
+
+    assert_non_null(d);
+    assert_int_equal(vase_registry_new(&d->reg), 0);
+    assert_int_equal(vase_alloc_new(4u << 20, GRANULE_BYTES, &d->allocs[0]), 0);
+    assert_int_equal(vase_layout_compute(&g, 4u << 20, &lay, msg, sizeof(msg)), 0);
+    assert_int_equal(vase_registry_add_client(d->reg, -1, &c), 0);
+    assert_int_equal(vase_registry_add_model(d->reg, c, "m", 0, &lay, &m), 0);
+    assert_int_equal(vase_evictor_new(ctx, 1, &ev), 0);
+
+    for (int sticky = 0; sticky < 2; sticky++) {
+        struct vased_seq_request req = {.policy = VASE_POLICY_VASE_ATTNV, .slack = W};
+        struct vased_seq *s;
+        req.params = vase_params_default(BUDGET);
+        req.params.window = W;
+        assert_int_equal(
+            vase_registry_open_seq(d->reg, d->allocs[0], c, m, &req, 8, 0, &s, msg, sizeof(msg)),
+            0);
+        struct vase_plan_run *run = make_run(f, VASE_POLICY_VASE_ATTNV, f->arena);
+        run->owner = s;
+        s->run = run;
+        s->state = VASED_SEQ_PLANNING;
+        assert_int_equal(vase_registry_close_seq(d->reg, d->allocs[0], s), 1);
+
+        mock_cuda.plan_error = -EIO;
+        mock_cuda.fail_stream_sync = sticky;
+        log_capture_begin();
+        assert_int_equal(vase_evictor_submit(ev, run), 0);
+        d->evictions_in_flight++;
+        zmq_pollitem_t item = {.socket = vase_evictor_socket(ev), .events = ZMQ_POLLIN};
+        struct vase_plan_run *back = NULL;
+        while (!back) {
+            /* A bound that only a lost run reaches, never a slow one. */
+            assert_true(zmq_poll(&item, 1, 60000) > 0);
+            while (vase_evictor_receive(ev, &back) == 0)
+                ;
+        }
+        assert_ptr_equal(back, run);
+        assert_int_equal(run->error, sticky ? -ENOTRECOVERABLE : -EIO);
+        vase_cycle_plan_done(d, run); /* frees the orphan, and the run with it */
+        const char *log = log_capture_end();
+        assert_int_equal(d->quit, sticky);
+        assert_int_equal(d->exit_error, sticky ? -ENOTRECOVERABLE : 0);
+        assert_int_equal(vased_exit_status(d->exit_error),
+                         sticky ? VASED_EXIT_DEVICE_LOST : EXIT_SUCCESS);
+        if (sticky)
+            assert_non_null(strstr(log, "GPU context of vased is lost"));
+        assert_null(d->reg->orphans);
+        assert_int_equal(d->allocs[0]->used_bytes, 0);
+        assert_int_equal(d->evictions_in_flight, 0);
+    }
+    mock_cuda.plan_error = 0;
+    mock_cuda.fail_stream_sync = false;
+    assert_int_equal(vased_exit_status(-EIO), EXIT_FAILURE);
+    vase_evictor_free(ev);
+    vase_registry_free(d->reg);
+    vase_alloc_free(d->allocs[0]);
+    free(d);
+    zmq_ctx_term(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_planner_attnv, plan_setup, plan_teardown),
@@ -221,6 +358,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_planner_nan, plan_setup, plan_teardown),
         cmocka_unit_test_setup_teardown(test_planner_failures, plan_setup, plan_teardown),
         cmocka_unit_test_setup_teardown(test_evictor_on_device, plan_setup, plan_teardown),
+        cmocka_unit_test_setup_teardown(test_scratch_reused, plan_setup, plan_teardown),
+        cmocka_unit_test(test_sticky_class),
+        cmocka_unit_test_setup_teardown(test_sticky_stops_daemon, plan_setup, plan_teardown),
     };
     vase_log_set_max_level(LOG_ERR);
     vase_log_set_prefix(false);

@@ -2,7 +2,8 @@
 
 /* Unit tests of daemon/registry.c: the layout formulas of PROTOCOL.md as the registry uses them,
  * footprints of sequences in bytes, all-or-nothing sequence admission charged in bytes,
- * ownership, shrinking, and orphans whose pages wait for their plan. */
+ * ownership, shrinking, orphans whose pages wait for their plan, and sequences held for a client
+ * whose process may still write them. */
 
 #include <errno.h>
 #include <setjmp.h>
@@ -372,6 +373,81 @@ static void test_orphan(void **state) {
     check_alloc(f->alloc);
 }
 
+/*
+ * A client whose process may still write its pages: its sequences are held (unreachable, still
+ * charged, pages out of the free pool), one of them with a plan in flight whose end does not free
+ * it; the release returns what is idle at once and leaves the planning one to its run.
+ */
+static void test_hold(void **state) {
+    struct fixture *f = *state;
+    struct vased_seq_request req = request(100);
+    struct vased_seq *s, *t;
+    struct vase_alloc *allocs[1] = {f->alloc};
+    char msg[256];
+    assert_int_equal(
+        vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &s, msg, sizeof(msg)), 0);
+    assert_int_equal(
+        vase_registry_open_seq(f->reg, f->alloc, f->a, f->ma, &req, 8, 0, &t, msg, sizeof(msg)), 0);
+    uint64_t one = vase_registry_seq_bytes(s);
+    uint32_t id = s->id;
+    struct vased_model *mb;
+    assert_int_equal(vase_registry_add_model(f->reg, f->b, "tiny", 0, &f->ma->layout, &mb), 0);
+    assert_int_equal(vase_plan_run_new(&t->run), 0);
+    t->run->owner = t;
+    t->state = VASED_SEQ_PLANNING;
+
+    struct vased_client *a = f->a;
+    vase_registry_hold_seq(f->reg, s);
+    vase_registry_hold_seq(f->reg, t);
+    assert_null(vase_registry_find_seq(f->reg, id));
+    assert_int_equal(f->reg->n_seqs, 0);
+    assert_int_equal(a->n_seqs, 0);
+    assert_int_equal(a->n_held, 2);
+    assert_int_equal(a->bytes, 2 * one); /* still charged */
+    assert_ptr_equal(s->holder, a);
+    assert_null(s->client);
+    vase_registry_drain_client(f->reg, a);
+    f->a = NULL;
+    f->ma = NULL; /* a's, freed with it */
+    assert_int_equal(f->reg->n_clients, 1);
+    assert_int_equal(f->reg->n_draining, 1);
+    assert_null(vase_registry_find_token(f->reg, a->token, VASE_TOKEN_BYTES));
+
+    /* The plan ends first: its run goes, its pages stay. */
+    vase_registry_reap(f->reg, f->alloc, t);
+    assert_null(t->run);
+    assert_int_equal(t->state, VASED_SEQ_IDLE);
+    assert_int_equal(f->alloc->used_bytes, 2 * one);
+    check_alloc(f->alloc);
+    assert_int_equal(vase_registry_release_client(f->reg, allocs, a), 2 * one);
+    assert_int_equal(f->reg->n_draining, 0);
+    assert_null(f->reg->orphans);
+    assert_int_equal(f->alloc->used_bytes, 0);
+    check_alloc(f->alloc);
+
+    /* Released while a plan is still in flight: that sequence waits for its run. */
+    assert_int_equal(
+        vase_registry_open_seq(f->reg, f->alloc, f->b, mb, &req, 8, 0, &s, msg, sizeof(msg)), 0);
+    assert_int_equal(
+        vase_registry_open_seq(f->reg, f->alloc, f->b, mb, &req, 8, 0, &t, msg, sizeof(msg)), 0);
+    assert_int_equal(vase_plan_run_new(&t->run), 0);
+    t->run->owner = t;
+    t->state = VASED_SEQ_PLANNING;
+    struct vased_client *b = f->b;
+    vase_registry_hold_seq(f->reg, s);
+    vase_registry_hold_seq(f->reg, t);
+    vase_registry_drain_client(f->reg, b);
+    f->b = NULL;
+    assert_int_equal(vase_registry_release_client(f->reg, allocs, b), one);
+    assert_ptr_equal(f->reg->orphans, t);
+    assert_null(t->holder);
+    assert_int_equal(f->alloc->used_bytes, one);
+    vase_registry_reap(f->reg, f->alloc, t);
+    assert_null(f->reg->orphans);
+    assert_int_equal(f->alloc->used_bytes, 0);
+    check_alloc(f->alloc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout),
@@ -380,6 +456,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_open_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_models, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orphan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hold, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
