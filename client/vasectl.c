@@ -251,7 +251,7 @@ static int cmd_status(struct vase_admin *a) {
     struct table t = {
         .ncols = 8,
         .headers = {">ARENA", "NAME", "KIND", ">SIZE", ">FREE", ">IN PAGES", ">USED", ">GRANULE"}};
-    char b1[32];
+    char b1[32], b2[32];
     int r;
 
     r = vase_admin_status(a, &s);
@@ -266,6 +266,9 @@ static int cmd_status(struct vase_admin *a) {
     printf("clients %" PRIu32 ", sequences %" PRIu32 ", evictions %" PRIu64 " (%" PRIu32
            " in flight)\n",
            s->clients, s->seqs, s->evictions_total, s->evictions_in_flight);
+    if (s->clients_draining)
+        printf("draining %" PRIu32 " dead clients, holding %s until their processes are gone\n",
+               s->clients_draining, vasectl_fmt_bytes(s->bytes_draining, b2, sizeof(b2)));
     printf("plans queued %" PRIu32 " (%" PRIu32 " clients waiting, served in turn), "
            "running %" PRIu32 "\n",
            s->plans_queued, s->clients_waiting, s->plans_running);
@@ -293,6 +296,7 @@ static int add_client_row(struct table *t, const Vase__ClientInfo *c) {
     vase_admin_escape(c->name, name, sizeof(name));
     if ((r = vasectl_table_add(t, "%" PRIu32, c->client_id)) < 0 ||
         (r = vasectl_table_add(t, "%s", name)) < 0 ||
+        (r = vasectl_table_add(t, "%s", c->state[0] ? c->state : "connected")) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, c->pid)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, c->uid)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, c->gid)) < 0 ||
@@ -305,9 +309,9 @@ static int add_client_row(struct table *t, const Vase__ClientInfo *c) {
 
 static int cmd_clients(struct vase_admin *a) {
     Vase__ClientsReply *cr;
-    struct table t = {.ncols = 9,
-                      .headers = {">ID", "NAME", ">PID", ">UID", ">GID", ">MEMORY", ">SEQS",
-                                  ">MODELS", "CONNECTED"}};
+    struct table t = {.ncols = 10,
+                      .headers = {">ID", "NAME", "STATE", ">PID", ">UID", ">GID", ">MEMORY",
+                                  ">SEQS", ">MODELS", "CONNECTED"}};
     int r;
 
     r = vase_admin_clients(a, &cr);

@@ -162,6 +162,9 @@ static void test_vasectl_status(void **state) {
     assert_non_null(strstr(out, "plans queued 0 (0 clients waiting, served in turn), running 0"));
     out = vasectl_ok(f, (const char *const[]){"seqs", NULL});
     assert_non_null(strstr(out, "snapkv"));
+    out = vasectl_ok(f, (const char *const[]){"clients", NULL});
+    assert_non_null(strstr(out, "STATE"));
+    assert_non_null(strstr(out, "tools-engine  connected"));
     out = vasectl_ok(f, (const char *const[]){"ping", NULL});
     assert_non_null(strstr(out, "pong"));
 
