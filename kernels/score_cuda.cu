@@ -168,8 +168,12 @@ static __global__ void attn_merge_kernel(const float2 *part, uint64_t nrows, uin
 }
 
 /* Pass 2. Grid (tiles, Hkv), ATT_THREADS threads. stats: [Hkv][G][W] (max, 1 / sum);
- * ag: [Hkv][G][n], the mean over the window of each query head's probabilities. */
-static __global__ void __launch_bounds__(ATT_THREADS)
+ * ag: [Hkv][G][n], the mean over the window of each query head's probabilities.
+ *
+ * The minimum of 4 blocks per SM (all that its 21 KiB of shared memory lets an SM hold on
+ * sm_86/sm_89) caps it at 64 registers, which it fits: with the thread count alone, ptxas for
+ * sm_90 chose 40 registers and spilled 84 bytes of the tile's accumulators to local memory. */
+static __global__ void __launch_bounds__(ATT_THREADS, 4)
     attn_mass_kernel(struct att_args a, const float2 *stats, float *ag) {
     __shared__ struct att_smem sm;
     __shared__ float2 rs[ATT_TQ];
