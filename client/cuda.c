@@ -282,7 +282,7 @@ static int make_context(const struct vase__arena *a, int device, struct call *c,
 }
 
 /* The pool and stream the mapping's sequences take their device memory from. A device without
- * memory pools has no pool (cudaMalloc then). */
+ * memory pools, or whose pool cannot be made, has no pool (cudaMalloc then). */
 static int make_pool(const struct vase__arena *a, struct vase__cuda_mapping *m,
                      const struct call *c, char *msg, size_t msg_len) {
     struct cudaMemPoolProps props = {
@@ -298,10 +298,16 @@ static int make_pool(const struct vase__arena *a, struct vase__cuda_mapping *m,
         cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, m->device) != cudaSuccess)
         pools = 0;
     if (e == cudaSuccess && pools) {
-        e = cudaMemPoolCreate(&m->pool, &props);
         /* Freed memory stays in the pool: the next open takes it without asking the driver. */
-        if (e == cudaSuccess)
-            e = cudaMemPoolSetAttribute(m->pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
+        cudaError_t p = cudaMemPoolCreate(&m->pool, &props);
+        if (p == cudaSuccess)
+            p = cudaMemPoolSetAttribute(m->pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
+        if (p != cudaSuccess) {
+            (void)check(c, p);
+            if (m->pool)
+                (void)cudaMemPoolDestroy(m->pool);
+            m->pool = NULL;
+        }
     }
     if (e != cudaSuccess)
         return say(msg, msg_len, check(c, e),

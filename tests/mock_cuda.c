@@ -318,10 +318,11 @@ cudaError_t cudaFree(void *devPtr) {
 
 /* Memory pools: handles only; the memory is an allocation like cudaMalloc()'s. */
 cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps) {
-    cudaError_t e = cudaErrorNotSupported;
+    cudaError_t e = mock_cuda.fail_pool_create ? cudaErrorMemoryAllocation : cudaErrorNotSupported;
     pthread_mutex_lock(&lock);
-    if (!mock_cuda.no_pools && poolProps->location.type == cudaMemLocationTypeDevice &&
-        poolProps->location.id >= 0 && poolProps->location.id < mock_cuda.device_count)
+    if (!mock_cuda.no_pools && !mock_cuda.fail_pool_create &&
+        poolProps->location.type == cudaMemLocationTypeDevice && poolProps->location.id >= 0 &&
+        poolProps->location.id < mock_cuda.device_count)
         for (int i = 0; i < MAX_POOLS; i++)
             if (!pools[i]) {
                 pools[i] = true;

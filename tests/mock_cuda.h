@@ -36,6 +36,7 @@ struct mock_cuda {
     bool fail_stream_sync;   /* cudaStreamSynchronize(): cudaErrorLaunchFailure */
     size_t granularity;      /* cuMemGetAllocationGranularity(): 2 MiB */
     bool no_pools;           /* cudaDevAttrMemoryPoolsSupported 0, cudaMemPoolCreate() fails */
+    bool fail_pool_create;   /* cudaMemPoolCreate(): cudaErrorMemoryAllocation */
     bool fail_pool_malloc;   /* cudaMallocFromPoolAsync(): cudaErrorMemoryAllocation */
     bool hold_events;        /* events recorded now stay not ready until completed */
     /* The thread's last runtime error, as the runtime keeps it: set by a failing call (of the

@@ -627,8 +627,8 @@ static void test_compact(void **state) {
     arena_done(&a);
 }
 
-/* A device without memory pools: the sequence's memory from cudaMalloc() and back by cudaFree()
- * (which synchronises the device: the one fallback). */
+/* A device without memory pools (or whose pool cannot be made): the sequence's memory from
+ * cudaMalloc() and back by cudaFree() (which synchronises the device: the one fallback). */
 static void test_seq_memory_without_pools(void **state) {
     (void)state;
     struct vase__cuda_seq *cs = NULL;
@@ -647,6 +647,19 @@ static void test_seq_memory_without_pools(void **state) {
     assert_null(vase__cuda_seq_free(cs));
     assert_int_equal(mock_cuda.frees, 1);
     assert_int_equal(mock_cuda.async_frees, 0);
+    arena_done(&a);
+
+    /* Pools, but this one cannot be made. */
+    mock_cuda.no_pools = false;
+    mock_cuda.fail_pool_create = true;
+    ipc_arena(&a, 0, 0);
+    assert_int_equal(vase__cuda_map(&a, 2, msg, sizeof(msg)), 0);
+    assert_int_equal(mock_cuda.last_error, cudaSuccess); /* libvase's own failure, cleared */
+    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 2, 4, 4096, &cs), 0);
+    assert_int_equal(mock_cuda.pool_mallocs, 0);
+    assert_int_equal(mock_cuda.mallocs, 3);
+    assert_null(vase__cuda_seq_free(cs));
+    assert_int_equal(mock_cuda.frees, 2);
     arena_done(&a);
 }
 
