@@ -319,11 +319,14 @@ $(DAEMON_CUDA_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(MOCK_CUDA_OBJ) \
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) \
 	  $(INIH_LIBS) $(BLAS_LIBS) -lm
 
+# The eviction cycle of test_client_cuda talks to a daemon faked at the channel.
+CLIENT_CHAN_WRAPS := $(foreach f,send wait drain answered drop call,-Wl,--wrap=vase__chan_$(f)) \
+                     -Wl,--wrap=vase__session_closed
 $(BUILD)/tests/test_client_cuda: $(BUILD)/tests/test_client_cuda.o $(MOCK_CUDA_OBJ) \
                                  $(BUILD)/libvase.a $(KERNEL_LIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -Wl,--wrap=close -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) \
-	  $(BLAS_LIBS) -lm
+	  $(BLAS_LIBS) -lm $(CLIENT_CHAN_WRAPS)
 
 # test_daemon_cuda_arena also starts the real vased (no GPU here: it must refuse cuda:0).
 $(BUILD)/tests/test_daemon_cuda_arena: | $(BUILD)/vased

@@ -17,8 +17,17 @@
  * VMM entry points come from the runtime (cudaGetDriverEntryPointByVersion); vased's CUDA arena
  * finds its device and these entry points the same way (kernels/device_cuda.c). So libvase loads
  * and works on host arenas on machines without a driver. Every call makes the arena's device
- * current and restores the caller's device before it returns. Nothing is logged: failures are
- * -errno, with a sentence for vase_last_error() where the errno alone would not say enough.
+ * current and restores the caller's device before it returns; the mapping also creates the
+ * device's primary context first, since the VMM calls of the driver need a current context and
+ * nothing else in the process may have made one yet. Nothing is logged: failures are -errno,
+ * with a sentence for vase_last_error() where the errno alone would not say enough.
+ *
+ * This code runs inside the engine's CUDA context, so it keeps out of the engine's way: a
+ * runtime error pending when a call starts is the engine's and stays pending; only a failure of
+ * libvase's own runtime calls is cleared, and only when nothing was pending (check()). Opening and
+ * closing a sequence never synchronise the device: its device memory comes from a memory pool of
+ * the mapping (stream-ordered allocation, freed on the sequence's stream), and only where the
+ * device has no memory pools from cudaMalloc() and cudaFree(), which does synchronise.
  */
 
 #include <cuda.h>
@@ -55,20 +64,38 @@ static int say(char *msg, size_t msg_len, int r, const char *fmt, ...) {
 
 /* ---- the current device ------------------------------------------------------------------- */
 
-/* Makes device current; *ret_prev is the caller's, for leave(). */
-static int enter(int device, int *ret_prev) {
-    int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess)
-        prev = -1;
-    *ret_prev = prev;
-    if (prev == device)
-        return 0;
-    return vase_cuda_errno(cudaSetDevice(device));
+/* What a call found when it started: the caller's current device (for leave()) and the
+ * runtime error already pending then, which is the engine's (check()). */
+struct call {
+    int prev;
+    cudaError_t before;
+};
+
+/* A runtime call's result as -errno. A failure of libvase's own call is taken off the thread's
+ * last error, so that the engine's next cudaGetLastError() does not take it for its own, but
+ * only when no error was pending before the call: the runtime keeps one last error, so ours
+ * replaced the engine's, and clearing it would hide from the engine that something failed. */
+static int check(const struct call *c, cudaError_t e) {
+    if (e != cudaSuccess && c->before == cudaSuccess && cudaPeekAtLastError() == e)
+        (void)cudaGetLastError();
+    return vase_cuda_errno(e);
 }
 
-static void leave(int device, int prev) {
-    if (prev >= 0 && prev != device)
-        (void)cudaSetDevice(prev);
+/* Makes device current for a call. */
+static int enter(int device, struct call *c) {
+    int prev = -1;
+    c->before = cudaPeekAtLastError();
+    if (cudaGetDevice(&prev) != cudaSuccess)
+        prev = -1;
+    c->prev = prev;
+    if (prev == device)
+        return 0;
+    return check(c, cudaSetDevice(device));
+}
+
+static void leave(int device, const struct call *c) {
+    if (c->prev >= 0 && c->prev != device)
+        (void)cudaSetDevice(c->prev);
 }
 
 /* ---- mappings ----------------------------------------------------------------------------- */
@@ -84,6 +111,10 @@ struct vase__cuda_mapping {
     uint64_t map_bytes; /* vmm: the reserved and mapped range */
     CUresult (*unmap)(CUdeviceptr, size_t);
     CUresult (*address_free)(CUdeviceptr, size_t);
+    /* The sequences' device memory: a pool that keeps what is freed for the next open (NULL
+     * where the device has none), and a stream of libvase's own for the copies at an open. */
+    cudaMemPool_t pool;
+    cudaStream_t stream;
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -220,20 +251,75 @@ release:
 
 /* Unmaps m on its device. Cache lock held. */
 static void unmap_mapping(struct vase__cuda_mapping *m) {
-    int prev;
-    if (enter(m->device, &prev) < 0)
-        prev = -1;
+    struct call c;
+    if (enter(m->device, &c) < 0)
+        c.prev = -1;
+    /* A pool with memory still in use goes when the last of it is freed. */
+    if (m->pool)
+        (void)check(&c, cudaMemPoolDestroy(m->pool));
+    if (m->stream)
+        (void)check(&c, cudaStreamDestroy(m->stream));
     if (m->vmm) {
         (void)m->unmap((CUdeviceptr)(uintptr_t)m->base, (size_t)m->map_bytes);
         (void)m->address_free((CUdeviceptr)(uintptr_t)m->base, (size_t)m->map_bytes);
     } else
-        (void)cudaIpcCloseMemHandle(m->base);
-    leave(m->device, prev);
+        (void)check(&c, cudaIpcCloseMemHandle(m->base));
+    leave(m->device, &c);
+}
+
+/* Creates the device's primary context and makes it current: the driver's VMM calls need one,
+ * and enter() does nothing when the device is already current, which it is (device 0) in a
+ * process that has not touched CUDA yet. */
+static int make_context(const struct vase__arena *a, int device, struct call *c, char *msg,
+                        size_t msg_len) {
+    cudaError_t e = cudaInitDevice(device, 0, 0);
+    if (e == cudaSuccess)
+        e = cudaSetDevice(device);
+    if (e != cudaSuccess)
+        return say(msg, msg_len, check(c, e), "cannot use GPU %s (device %d): %s", a->device_uuid,
+                   device, cudaGetErrorString(e));
+    return 0;
+}
+
+/* The pool and stream the mapping's sequences take their device memory from. A device without
+ * memory pools, or whose pool cannot be made, has no pool (cudaMalloc then). */
+static int make_pool(const struct vase__arena *a, struct vase__cuda_mapping *m,
+                     const struct call *c, char *msg, size_t msg_len) {
+    struct cudaMemPoolProps props = {
+        .allocType = cudaMemAllocationTypePinned,
+        .handleTypes = cudaMemHandleTypeNone,
+        .location = {.type = cudaMemLocationTypeDevice, .id = m->device},
+    };
+    uint64_t keep_all = UINT64_MAX;
+    int pools = 0;
+
+    cudaError_t e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess &&
+        cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, m->device) != cudaSuccess)
+        pools = 0;
+    if (e == cudaSuccess && pools) {
+        /* Freed memory stays in the pool: the next open takes it without asking the driver. */
+        cudaError_t p = cudaMemPoolCreate(&m->pool, &props);
+        if (p == cudaSuccess)
+            p = cudaMemPoolSetAttribute(m->pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
+        if (p != cudaSuccess) {
+            (void)check(c, p);
+            if (m->pool)
+                (void)cudaMemPoolDestroy(m->pool);
+            m->pool = NULL;
+        }
+    }
+    if (e != cudaSuccess)
+        return say(msg, msg_len, check(c, e),
+                   "cannot make the memory pool for sequences on GPU %s: %s", a->device_uuid,
+                   cudaGetErrorString(e));
+    return 0;
 }
 
 int vase__cuda_map(struct vase__arena *a, uint64_t incarnation, char *msg, size_t msg_len) {
     struct vase__cuda_mapping *m;
-    int device = -1, prev = -1, r;
+    struct call c;
+    int device = -1, r;
 
     if (!a || !vase__arena_on_device(a))
         return -EINVAL;
@@ -265,13 +351,23 @@ int vase__cuda_map(struct vase__arena *a, uint64_t incarnation, char *msg, size_
     }
     *m = (struct vase__cuda_mapping){
         .arena_id = a->id, .incarnation = incarnation, .refs = 1, .device = device};
-    r = enter(device, &prev);
+    r = enter(device, &c);
     if (r < 0) {
         say(msg, msg_len, r, "cannot use GPU %s", a->device_uuid);
         goto free_mapping;
     }
-    r = vmm ? map_vmm(a, device, m, msg, msg_len) : map_ipc(a, m, msg, msg_len);
-    leave(device, prev);
+    r = make_context(a, device, &c, msg, msg_len);
+    if (r == 0)
+        r = vmm ? map_vmm(a, device, m, msg, msg_len) : map_ipc(a, m, msg, msg_len);
+    if (r == 0) {
+        r = make_pool(a, m, &c, msg, msg_len);
+        if (r < 0) {
+            leave(device, &c);
+            unmap_mapping(m); /* with its stream and pool, if made */
+            goto free_mapping;
+        }
+    }
+    leave(device, &c);
     if (r < 0)
         goto free_mapping;
     m->next = cache;
@@ -318,17 +414,19 @@ void vase__cuda_unmap(struct vase__arena *a) {
 /* ---- streams and copies ------------------------------------------------------------------- */
 
 int vase__cuda_sync(int device, void *stream) {
-    int prev, r = enter(device, &prev);
+    struct call c;
+    int r = enter(device, &c);
     if (r < 0)
         return r;
-    r = vase_cuda_errno(cudaStreamSynchronize((cudaStream_t)stream));
-    leave(device, prev);
+    r = check(&c, cudaStreamSynchronize((cudaStream_t)stream));
+    leave(device, &c);
     return r;
 }
 
 int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t n,
                     bool to_device) {
-    int prev, r = enter(device, &prev);
+    struct call c;
+    int r = enter(device, &c);
     if (r < 0)
         return r;
     /* On the engine's stream, so ordered with its own work; and complete on return. */
@@ -337,31 +435,46 @@ int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t
                         (cudaStream_t)stream);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize((cudaStream_t)stream);
-    leave(device, prev);
-    return vase_cuda_errno(e);
+    r = check(&c, e);
+    leave(device, &c);
+    return r;
 }
 
-/* ---- compaction --------------------------------------------------------------------------- */
+/* ---- sequences ---------------------------------------------------------------------------- */
 
 struct vase__cuda_seq {
     int device;
-    uint32_t *pages; /* device [max_pages] */
+    cudaStream_t stream; /* the sequence's (the engine's): its memory is freed on it */
+    bool pooled;         /* mem is from the mapping's pool, else from cudaMalloc() */
+    char *mem;           /* device: [pages][keep][scratch], each part 256-byte aligned */
+    uint32_t *pages;     /* [max_pages] */
     size_t max_pages;
-    uint32_t *keep; /* device [keep_entries]: one layer's [heads][K] */
+    uint32_t *keep; /* [keep_entries]: one layer's [heads][K] */
     size_t keep_entries;
+    void *scratch; /* vase_compact_cuda()'s, for the largest move of one layer */
+    size_t scratch_bytes;
+    cudaEvent_t marks[VASE__CUDA_MARKS]; /* recorded by vase__cuda_seq_mark() */
 };
+
+static size_t align256(size_t x) {
+    return (x + 255) & ~(size_t)255;
+}
 
 struct vase__cuda_seq *vase__cuda_seq_free(struct vase__cuda_seq *cs) {
     if (!cs)
         return NULL;
-    int prev;
-    if (enter(cs->device, &prev) == 0) {
-        /* cudaFree() waits for the device, so no compaction still reads these. */
-        if (cs->pages)
-            (void)cudaFree(cs->pages);
-        if (cs->keep)
-            (void)cudaFree(cs->keep);
-        leave(cs->device, prev);
+    struct call c;
+    if (enter(cs->device, &c) == 0) {
+        for (int i = 0; i < VASE__CUDA_MARKS; i++)
+            if (cs->marks[i])
+                (void)check(&c, cudaEventDestroy(cs->marks[i]));
+        /* Freed in the order of the sequence's stream, after the work queued on it (the last
+         * compaction included), without waiting. cudaFree() waits for the whole device. */
+        if (cs->mem && cs->pooled)
+            (void)check(&c, cudaFreeAsync(cs->mem, cs->stream));
+        else if (cs->mem)
+            (void)check(&c, cudaFree(cs->mem));
+        leave(cs->device, &c);
     }
     free(cs);
     return NULL;
@@ -371,36 +484,98 @@ const uint32_t *vase__cuda_seq_table(const struct vase__cuda_seq *cs) {
     return cs ? cs->pages : NULL;
 }
 
-int vase__cuda_seq_new(int device, const uint32_t *table, size_t n_pages, size_t keep_entries,
-                       struct vase__cuda_seq **ret) {
-    int prev, r;
-    size_t max_pages = n_pages ? n_pages : 1;
+void vase__cuda_seq_set_stream(struct vase__cuda_seq *cs, void *stream) {
+    if (cs)
+        cs->stream = (cudaStream_t)stream;
+}
 
-    if (!ret || (!table && n_pages) || keep_entries == 0)
+/* The device memory of a new sequence with the table copied in: from the mapping's pool on its
+ * stream, waiting for that stream only, else cudaMalloc() and a synchronous copy. */
+static cudaError_t seq_memory(struct vase__cuda_seq *cs, const struct vase__cuda_mapping *m,
+                              size_t bytes, const uint32_t *table, size_t n_pages) {
+    size_t table_bytes = n_pages * sizeof(uint32_t);
+    cudaError_t e;
+
+    if (m->pool) {
+        e = cudaMallocFromPoolAsync((void **)&cs->mem, bytes, m->pool, m->stream);
+        if (e != cudaSuccess)
+            return e;
+        cs->pooled = true;
+        if (n_pages)
+            e = cudaMemcpyAsync(cs->mem, table, table_bytes, cudaMemcpyHostToDevice, m->stream);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(m->stream);
+        return e;
+    }
+    e = cudaMalloc((void **)&cs->mem, bytes);
+    if (e == cudaSuccess && n_pages)
+        e = cudaMemcpy(cs->mem, table, table_bytes, cudaMemcpyHostToDevice);
+    return e;
+}
+
+int vase__cuda_seq_new(struct vase__cuda_mapping *m, const uint32_t *table, size_t n_pages,
+                       size_t keep_entries, size_t scratch_bytes, struct vase__cuda_seq **ret) {
+    struct call c;
+    size_t max_pages = n_pages ? n_pages : 1;
+    int r;
+
+    if (!m || !ret || (!table && n_pages) || keep_entries == 0 || scratch_bytes == 0)
         return -EINVAL;
     struct vase__cuda_seq *cs = calloc(1, sizeof(*cs));
     if (!cs)
         return -ENOMEM;
-    *cs = (struct vase__cuda_seq){
-        .device = device, .max_pages = max_pages, .keep_entries = keep_entries};
-    r = enter(device, &prev);
+    *cs = (struct vase__cuda_seq){.device = m->device,
+                                  .max_pages = max_pages,
+                                  .keep_entries = keep_entries,
+                                  .scratch_bytes = scratch_bytes};
+    size_t keep_off = align256(max_pages * sizeof(uint32_t));
+    size_t scratch_off = keep_off + align256(keep_entries * sizeof(uint32_t));
+    r = enter(cs->device, &c);
     if (r < 0) {
         free(cs);
         return r;
     }
-    cudaError_t e = cudaMalloc((void **)&cs->pages, max_pages * sizeof(uint32_t));
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < VASE__CUDA_MARKS && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&cs->marks[i], cudaEventDisableTiming);
     if (e == cudaSuccess)
-        e = cudaMalloc((void **)&cs->keep, keep_entries * sizeof(uint32_t));
-    if (e == cudaSuccess && n_pages)
-        e = cudaMemcpy(cs->pages, table, n_pages * sizeof(uint32_t), cudaMemcpyHostToDevice);
-    leave(device, prev);
-    if (e != cudaSuccess) {
+        e = seq_memory(cs, m, scratch_off + scratch_bytes, table, n_pages);
+    r = check(&c, e);
+    leave(cs->device, &c);
+    if (r < 0) {
         vase__cuda_seq_free(cs);
-        return vase_cuda_errno(e);
+        return r;
     }
+    cs->pages = (uint32_t *)cs->mem;
+    cs->keep = (uint32_t *)(cs->mem + keep_off);
+    cs->scratch = cs->mem + scratch_off;
     *ret = cs;
     return 0;
 }
+
+int vase__cuda_seq_mark(struct vase__cuda_seq *cs, void *stream, enum vase__cuda_mark mark) {
+    struct call c;
+    int r = enter(cs->device, &c);
+    if (r < 0)
+        return r;
+    r = check(&c, cudaEventRecord(cs->marks[mark], (cudaStream_t)stream));
+    leave(cs->device, &c);
+    return r;
+}
+
+int vase__cuda_seq_reached(struct vase__cuda_seq *cs, enum vase__cuda_mark mark, bool wait) {
+    struct call c;
+    int r = enter(cs->device, &c);
+    if (r < 0)
+        return r;
+    cudaError_t e = wait ? cudaEventSynchronize(cs->marks[mark]) : cudaEventQuery(cs->marks[mark]);
+    /* Not ready is no error: the runtime does not record it as one. */
+    r = e == cudaErrorNotReady ? 0 : check(&c, e);
+    leave(cs->device, &c);
+    return r < 0 ? r : e == cudaSuccess;
+}
+
+/* ---- compaction --------------------------------------------------------------------------- */
 
 /* Enqueues the copies of one layer's keep lists from the plan pages into cs->keep, merging
  * lists that are adjacent in one plan page. */
@@ -425,41 +600,45 @@ static cudaError_t copy_layer_lists(struct vase__cuda_seq *cs, cudaStream_t stre
     return cudaSuccess;
 }
 
-int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream,
-                       const struct vase__cuda_compact *c) {
+int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream, const struct vase__cuda_compact *c,
+                       bool ordered) {
     const struct vase_layout *l = c->layout;
     cudaStream_t st = (cudaStream_t)stream;
-    int prev, r, new_len = -EPROTO;
-    cudaError_t e;
+    struct call cl;
+    int r, new_len = -EPROTO;
 
     if (c->n_pages > cs->max_pages || (size_t)l->kv_heads * c->keep > cs->keep_entries)
         return -EPROTO;
-    r = enter(cs->device, &prev);
+    r = enter(cs->device, &cl);
     if (r < 0)
         return r;
     /* Stream order carries everything below: each layer's lists land after the previous
-     * layer's kernels read theirs. The device block table is the one copied at the open. */
+     * layer's kernels read theirs, and the scratch is reused the same way. The device block
+     * table is the one copied at the open. */
     for (uint32_t layer = 0; layer < l->layers; layer++) {
-        e = copy_layer_lists(cs, st, c, layer);
-        if (e != cudaSuccess) {
-            r = vase_cuda_errno(e);
+        r = check(&cl, copy_layer_lists(cs, st, c, layer));
+        if (r < 0)
             goto out;
-        }
         for (int kv = VASE_K; kv <= VASE_V; kv++) {
             struct vase_view v =
                 vase_layout_kv_view(l, c->arena_base, cs->pages, layer, (enum vase_kv)kv);
-            new_len = vase_compact_cuda(&v, cs->keep, c->keep, c->n, c->len, st);
+            new_len = vase_compact_cuda(&v, cs->keep, c->keep, c->n, c->len, cs->scratch,
+                                        cs->scratch_bytes, st);
             if (new_len < 0) {
                 r = new_len == -EINVAL ? -EPROTO : new_len;
                 goto out;
             }
         }
     }
-    /* The commit may release pages the compaction reads: it must be done before. */
-    r = vase_cuda_errno(cudaStreamSynchronize(st));
+    /* The commit may release pages the compaction reads: it must be done before. Stream
+     * order: the mark tells when; host order: wait here. */
+    if (ordered)
+        r = check(&cl, cudaEventRecord(cs->marks[VASE__CUDA_COMPACTED], st));
+    else
+        r = check(&cl, cudaStreamSynchronize(st));
 out:
     if (r < 0)
-        (void)cudaStreamSynchronize(st); /* nothing of ours still runs after a failure */
-    leave(cs->device, prev);
+        (void)check(&cl, cudaStreamSynchronize(st)); /* nothing of ours runs after a failure */
+    leave(cs->device, &cl);
     return r < 0 ? r : new_len;
 }

@@ -40,15 +40,40 @@ int vase__cuda_sync(int device, void *stream);
 /* Copies n bytes host to device (to_device) or device to host on stream, and waits for it. */
 int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t n, bool to_device);
 
-/* A sequence's device state: its block table and a [heads][K] keep-list scratch on the device.
- * The table is copied to the device at once (waited for); it never changes afterwards but for
- * losing its tail, so the device copy stays current for the engine's kernels. */
+/*
+ * A sequence's device state: its block table, a [heads][K] keep-list scratch and the
+ * compaction kernel's scratch (scratch_bytes: vase_compact_cuda_scratch_bytes() of the largest
+ * move one layer's K or V can make), in one allocation made at the open, so that applying a
+ * plan allocates nothing. The table is copied to the device at once (waited for); it never
+ * changes afterwards but for losing its tail, so the device copy stays current for the engine's
+ * kernels. The memory comes from mapping m's pool, on a stream of libvase's own (the open waits
+ * for that stream only), and is freed on the sequence's stream (vase__cuda_seq_set_stream())
+ * without waiting; on a device without memory pools, from cudaMalloc() and back by cudaFree(),
+ * which synchronises the device. Two events mark points of the sequence's stream
+ * (vase__cuda_seq_mark()).
+ */
 struct vase__cuda_seq;
-int vase__cuda_seq_new(int device, const uint32_t *table, size_t n_pages, size_t keep_entries,
-                       struct vase__cuda_seq **ret);
+struct vase__cuda_mapping;
+int vase__cuda_seq_new(struct vase__cuda_mapping *m, const uint32_t *table, size_t n_pages,
+                       size_t keep_entries, size_t scratch_bytes, struct vase__cuda_seq **ret);
 /* The device copy of the block table. */
 const uint32_t *vase__cuda_seq_table(const struct vase__cuda_seq *cs);
+/* The stream the sequence's memory is freed on: the engine's for the sequence. */
+void vase__cuda_seq_set_stream(struct vase__cuda_seq *cs, void *stream);
+/* Frees the sequence's device memory, ordered after the work queued on its stream. */
 struct vase__cuda_seq *vase__cuda_seq_free(struct vase__cuda_seq *cs);
+
+/* Points of a sequence's stream that the stream-ordered cycle waits for without blocking. */
+enum vase__cuda_mark {
+    VASE__CUDA_COMPACTED, /* the last compaction enqueued by vase__cuda_compact(ordered) */
+    VASE__CUDA_WRITTEN,   /* the engine's writes before an eviction request */
+    VASE__CUDA_MARKS,
+};
+/* Records mark on stream (after the work queued on it so far). 0 or -errno. */
+int vase__cuda_seq_mark(struct vase__cuda_seq *cs, void *stream, enum vase__cuda_mark mark);
+/* Whether the work before mark has completed on the device: 1 yes (also when it was never
+ * recorded), 0 not yet; wait: blocks the host until it has (never 0). -errno. */
+int vase__cuda_seq_reached(struct vase__cuda_seq *cs, enum vase__cuda_mark mark, bool wait);
 
 /* One eviction plan to apply on the device. */
 struct vase__cuda_compact {
@@ -63,9 +88,14 @@ struct vase__cuda_compact {
 
 /*
  * Applies a plan on stream through the device copy of the block table: for each layer its keep
- * lists copied device to device from the plan pages into the scratch, and vase_compact_cuda() of
- * its K and V; then waits for the stream, so that the commit that follows may release pages the
- * compaction read. Returns the new length, -EPROTO if the kernel refused the arguments, or a
- * CUDA failure; the sequence's memory may be half compacted after a failure.
+ * lists copied device to device from the plan pages into the keep scratch, and
+ * vase_compact_cuda() of its K and V in the sequence's scratch (nothing is allocated). Then,
+ * host order (!ordered): waits for the stream, so that the commit that follows may release
+ * pages the compaction read; stream order: records VASE__CUDA_COMPACTED after the compaction
+ * and returns without waiting; the commit must wait for that mark. Returns the new length,
+ * -EPROTO if the kernel refused the arguments (a move larger than the scratch included), or a
+ * CUDA failure (the stream is then waited for); the sequence's memory may be half compacted
+ * after a failure.
  */
-int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream, const struct vase__cuda_compact *c);
+int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream, const struct vase__cuda_compact *c,
+                       bool ordered);

@@ -20,8 +20,13 @@
  * broken and every later call on it fails with that error.
  *
  * On a device arena (cuda-ipc, cuda-vmm) the same cycle runs on the engine's CUDA stream
- * (vase.h, "Ordering"): the stream is synchronised before a request is sent, and the
- * compaction is enqueued on it (cuda.c) and synchronised before the commit.
+ * (vase.h, "Ordering"). Host order: the stream is synchronised before a request is sent, and
+ * the compaction is enqueued on it (cuda.c) and synchronised before the commit. Stream order:
+ * nothing waits for the device on the decode path; a mark (an event) is recorded on the stream
+ * after the engine's writes and after the compaction, and the request and the commit are
+ * queued until their mark has been reached, then sent by whichever call finds it reached
+ * (flush_queued()). The commit, which lets the daemon hand pages on, thus never leaves before
+ * the compaction that reads them has run.
  */
 
 #include <errno.h>
@@ -47,6 +52,7 @@ static size_t first_nonfinite(const float *x, size_t n) {
 }
 
 static int finish_commit(struct vase_seq *s, bool wait);
+static int flush_queued(struct vase_seq *s, bool wait);
 
 /* Returns, once, the refusal of a stats push that arrived for s (0 if none), with the daemon's
  * words for vase_last_error(). Lock held. */
@@ -73,7 +79,10 @@ static int precheck(struct vase_seq *s) {
                                  "sequence %u no longer matches the daemon's view since an "
                                  "earlier failure (%s); it can only be closed",
                                  s->id, vase_strerror(s->broken));
-    int r = finish_commit(s, false);
+    int r = flush_queued(s, false);
+    if (r < 0)
+        return r;
+    r = finish_commit(s, false);
     if (r < 0)
         return r;
     return take_deferred(s);
@@ -81,23 +90,12 @@ static int precheck(struct vase_seq *s) {
 
 /* ---- the eviction cycle ---- */
 
-static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
+/* Sends the EvictRequest for (len, position) and makes it the pending one. The engine's
+ * writes to the slots and queries it covers are complete, and the last commit's reply read. */
+static int transmit_request(struct vase_seq *s, uint32_t len, uint64_t position) {
     Vase__EvictRequest req = VASE__EVICT_REQUEST__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     uint64_t id;
-
-    /* The block table of the last commit first: the engine is about to run past the slots
-     * that were safe without it. */
-    int rc = finish_commit(s, true);
-    if (rc < 0)
-        return rc;
-    /* The daemon reads the slots and queries as soon as the request arrives: the engine's
-     * writes on its stream must be complete (on the host the system call orders them). */
-    if (s->cuda) {
-        int r = vase__cuda_sync(s->model->arena->device, s->stream);
-        if (r < 0)
-            return r;
-    }
 
     req.seq_id = s->id;
     req.len = len;
@@ -123,18 +121,46 @@ static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
     return 0;
 }
 
+static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
+    /* Stream order: the request leaves once the stream has run the engine's writes. */
+    if (s->cuda && s->ordering == VASE_ORDER_STREAM) {
+        int r = vase__cuda_seq_mark(s->cuda, s->stream, VASE__CUDA_WRITTEN);
+        if (r < 0)
+            return r;
+        s->request_queued = true;
+        s->pending = true;
+        s->pending_id = 0;
+        s->req_len = len;
+        s->req_position = position;
+        return flush_queued(s, false);
+    }
+    /* The block table of the last commit first: the engine is about to run past the slots
+     * that were safe without it. */
+    int rc = finish_commit(s, true);
+    if (rc < 0)
+        return rc;
+    /* The daemon reads the slots and queries as soon as the request arrives: the engine's
+     * writes on its stream must be complete (on the host the system call orders them). */
+    if (s->cuda) {
+        int r = vase__cuda_sync(s->model->arena->device, s->stream);
+        if (r < 0)
+            return r;
+    }
+    return transmit_request(s, len, position);
+}
+
 /* Sends EvictCommit without waiting for its reply: in the steady state the engine's next step
  * does not depend on it (the block table does not change), and finish_commit() reads the
  * reply at the next call, at the latest before the next request. A commit that releases
  * pages is waited for by apply(). Lock held. */
-static int send_commit(struct vase_seq *s, uint32_t round) {
+static int send_commit(struct vase_seq *s, uint32_t round, uint32_t new_len) {
     Vase__EvictCommit ec = VASE__EVICT_COMMIT__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     uint64_t id;
 
     ec.seq_id = s->id;
     ec.round = round;
-    ec.new_len = s->len;
+    ec.new_len = new_len;
     e.body_case = VASE__ENVELOPE__BODY_EVICT_COMMIT;
     e.evict_commit = &ec;
     int r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));
@@ -146,15 +172,60 @@ static int send_commit(struct vase_seq *s, uint32_t round) {
     return 0;
 }
 
-/* Whether a commit at the current length releases pages: the daemon keeps the steady-state
- * block table, ceil((budget + window + slack) / block_tokens) pages, or what the length needs
- * if that is more (PROTOCOL.md, the eviction cycle). */
-static bool commit_releases_pages(const struct vase_seq *s) {
+/* The pages the daemon keeps at a commit of new length len: the steady-state block table,
+ * ceil((budget + window + slack) / block_tokens) pages, or what the length needs if that is
+ * more (PROTOCOL.md, the eviction cycle). */
+static uint32_t commit_keeps_pages(const struct vase_seq *s, uint32_t len) {
     const struct vase_layout *l = &s->model->layout;
     uint32_t steady =
         vase_layout_blocks_for(l, vase_layout_steady_slots(s->budget, s->window, s->slack));
-    uint32_t need = vase_layout_blocks_for(l, s->len);
-    return s->n_pages > (steady > need ? steady : need);
+    uint32_t need = vase_layout_blocks_for(l, len);
+    return steady > need ? steady : need;
+}
+
+/* Whether a commit of new length len releases pages. */
+static bool commit_releases_pages(const struct vase_seq *s, uint32_t len) {
+    return s->n_pages > commit_keeps_pages(s, len);
+}
+
+/* Sends what waits for a mark of the engine's stream (stream order), in order: the commit once
+ * the compaction has run, then the request once the engine's writes before it have. wait:
+ * blocks the host until they have (for callers that wait anyway); else sends only what is
+ * ready. A commit that releases pages is waited for (a round trip to the daemon, not to the
+ * device), as in host order; so is the previous commit's reply before a request. 0 or -errno: a
+ * commit that cannot be sent (or whose compaction failed) breaks the sequence, a request that
+ * cannot be sent is over. Lock held. */
+static int flush_queued(struct vase_seq *s, bool wait) {
+    int r;
+
+    if (s->commit_queued) {
+        r = vase__cuda_seq_reached(s->cuda, VASE__CUDA_COMPACTED, wait);
+        if (r == 0)
+            return 0;
+        s->commit_queued = false;
+        if (r > 0)
+            r = send_commit(s, s->commit_round, s->commit_len);
+        if (r == 0 && commit_releases_pages(s, s->commit_len))
+            r = finish_commit(s, true);
+        if (r < 0) {
+            s->broken = r;
+            return r;
+        }
+    }
+    if (s->request_queued) {
+        r = vase__cuda_seq_reached(s->cuda, VASE__CUDA_WRITTEN, wait);
+        if (r == 0)
+            return 0;
+        s->request_queued = false;
+        s->pending = false;
+        if (r > 0)
+            r = finish_commit(s, true);
+        if (r == 0)
+            r = transmit_request(s, s->req_len, s->req_position);
+        if (r < 0)
+            return r;
+    }
+    return 0;
 }
 
 /* Reads the reply to the pending commit, if any, and takes its block table: waits for it
@@ -239,9 +310,10 @@ static int compact_host(struct vase_seq *s, uint32_t n) {
     return new_len;
 }
 
-/* Compacts every layer on the engine's stream and waits for it (cuda.c). The kernel checks each
- * layer's lists on the device and moves nothing of a layer whose lists are bad. */
-static int compact_device(struct vase_seq *s, uint32_t n) {
+/* Compacts every layer on the engine's stream and, in host order, waits for it (cuda.c). The
+ * kernel checks each layer's lists on the device and moves nothing of a layer whose lists are
+ * bad. */
+static int compact_device(struct vase_seq *s, uint32_t n, bool ordered) {
     struct vase__cuda_compact cc = {
         .layout = &s->model->layout,
         .arena_base = s->model->arena->map,
@@ -253,7 +325,7 @@ static int compact_device(struct vase_seq *s, uint32_t n) {
         .n = n,
         .len = s->len,
     };
-    return vase__cuda_compact(s->cuda, s->stream, &cc);
+    return vase__cuda_compact(s->cuda, s->stream, &cc, ordered);
 }
 
 /* Applies the reply to the pending request. 1 if a plan was applied; the daemon's error if it
@@ -276,8 +348,9 @@ static int apply(struct vase_seq *s, Vase__Envelope *e) {
     }
     /* Even a plan that cannot be applied (for want of memory, say) breaks the sequence: the
      * reply is consumed, and the daemon keeps waiting for a commit that will not come. */
+    bool ordered = s->cuda && s->ordering == VASE_ORDER_STREAM;
     double t0 = now_seconds();
-    int new_len = s->cuda ? compact_device(s, n) : compact_host(s, n);
+    int new_len = s->cuda ? compact_device(s, n, ordered) : compact_host(s, n);
     if (new_len < 0) {
         r = new_len;
         if (r == -EPROTO)
@@ -293,10 +366,24 @@ static int apply(struct vase_seq *s, Vase__Envelope *e) {
     s->rounds++;
     s->stats.evictions++;
     s->stats.last_plan_seconds = p->plan_seconds;
-    r = send_commit(s, p->round);
+    if (ordered) {
+        /* The commit leaves once the compaction has run. Until its reply, the engine must not
+         * write into pages it will release: the capacity is what the daemon keeps. */
+        s->commit_queued = true;
+        s->commit_round = p->round;
+        s->commit_len = s->len;
+        uint64_t keeps = (uint64_t)commit_keeps_pages(s, s->len) * s->model->layout.block_tokens;
+        if (keeps < s->capacity)
+            s->capacity = (uint32_t)keeps;
+        r = flush_queued(s, false);
+        if (r < 0)
+            goto broken;
+        return 1;
+    }
+    r = send_commit(s, p->round, s->len);
     /* A commit that hands pages back (a prompt longer than the steady state) is waited for,
      * so that the block table and capacity the engine sees are the daemon's at once. */
-    if (r == 0 && commit_releases_pages(s))
+    if (r == 0 && commit_releases_pages(s, s->len))
         r = finish_commit(s, true);
     if (r < 0)
         goto broken;
@@ -313,7 +400,10 @@ static int wait_and_apply(struct vase_seq *s, bool stall) {
     Vase__Envelope *e;
     double t0 = now_seconds();
 
-    int r = vase__client_check(s->client, vase__chan_wait(s->client->chan, s->pending_id, -1, &e));
+    /* A request still queued (stream order) is sent first, once the stream has run up to it. */
+    int r = s->request_queued ? flush_queued(s, true) : 0;
+    if (r == 0)
+        r = vase__client_check(s->client, vase__chan_wait(s->client->chan, s->pending_id, -1, &e));
     if (stall) {
         s->stats.stalls++;
         s->stats.stall_seconds += now_seconds() - t0;
@@ -409,7 +499,9 @@ int vase_seq_poll(struct vase_seq *s) {
     r = precheck(s);
     if (r < 0)
         goto out;
-    if (s->pending) {
+    if (s->pending && s->request_queued) {
+        r = 0; /* not sent yet: the engine's stream has not reached it */
+    } else if (s->pending) {
         r = vase__client_check(s->client, vase__chan_wait(s->client->chan, s->pending_id, 0, &e));
         if (r == 0) {
             r = apply(s, e);
@@ -447,6 +539,8 @@ int vase_seq_flush(struct vase_seq *s) {
     vase__client_lock(s->client);
     r = precheck(s);
     if (r == 0)
+        r = flush_queued(s, true);
+    if (r == 0)
         r = finish_commit(s, true);
     /* A push or a request nothing has answered yet: the daemon handles a client's messages in
      * order, so the reply to a Ping sent now comes after it has handled them. A refusal of a
@@ -471,6 +565,14 @@ int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp,
     vase__client_lock(c);
     if ((!exp_draws && n_exp) || (!gauss && n_gauss)) {
         r = vase__client_fail(c, -EINVAL, "vase_seq_set_draws: a count without its draws");
+        goto out;
+    }
+    /* Stream order: the draws already set belong to the request still queued. */
+    if (s->request_queued) {
+        r = vase__client_fail(c, -EBUSY,
+                              "vase_seq_set_draws: the request of sequence %u waits for the "
+                              "engine's stream, with the draws set before it",
+                              s->id);
         goto out;
     }
     /* Exp(1) draws are -log(u) with u in (0, 1]: finite and non-negative (0 when u is 1);

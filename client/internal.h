@@ -84,6 +84,14 @@ struct vase_seq {
      * stream) and the sequence's device state for compaction. */
     void *stream;
     struct vase__cuda_seq *cuda;
+    /* Stream order (vase_seq_set_ordering()): what waits for a mark of the stream before it
+     * is sent, in this order: the commit of a compaction enqueued on the stream (its round
+     * and new length), then a request whose slots the engine's queued work writes (its len
+     * and position are req_len and req_position; pending is set, pending_id is not yet). */
+    enum vase_ordering ordering;
+    bool commit_queued;
+    uint32_t commit_round, commit_len;
+    bool request_queued;
 };
 
 struct vase_client {

@@ -48,14 +48,20 @@ const uint32_t *vase__cuda_seq_table(const struct vase__cuda_seq *cs) {
     return NULL;
 }
 
-int vase__cuda_seq_new(int device, const uint32_t *table, size_t n_pages, size_t keep_entries,
-                       struct vase__cuda_seq **ret) {
-    (void)device;
+int vase__cuda_seq_new(struct vase__cuda_mapping *m, const uint32_t *table, size_t n_pages,
+                       size_t keep_entries, size_t scratch_bytes, struct vase__cuda_seq **ret) {
+    (void)m;
     (void)table;
     (void)n_pages;
     (void)keep_entries;
+    (void)scratch_bytes;
     (void)ret;
     return -EOPNOTSUPP;
+}
+
+void vase__cuda_seq_set_stream(struct vase__cuda_seq *cs, void *stream) {
+    (void)cs;
+    (void)stream;
 }
 
 struct vase__cuda_seq *vase__cuda_seq_free(struct vase__cuda_seq *cs) {
@@ -63,10 +69,25 @@ struct vase__cuda_seq *vase__cuda_seq_free(struct vase__cuda_seq *cs) {
     return NULL;
 }
 
-int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream,
-                       const struct vase__cuda_compact *c) {
+int vase__cuda_seq_mark(struct vase__cuda_seq *cs, void *stream, enum vase__cuda_mark mark) {
+    (void)cs;
+    (void)stream;
+    (void)mark;
+    return -EOPNOTSUPP;
+}
+
+int vase__cuda_seq_reached(struct vase__cuda_seq *cs, enum vase__cuda_mark mark, bool wait) {
+    (void)cs;
+    (void)mark;
+    (void)wait;
+    return -EOPNOTSUPP;
+}
+
+int vase__cuda_compact(struct vase__cuda_seq *cs, void *stream, const struct vase__cuda_compact *c,
+                       bool ordered) {
     (void)cs;
     (void)stream;
     (void)c;
+    (void)ordered;
     return -EOPNOTSUPP;
 }

@@ -138,10 +138,15 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
         vase__seq_free(s);
         return r;
     }
-    /* The block table only shrinks after the open, so its device copy never has to grow. */
+    /* The block table only shrinks after the open, so its device copy never has to grow; and
+     * no move of one layer's K or V is larger than the capacity at the open: the new length
+     * K + len - n is at most len, n below len. */
+    size_t row_bytes = (size_t)l->head_dim * vase_dtype_size(l->dtype);
     if (vase__arena_on_device(m->arena) &&
-        (r = vase__cuda_seq_new(m->arena->device, s->pages, sl->n_pages,
-                                (size_t)m->layout.kv_heads * sl->keep, &s->cuda)) < 0) {
+        (r = vase__cuda_seq_new(
+             m->arena->mapping, s->pages, sl->n_pages, (size_t)l->kv_heads * sl->keep,
+             vase_compact_cuda_scratch_bytes(l->kv_heads, row_bytes, sl->capacity, sl->capacity),
+             &s->cuda)) < 0) {
         vase__seq_free(s);
         return r;
     }
@@ -241,7 +246,11 @@ int vase_seq_close(struct vase_seq *s) {
 
     vase__client_lock(c);
     unlink_seq(s);
-    if (s->pending)
+    /* The daemon may hand the pages on as soon as it has the close: a compaction still queued
+     * (stream order) must have run. A wait for that one event, not for the device. */
+    if (s->cuda)
+        (void)vase__cuda_seq_reached(s->cuda, VASE__CUDA_COMPACTED, true);
+    if (s->pending && !s->request_queued)
         vase__chan_drop(c->chan, s->pending_id);
     if (s->commit_pending)
         vase__chan_drop(c->chan, s->commit_id);
@@ -350,8 +359,24 @@ int vase_seq_set_stream(struct vase_seq *s, void *cuda_stream) {
         return -EINVAL;
     vase__client_lock(s->client);
     s->stream = cuda_stream;
+    vase__cuda_seq_set_stream(s->cuda, cuda_stream);
     pthread_mutex_unlock(&s->client->lock);
     return 0;
+}
+
+int vase_seq_set_ordering(struct vase_seq *s, enum vase_ordering ordering) {
+    int r = 0;
+
+    if (!s)
+        return -EINVAL;
+    vase__client_lock(s->client);
+    if (ordering != VASE_ORDER_HOST && ordering != VASE_ORDER_STREAM)
+        r = vase__client_fail(s->client, -EINVAL, "vase_seq_set_ordering: ordering %d",
+                              (int)ordering);
+    else
+        s->ordering = ordering; /* what is queued still goes out as before */
+    pthread_mutex_unlock(&s->client->lock);
+    return r;
 }
 
 /* Copies n bytes between the host buffer buf and offset off of the sequence's arena: memcpy on

@@ -29,7 +29,8 @@
  * it (vase_seq_kv_view(), vase_seq_kv_ptr(), vase_seq_query_ptr()) is a DEVICE address of that
  * GPU, for the engine's kernels and CUDA copies; the host must not dereference it. The engine
  * writes K, V and queries on its stream (vase_seq_set_stream(); default: the legacy default
- * stream of the arena's device), and:
+ * stream of the arena's device). Each sequence runs in one of two orderings
+ * (vase_seq_set_ordering()). Host order (the default):
  *   1. before libvase sends an EvictRequest (inside vase_seq_append()) it synchronises that
  *      stream, so the engine's writes for every appended token are complete before the daemon
  *      reads them; work the engine queued on other streams it must order before that stream
@@ -41,6 +42,34 @@
  *      then synchronises the stream before it sends EvictCommit (the commit may release pages
  *      the compaction reads); when the call returns, the compaction is complete, and work the
  *      engine queues afterwards on any stream sees the compacted cache.
+ * Stream order (VASE_ORDER_STREAM): no call on the decode path (vase_seq_append(),
+ * vase_seq_poll()) waits for the device; everything is ordered by the engine's stream:
+ *   1. vase_seq_append() records an event on the stream after the engine's work queued so far
+ *      and keeps the EvictRequest until that event has completed; this call or a later one
+ *      (append, poll, wait, flush) that finds it completed sends it (cudaEventQuery(), never
+ *      a wait). vase_seq_wait(), and an append that must wait for the plan, wait for the event;
+ *   2. as in host order;
+ *   3. applying a plan enqueues the same copies and kernels on the stream, in the sequence's
+ *      own scratch (nothing is allocated), and records an event after them; EvictCommit, which
+ *      lets the daemon hand the released pages on, is sent only by a call that finds that
+ *      event completed. When the call returns, the compaction is queued, not done: work the
+ *      engine queues afterwards on the stream sees the compacted cache; work on another stream
+ *      must first wait for this one (cudaEventRecord + cudaStreamWaitEvent);
+ *   4. the engine's kernels on other streams that read the cache must be ordered before the
+ *      stream (cudaStreamWaitEvent on it) before the call that may apply a plan (append, poll,
+ *      wait): the compaction runs after what the stream holds, nothing else;
+ *   5. the length, the views and the block table a call returns describe the cache as the
+ *      stream will have it once the queued compaction has run; the commit's reply may come a
+ *      few calls later, and until then the capacity is already what the daemon will keep.
+ * Either way, vase_seq_close() waits for the last compaction libvase queued (that event only)
+ * before the daemon gets the pages back; the engine's own work on the sequence's pages must be
+ * complete (or ordered before a sync) by then. Opening and closing a sequence never
+ * synchronise the device where it has memory pools: the sequence's device memory is taken
+ * from a pool at the open and freed, ordered on the sequence's stream, at the close.
+ *
+ * Errors: libvase runs in the engine's CUDA context and leaves the engine's pending runtime
+ * error alone (it never calls cudaGetLastError() to clear one it did not cause); a failure of
+ * its own calls is returned as -errno and taken off the thread's last error.
  * Every call makes the arena's device current for its CUDA work and restores the caller's
  * current device before it returns.
  *
@@ -251,6 +280,22 @@ void *vase_seq_query_ptr(const struct vase_seq *s, uint32_t layer, uint64_t pos,
  * and compacts (see "Ordering" above). Ignored on the host arena. 0 or -EINVAL. */
 int vase_seq_set_stream(struct vase_seq *s, void *cuda_stream);
 
+enum vase_ordering {
+    VASE_ORDER_HOST = 0,   /* the default: the host waits for the stream where order needs it */
+    VASE_ORDER_STREAM = 1, /* the stream carries the order; no wait on the decode path */
+};
+
+/*
+ * How the sequence's eviction cycle is ordered with the engine's CUDA stream ("Ordering"
+ * above): VASE_ORDER_HOST synchronises the stream before a request and after a compaction;
+ * VASE_ORDER_STREAM records events instead, and sends the request and the commit from the
+ * first call that finds them completed, so that the decode path never blocks on the device.
+ * May be changed at any time; what is already queued still goes out when its event completes.
+ * Ignored on the host arena. In stream order the compaction time of vase_seq_get_stats() is
+ * the time to enqueue it. 0 or -EINVAL (an unknown ordering).
+ */
+int vase_seq_set_ordering(struct vase_seq *s, enum vase_ordering ordering);
+
 /*
  * Convenience copies for examples and tests, on any arena: memcpy on the host arena, a copy on
  * the sequence's stream that is complete when the call returns on a CUDA arena.
@@ -290,7 +335,8 @@ int vase_seq_append(struct vase_seq *s, uint32_t n);
 /* Injects the draws of the next eviction request, for exact replays: exp_draws
  * [layers][kv_heads][len - window] Exp(1) draws (n_exp floats) and gauss [head_dim][rank]
  * standard normals (n_gauss floats); either may be NULL/0. Copied; used once. -EINVAL for a
- * negative or non-finite draw. */
+ * negative or non-finite draw; -EBUSY while a request waits for the engine's stream (stream
+ * order), since the draws set before it are its own. */
 int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp, const float *gauss,
                        size_t n_gauss);
 /* Applies a ready plan, if any, without waiting. 1 if applied, 0 if none, -errno. */
@@ -308,8 +354,10 @@ int vase_seq_wait(struct vase_seq *s);
  * longer waiting for the commit), every pushed statistic taken in, and the pending request, if
  * any, accepted. It reads the outstanding commit reply (taking its block table, as the next call
  * would); if a push or a request is still unanswered, it adds a Ping round trip (the daemon
- * handles one client's messages in order, PROTOCOL.md). Nothing else is sent, and a pending plan
- * is neither waited for nor applied: call vase_seq_wait() first to have its commit included.
+ * handles one client's messages in order, PROTOCOL.md). A commit or request still waiting for
+ * the engine's stream (stream order) is sent first, once the stream has reached it (waited
+ * for). Nothing else is sent, and a pending plan is neither waited for nor applied: call
+ * vase_seq_wait() first to have its commit included.
  * An engine never needs it for its own work. 0; -ETIMEDOUT if the daemon did not answer within
  * the client's timeout (what was outstanding stays so; the call may be repeated); a refused
  * commit (the sequence is broken then, see vase_seq_append()); a refused stats push (returned

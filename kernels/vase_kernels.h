@@ -161,8 +161,9 @@ int vase_plan_validate(const uint32_t *keep, uint32_t heads, uint32_t K, uint32_
  * the legacy default stream) of the calling thread's current device.
  *
  * Returns: as the CPU functions, plus CUDA failures mapped to -errno by vase_cuda_errno();
- * vase_cuda_last_error() gives the runtime's message for logging. Each call first clears the
- * thread's pending (non-sticky) runtime error.
+ * vase_cuda_last_error() gives the runtime's message for logging. Each call but
+ * vase_compact_cuda() first clears the thread's pending (non-sticky) runtime error: they run in
+ * vased and in tools, whereas vase_compact_cuda() runs in the engine's process (see there).
  */
 
 /*
@@ -241,6 +242,21 @@ int vase_rng_normal_cuda(const struct vase_rng *rng, uint32_t kv_head, float *ou
                          void *stream);
 
 /*
+ * The device scratch vase_compact_cuda() needs for a view of heads heads and rows of row_bytes
+ * bytes (dim * the dtype's size), n candidates and a new length of rows (K + len - n): a
+ * validation flag, a [heads][ceil(n / 32)] bitmap and the moved rows [heads][rows][row_bytes],
+ * each 256-byte aligned. Increasing in n and rows: the size for the largest n and rows a caller
+ * will ever pass covers every call. Pure, inline so that every build (and the fake runtime of
+ * the tests) computes the same size.
+ */
+static inline size_t vase_compact_cuda_scratch_bytes(uint32_t heads, size_t row_bytes, uint32_t n,
+                                                     uint32_t rows) {
+    size_t words = ((size_t)n + 31) / 32;
+    size_t data_off = (256 + heads * words * 4 + 255) & ~(size_t)255;
+    return data_off + (size_t)heads * rows * row_bytes;
+}
+
+/*
  * vase_compact() on the GPU, enqueued on stream (the engine's) without waiting for it: view's
  * base and block table and keep [heads][K] are device pointers. Ordered after the work already
  * on stream and before the work queued after it; keep, and every slot up to len - 1 (the tail
@@ -248,12 +264,28 @@ int vase_rng_normal_cuda(const struct vase_rng *rng, uint32_t kv_head, float *ou
  * compaction has run: wait for it (an event, or a stream sync) before reporting a commit that
  * lets those pages be handed to someone else. The plan is validated on the device: an invalid one
  * (an entry >= n, or repeated within a head) moves nothing, which the call cannot report since
- * it does not wait; plans of vase_plan() and vase_plan_cuda() are always valid. Returns the new
- * length K + len - n once the work is queued, -EINVAL for invalid arguments (nothing queued),
- * -ENOMEM or a CUDA error.
+ * it does not wait; plans of vase_plan() and vase_plan_cuda() are always valid.
+ *
+ * scratch: DEVICE memory of scratch_bytes bytes, 256-byte aligned, at least
+ * vase_compact_cuda_scratch_bytes(view->heads, row bytes, n, K + len - n), owned by the caller
+ * and not used by anything else until the compaction has run (stream order: anything queued
+ * on stream later may reuse it). With it the call allocates nothing and never synchronises, so
+ * it may run on an engine's hot path and inside CUDA graph capture. scratch NULL: the call
+ * allocates the scratch itself (stream-ordered where the device has memory pools, else
+ * cudaMalloc and a stream synchronisation before cudaFree), for tools and tests.
+ *
+ * Errors: a CUDA error pending before the call (the engine's own launch failure, say) is left
+ * pending for its owner, never returned and never cleared. A failure of the call's own runtime
+ * calls and launches is returned, and cleared (unless sticky) only when nothing was pending
+ * before: otherwise it has replaced the engine's error, and stays, so that the engine still
+ * sees a failure. A launch failure with the very code already pending cannot be told from it
+ * and is not reported.
+ *
+ * Returns the new length K + len - n once the work is queued, -EINVAL for invalid arguments or
+ * a scratch too small or misaligned (nothing queued), -ENOMEM or a CUDA error.
  */
 int vase_compact_cuda(struct vase_view *view, const uint32_t *keep, uint32_t K, uint32_t n,
-                      uint32_t len, void *stream);
+                      uint32_t len, void *scratch, size_t scratch_bytes, void *stream);
 
 /* ---- end CUDA ---- */
 

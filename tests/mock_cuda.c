@@ -27,6 +27,8 @@ struct mock_cuda mock_cuda;
 #define MAX_HANDLES 128
 #define MAX_MAPS 128
 #define MAX_STREAMS 64
+#define MAX_EVENTS 64
+#define MAX_POOLS 8
 #define IPC_MAGIC "vase-mock-ipc"
 
 struct alloc {
@@ -59,11 +61,15 @@ static struct alloc allocs[MAX_ALLOCS];
 static struct handle handles[MAX_HANDLES];
 static struct map maps[MAX_MAPS];
 static char streams[MAX_STREAMS];
+static struct { bool used, recorded, complete; } events[MAX_EVENTS];
+static bool pools[MAX_POOLS];
 static unsigned next_generation = 1;
 
 void mock_cuda_reset(void) {
     pthread_mutex_lock(&lock);
     mock_cuda = (struct mock_cuda){.device_count = 1, .granularity = 2u << 20};
+    for (int i = 0; i < MAX_EVENTS; i++)
+        events[i].complete = true;
     for (int i = 0; i < MOCK_CUDA_MAX_DEVICES; i++)
         for (int k = 0; k < 16; k++)
             mock_cuda.uuid[i][k] = (unsigned char)(0x10 * (i + 1) + k);
@@ -86,6 +92,29 @@ unsigned mock_cuda_live_mappings(void) {
         n += maps[i].used && !maps[i].reserved;
     pthread_mutex_unlock(&lock);
     return n;
+}
+
+void mock_cuda_complete_events(void) {
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_EVENTS; i++)
+        events[i].complete = true;
+    pthread_mutex_unlock(&lock);
+}
+
+unsigned mock_cuda_live_events(void) {
+    unsigned n = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_EVENTS; i++)
+        n += events[i].used;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* A failure as the runtime reports it: returned, and kept as the thread's last error. Lock
+ * held. */
+static cudaError_t fail(cudaError_t e) {
+    mock_cuda.last_error = e;
+    return e;
 }
 
 unsigned mock_cuda_ipc_open_count(void) {
@@ -189,22 +218,48 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
     if (device < 0 || device >= mock_cuda.device_count)
         return cudaErrorInvalidDevice;
-    if (attr != cudaDevAttrComputeMode)
+    if (attr == cudaDevAttrComputeMode)
+        *value = mock_cuda.compute_mode[device];
+    else if (attr == cudaDevAttrMemoryPoolsSupported)
+        *value = !mock_cuda.no_pools;
+    else
         return cudaErrorInvalidValue;
-    *value = mock_cuda.compute_mode[device];
     return cudaSuccess;
 }
 
+cudaError_t cudaGetLastError(void) {
+    pthread_mutex_lock(&lock);
+    cudaError_t e = mock_cuda.last_error;
+    mock_cuda.last_error = cudaSuccess;
+    pthread_mutex_unlock(&lock);
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+    return mock_cuda.last_error;
+}
+
+/* CUDA 12: makes the device current and creates its primary context. */
 cudaError_t cudaSetDevice(int device) {
     pthread_mutex_lock(&lock);
     mock_cuda.set_device_calls++;
     cudaError_t e = cudaErrorInvalidDevice;
     if (device >= 0 && device < mock_cuda.device_count) {
         mock_cuda.current_device = device;
+        mock_cuda.context[device] = true;
         e = cudaSuccess;
     }
     pthread_mutex_unlock(&lock);
     return e;
+}
+
+cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags) {
+    if (device < 0 || device >= mock_cuda.device_count || deviceFlags || flags)
+        return cudaErrorInvalidValue;
+    pthread_mutex_lock(&lock);
+    mock_cuda.context[device] = true;
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *device) {
@@ -212,43 +267,185 @@ cudaError_t cudaGetDevice(int *device) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMalloc(void **devPtr, size_t size) {
-    cudaError_t e = cudaErrorMemoryAllocation;
-    pthread_mutex_lock(&lock);
-    if (!mock_cuda.fail_malloc && size > 0) {
-        int i = new_alloc(size);
-        if (i >= 0) {
-            void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, allocs[i].fd, 0);
-            if (p == MAP_FAILED)
-                maybe_drop(i);
-            else {
-                allocs[i].base = p;
-                *devPtr = p;
-                mock_cuda.mallocs++;
-                e = cudaSuccess;
-            }
-        }
+/* A new allocation mapped at *devPtr. Lock held. */
+static cudaError_t alloc_mapped(void **devPtr, size_t size) {
+    int i = size > 0 ? new_alloc(size) : -1;
+    if (i < 0)
+        return fail(cudaErrorMemoryAllocation);
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, allocs[i].fd, 0);
+    if (p == MAP_FAILED) {
+        maybe_drop(i);
+        return fail(cudaErrorMemoryAllocation);
     }
-    pthread_mutex_unlock(&lock);
-    return e;
+    allocs[i].base = p;
+    *devPtr = p;
+    return cudaSuccess;
 }
 
-cudaError_t cudaFree(void *devPtr) {
-    cudaError_t e = cudaErrorInvalidValue;
-    if (!devPtr)
-        return cudaSuccess;
-    pthread_mutex_lock(&lock);
+/* Unmaps and drops the allocation at devPtr. Lock held. */
+static cudaError_t free_mapped(void *devPtr) {
     for (int i = 0; i < MAX_ALLOCS; i++)
         if (allocs[i].used && allocs[i].base == devPtr) {
             munmap(devPtr, allocs[i].size);
             allocs[i].base = NULL;
             maybe_drop(i);
-            mock_cuda.frees++;
+            return cudaSuccess;
+        }
+    return fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaMalloc(void **devPtr, size_t size) {
+    pthread_mutex_lock(&lock);
+    cudaError_t e =
+        mock_cuda.fail_malloc ? fail(cudaErrorMemoryAllocation) : alloc_mapped(devPtr, size);
+    if (e == cudaSuccess)
+        mock_cuda.mallocs++;
+    pthread_mutex_unlock(&lock);
+    return e;
+}
+
+/* A real cudaFree() of a pointer synchronises the device; cudaFree(NULL) does nothing. */
+cudaError_t cudaFree(void *devPtr) {
+    if (!devPtr)
+        return cudaSuccess;
+    pthread_mutex_lock(&lock);
+    cudaError_t e = free_mapped(devPtr);
+    if (e == cudaSuccess)
+        mock_cuda.frees++;
+    pthread_mutex_unlock(&lock);
+    return e;
+}
+
+/* Memory pools: handles only; the memory is an allocation like cudaMalloc()'s. */
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps) {
+    cudaError_t e = mock_cuda.fail_pool_create ? cudaErrorMemoryAllocation : cudaErrorNotSupported;
+    pthread_mutex_lock(&lock);
+    if (!mock_cuda.no_pools && !mock_cuda.fail_pool_create &&
+        poolProps->location.type == cudaMemLocationTypeDevice && poolProps->location.id >= 0 &&
+        poolProps->location.id < mock_cuda.device_count)
+        for (int i = 0; i < MAX_POOLS; i++)
+            if (!pools[i]) {
+                pools[i] = true;
+                *memPool = (cudaMemPool_t)(void *)&pools[i];
+                mock_cuda.pools_created++;
+                e = cudaSuccess;
+                break;
+            }
+    if (e != cudaSuccess)
+        fail(e);
+    pthread_mutex_unlock(&lock);
+    return e;
+}
+
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool) {
+    pthread_mutex_lock(&lock);
+    *(bool *)(void *)memPool = false;
+    mock_cuda.pools_destroyed++;
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value) {
+    (void)memPool;
+    (void)value;
+    return attr == cudaMemPoolAttrReleaseThreshold ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                    cudaStream_t stream) {
+    (void)stream;
+    pthread_mutex_lock(&lock);
+    cudaError_t e = !*(bool *)(void *)memPool    ? fail(cudaErrorInvalidValue)
+                    : mock_cuda.fail_pool_malloc ? fail(cudaErrorMemoryAllocation)
+                                                 : alloc_mapped(ptr, size);
+    if (e == cudaSuccess)
+        mock_cuda.pool_mallocs++;
+    pthread_mutex_unlock(&lock);
+    return e;
+}
+
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream) {
+    pthread_mutex_lock(&lock);
+    cudaError_t e = free_mapped(devPtr);
+    if (e == cudaSuccess) {
+        mock_cuda.async_frees++;
+        mock_cuda.last_async_free_stream = (void *)hStream;
+    }
+    pthread_mutex_unlock(&lock);
+    return e;
+}
+
+/* ---- events: complete when recorded, unless held ---- */
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
+    (void)flags;
+    cudaError_t e = cudaErrorMemoryAllocation;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_EVENTS; i++)
+        if (!events[i].used) {
+            events[i].used = true;
+            events[i].recorded = events[i].complete = false;
+            *event = (cudaEvent_t)(void *)&events[i];
+            mock_cuda.event_creates++;
             e = cudaSuccess;
             break;
         }
     pthread_mutex_unlock(&lock);
     return e;
+}
+
+static int event_index(cudaEvent_t event) {
+    for (int i = 0; i < MAX_EVENTS; i++)
+        if ((void *)event == (void *)&events[i] && events[i].used)
+            return i;
+    return -1;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    pthread_mutex_lock(&lock);
+    int i = event_index(event);
+    if (i >= 0) {
+        events[i].used = false;
+        mock_cuda.event_destroys++;
+    }
+    pthread_mutex_unlock(&lock);
+    return i >= 0 ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    (void)stream;
+    pthread_mutex_lock(&lock);
+    int i = event_index(event);
+    if (i >= 0) {
+        events[i].recorded = true;
+        events[i].complete = !mock_cuda.hold_events;
+        mock_cuda.event_records++;
+    }
+    pthread_mutex_unlock(&lock);
+    return i >= 0 ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+/* Not ready is not recorded as the thread's last error, as with the runtime. */
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    pthread_mutex_lock(&lock);
+    int i = event_index(event);
+    mock_cuda.event_queries++;
+    cudaError_t e = i < 0                                       ? cudaErrorInvalidResourceHandle
+                    : !events[i].recorded || events[i].complete ? cudaSuccess
+                                                                : cudaErrorNotReady;
+    pthread_mutex_unlock(&lock);
+    return e;
+}
+
+/* Blocks the host until the event completes: here, completes it. */
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    pthread_mutex_lock(&lock);
+    int i = event_index(event);
+    mock_cuda.event_syncs++;
+    if (i >= 0)
+        events[i].complete = true;
+    pthread_mutex_unlock(&lock);
+    return i >= 0 ? cudaSuccess : cudaErrorInvalidResourceHandle;
 }
 
 cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
@@ -258,6 +455,9 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+    pthread_mutex_lock(&lock);
+    mock_cuda.device_syncs++;
+    pthread_mutex_unlock(&lock);
     return cudaSuccess;
 }
 
@@ -356,7 +556,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     pthread_mutex_lock(&lock);
     mock_cuda.stream_syncs++;
     mock_cuda.last_synced_stream = (void *)stream;
-    cudaError_t e = mock_cuda.fail_stream_sync ? cudaErrorLaunchFailure : cudaSuccess;
+    cudaError_t e = mock_cuda.fail_stream_sync ? fail(cudaErrorLaunchFailure) : cudaSuccess;
     pthread_mutex_unlock(&lock);
     return e;
 }
@@ -393,8 +593,15 @@ static bool valid_prop(const CUmemAllocationProp *prop) {
            prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
+/* The driver's calls need a context current on the calling thread. */
+static bool no_context(void) {
+    return !mock_cuda.context[mock_cuda.current_device];
+}
+
 static CUresult fake_get_granularity(size_t *granularity, const CUmemAllocationProp *prop,
                                      CUmemAllocationGranularity_flags option) {
+    if (no_context())
+        return CUDA_ERROR_INVALID_CONTEXT;
     if (!valid_prop(prop) || option != CU_MEM_ALLOC_GRANULARITY_MINIMUM)
         return CUDA_ERROR_INVALID_VALUE;
     *granularity = mock_cuda.granularity;
@@ -454,6 +661,8 @@ static CUresult fake_release(CUmemGenericAllocationHandle handle) {
 static CUresult fake_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags) {
     CUresult e = CUDA_ERROR_INVALID_VALUE;
+    if (no_context())
+        return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&lock);
     int m = new_map();
     if (m >= 0 && addr == 0 && flags == 0 && size % mock_cuda.granularity == 0 &&
@@ -564,6 +773,8 @@ static CUresult fake_import(CUmemGenericAllocationHandle *handle, void *os_handl
                             CUmemAllocationHandleType type) {
     CUresult e = CUDA_ERROR_INVALID_VALUE;
     struct stat st;
+    if (no_context())
+        return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&lock);
     int fd = (int)(intptr_t)os_handle;
     if (!mock_cuda.fail_import && type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
@@ -666,11 +877,19 @@ int vase_plan_cuda(const struct vase_plan_input *in, struct vase_cuda_workspace 
     return vase_plan(in, 1, NULL, keep);
 }
 
+/* The kernel's checks of its scratch, then the CPU's compaction at once. */
 int vase_compact_cuda(struct vase_view *view, const uint32_t *keep, uint32_t K, uint32_t n,
-                      uint32_t len, void *stream) {
+                      uint32_t len, void *scratch, size_t scratch_bytes, void *stream) {
     (void)stream;
+    if (!view || K > n || n > len || (uintptr_t)scratch % 256 != 0)
+        return -EINVAL;
+    size_t row_bytes = (size_t)view->dim * vase_dtype_size(view->dtype);
+    if (scratch &&
+        scratch_bytes < vase_compact_cuda_scratch_bytes(view->heads, row_bytes, n, K + len - n))
+        return -EINVAL;
     pthread_mutex_lock(&lock);
     mock_cuda.compacts++;
+    mock_cuda.compacts_in_scratch += scratch != NULL;
     pthread_mutex_unlock(&lock);
     return vase_compact(view, keep, K, n, len);
 }

@@ -35,6 +35,18 @@ struct mock_cuda {
     bool fail_import;        /* cuMemImportFromShareableHandle(): CUDA_ERROR_INVALID_VALUE */
     bool fail_stream_sync;   /* cudaStreamSynchronize(): cudaErrorLaunchFailure */
     size_t granularity;      /* cuMemGetAllocationGranularity(): 2 MiB */
+    bool no_pools;           /* cudaDevAttrMemoryPoolsSupported 0, cudaMemPoolCreate() fails */
+    bool fail_pool_create;   /* cudaMemPoolCreate(): cudaErrorMemoryAllocation */
+    bool fail_pool_malloc;   /* cudaMallocFromPoolAsync(): cudaErrorMemoryAllocation */
+    bool hold_events;        /* events recorded now stay not ready until completed */
+    /* The thread's last runtime error, as the runtime keeps it: set by a failing call (of the
+     * fakes that can fail) or by a test playing the engine, read by cudaPeekAtLastError(),
+     * read and cleared by cudaGetLastError(). */
+    cudaError_t last_error;
+    /* Whether the device's primary context exists (cudaInitDevice(), or cudaSetDevice() as
+     * CUDA 12 does it). The VMM calls of an importer fail without one on the current device,
+     * as the driver's do. */
+    bool context[MOCK_CUDA_MAX_DEVICES];
 
     /* Counters. */
     int current_device;
@@ -43,7 +55,11 @@ struct mock_cuda {
     unsigned ipc_gets, ipc_opens, ipc_closes;
     unsigned mem_creates, mem_releases, exports, imports, reserves, address_frees, maps, unmaps,
         set_accesses;
-    unsigned stream_creates, stream_destroys, stream_syncs;
+    unsigned stream_creates, stream_destroys, stream_syncs, device_syncs;
+    unsigned pools_created, pools_destroyed, pool_mallocs, async_frees;
+    void *last_async_free_stream;
+    unsigned event_creates, event_destroys, event_records, event_queries, event_syncs;
+    unsigned compacts_in_scratch; /* vase_compact_cuda() calls given a scratch */
     void *last_synced_stream;
     unsigned copies_h2d, copies_d2h, copies_d2d;
     unsigned plans, compacts, workspaces;
@@ -62,3 +78,7 @@ unsigned mock_cuda_live_allocations(void);
 unsigned mock_cuda_live_mappings(void);
 /* IPC opens of the allocation at daemon address p still open. */
 unsigned mock_cuda_ipc_open_count(void);
+/* Completes every event recorded so far (the device has caught up). */
+void mock_cuda_complete_events(void);
+/* Events created and not destroyed. */
+unsigned mock_cuda_live_events(void);

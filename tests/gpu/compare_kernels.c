@@ -960,13 +960,19 @@ static void compact_one(const char *what, struct paged *p, uint32_t blocks, stru
     uint32_t *dkeep = to_dev(keep, (size_t)p->heads * K * sizeof(uint32_t));
     int want = valid ? (int)(K + len - n) : -EINVAL;
 
+    /* Block 0 in the caller's scratch (as libvase calls it), the others in the call's own. */
+    size_t scratch_bytes = vase_compact_cuda_scratch_bytes(
+        hv0->heads, (size_t)hv0->dim * vase_dtype_size(hv0->dtype), n, K + len - n);
+    void *scratch = NULL;
+    CU(cudaMalloc(&scratch, scratch_bytes));
     checks++;
     for (uint32_t b = 0; b < blocks; b++) {
         struct vase_view hv = *hv0;
         hv.base = (uint8_t *)hv0->base + b * p->block_bytes;
         struct vase_view dv = dev_view(p, &hv);
         int rc = vase_compact(&hv, keep, K, n, len);
-        int rg = vase_compact_cuda(&dv, dkeep, K, n, len, b ? NULL : (void *)gstream);
+        int rg = b ? vase_compact_cuda(&dv, dkeep, K, n, len, NULL, 0, NULL)
+                   : vase_compact_cuda(&dv, dkeep, K, n, len, scratch, scratch_bytes, gstream);
         if (rc != want || rg != (int)(K + len - n))
             fail("compaction %s block %u: vase_compact() = %d (want %d), vase_compact_cuda() "
                  "= %d (want %u)",
@@ -987,6 +993,7 @@ static void compact_one(const char *what, struct paged *p, uint32_t blocks, stru
     free(got);
     free(orig);
     CU(cudaFree(dkeep));
+    CU(cudaFree(scratch));
 }
 
 static void section_compact(bool quick) {

@@ -142,7 +142,7 @@ static int cuda_compact(struct vase_view *view, const uint32_t *keep, uint32_t K
         (r = view_to_device(view, len, &dv, &data, &dpages)) < 0 ||
         (r = to_device(keep, (size_t)view->heads * K * sizeof(uint32_t), &dkeep)) < 0)
         goto out;
-    moved = vase_compact_cuda(&dv, dkeep, K, n, len, NULL);
+    moved = vase_compact_cuda(&dv, dkeep, K, n, len, NULL, 0, NULL);
     if (moved < 0) {
         r = moved;
         goto out;

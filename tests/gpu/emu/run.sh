@@ -60,7 +60,7 @@ g++ "${SAN[@]}" -o "$OUT/compare_kernels" "$OUT/compare_kernels.o" "${cuda_objs[
 g++ "${SAN[@]}" -o "$OUT/bench_plan_gpu" "$OUT/bench_plan_gpu.o" "$OUT/argnum.o" "${cuda_objs[@]}" \
     "$OUT/emu_runtime.o" "${LIBS[@]}"
 g++ "${SAN[@]}" -o "$OUT/run_vectors_cuda" "$OUT/run_vectors.o" "$OUT/vectors_cuda.o" \
-    "$OUT/vcase.o" "$OUT/npy.o" "${cuda_objs[@]}" "$OUT/emu_runtime.o" "${LIBS[@]}"
+    "$OUT/argnum.o" "$OUT/vcase.o" "$OUT/npy.o" "${cuda_objs[@]}" "$OUT/emu_runtime.o" "${LIBS[@]}"
 
 # ASan warns once that it does not fully support swapcontext; the fibers' stacks are plain heap.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_stack_use_after_return=0}

@@ -40,6 +40,7 @@ struct cudaDeviceProp {
 };
 const char *cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaGetDevice(int *d);
 cudaError_t cudaSetDevice(int d);
