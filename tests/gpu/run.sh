@@ -8,14 +8,16 @@
 #   (b) the daemon's CUDA arena (tests/gpu/check_daemon.sh): vased on cuda:0 and two engine
 #       processes through eviction cycles, over both sharing paths (legacy IPC and VMM), with an
 #       engine killed mid-run;
-#   (c) the plan-time benchmark table (bench_plan_gpu).
+#   (c) the plan-time benchmark table (bench_plan_gpu);
+#   (d) the whole-model plan against one decode step's attention, and the stall per eviction
+#       (bench_decode_gpu; table in OUTDIR/bench_decode.md).
 # The compute-sanitizer runs of (a) come last, being the most expendable when time is short.
 # Logs and the table go to OUTDIR (default build/gpu-report); summary.txt ends with one
 # "gpu: N passed, N failed, N not run" line. Exit status 1 if anything failed, else 0. The
 # whole run is kept under 8 minutes: each step's timeout is cut to what is left of that.
 #
 # Usage: tests/gpu/run.sh [OUTDIR]     (environment: VECTORS, PYTHON, MAKE_JOBS, COMPARE_FLAGS,
-#                                       BENCH_FLAGS)
+#                                       BENCH_FLAGS, BENCH_DECODE_FLAGS)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
@@ -153,11 +155,21 @@ section_bench() {
     fi
 }
 
+# ---- (d) whole-model plan against decode attention ----
+section_bench_decode() {
+    # shellcheck disable=SC2086
+    if step "bench_decode_gpu" "$OUT/bench_decode.md" 150 "$GPU_DIR/bench_decode_gpu" \
+        ${BENCH_DECODE_FLAGS:-}; then
+        sed -n '/^| model/,$p' "$OUT/bench_decode.md" | tee -a "$SUMMARY"
+    fi
+}
+
 # The sanitizer runs come last: they are the slowest and the most expendable when time is short.
 section_vectors
 section_compare
 section_daemon
 section_bench
+section_bench_decode
 section_sanitizer
 
 say "elapsed: $(($(date +%s) - start))s"
