@@ -211,7 +211,7 @@ CUDA_SRCS := $(wildcard kernels/*.cu)
 CUDA_LIB := $(BUILD)/libvasekernels_cuda.a
 GPU_TEST_DIR := $(BUILD)/tests/gpu
 GPU_PROGS := $(GPU_TEST_DIR)/compare_kernels $(GPU_TEST_DIR)/bench_plan_gpu \
-             $(GPU_TEST_DIR)/run_vectors_cuda
+             $(GPU_TEST_DIR)/run_vectors_cuda $(GPU_TEST_DIR)/bench_decode_gpu
 
 ifeq ($(HAVE_CUDA),1)
 CUDA_HOME ?= $(abspath $(dir $(NVCC))..)
@@ -238,11 +238,21 @@ $(CUDA_LIB): $(CUDA_OBJS) $(CUDA_HOST_OBJS)
 
 $(GPU_TEST_DIR)/%.o: CPPFLAGS += -I$(CUDA_INC) -Itests
 
-$(GPU_TEST_DIR)/compare_kernels $(GPU_TEST_DIR)/bench_plan_gpu: %: %.o $(CUDA_LIB) $(KERNEL_LIB)
-	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(BLAS_LIBS) $(LIBM)
+# CUDA code of the GPU test programs (the benchmark's decode attention).
+$(GPU_TEST_DIR)/%.cu.o: tests/gpu/%.cu | $(DEPS_STAMP)
+	$(call say,NVCC,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(NVCC) $(NVCCFLAGS) -MD -MP -MF $(@:.o=.d) -c -o $@ $<
 
-$(GPU_TEST_DIR)/bench_plan_gpu: $(BUILD)/tests/argnum.o
+# Objects first, then the archives (in this order): the benchmarks' support objects use both.
+$(GPU_TEST_DIR)/compare_kernels $(GPU_TEST_DIR)/bench_plan_gpu $(GPU_TEST_DIR)/bench_decode_gpu: \
+		%: %.o $(CUDA_LIB) $(KERNEL_LIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(CUDA_LIBS) $(BLAS_LIBS) $(LIBM)
+
+GPU_BENCH_SUPPORT := $(BUILD)/tests/argnum.o $(GPU_TEST_DIR)/bench_gpu.o
+$(GPU_TEST_DIR)/bench_plan_gpu: $(GPU_BENCH_SUPPORT)
+$(GPU_TEST_DIR)/bench_decode_gpu: $(GPU_TEST_DIR)/decode_attn.cu.o $(GPU_BENCH_SUPPORT)
 
 # The vector runner with its CUDA backend linked in (run_vectors --cuda). Its support objects
 # are those of TEST_SUPPORT_OBJS, named here because that is defined further down.

@@ -9,7 +9,9 @@
 #   (b) the daemon's CUDA arena (tests/gpu/check_daemon.sh): vased on cuda:0 and two engine
 #       processes through eviction cycles, over both sharing paths (legacy IPC and VMM), with an
 #       engine killed mid-run;
-#   (c) the plan-time benchmark table (bench_plan_gpu).
+#   (c) the plan-time benchmark table (bench_plan_gpu);
+#   (d) the whole-model plan against one decode step's attention, and the stall per eviction
+#       (bench_decode_gpu; its table in bench_decode.md of the report and in summary.txt).
 # The compute-sanitizer runs of (a) come last, being the most expendable when time is short.
 #
 # Vectors: $VECTORS when set and not empty (one set); else the reference set (.gpu/vectors/shipped when carried,
@@ -32,7 +34,7 @@
 #
 # Usage: tests/gpu/run.sh [--debs DIR | --deps-prefix DIR] [OUTDIR]
 #        (environment: VECTORS, PYTHON, MAKE_JOBS, TOTAL_S, DEPS_PREFIX, COMPARE_FLAGS,
-#         BENCH_FLAGS)
+#         BENCH_FLAGS, BENCH_DECODE_FLAGS)
 set -uo pipefail
 TOTAL_S_ENV=${TOTAL_S:-}
 cd "$(dirname "$0")/../.." || exit 1
@@ -264,11 +266,21 @@ section_bench() {
     fi
 }
 
+# ---- (d) whole-model plan against decode attention ----
+section_bench_decode() {
+    # shellcheck disable=SC2086
+    if step "bench_decode_gpu" bench_decode.md 150 "$GPU_DIR/bench_decode_gpu" \
+        ${BENCH_DECODE_FLAGS:-}; then
+        sed -n '/^| model/,$p' "$LOGS/bench_decode.md" | tee -a "$SUMMARY"
+    fi
+}
+
 # The sanitizer runs come last: they are the slowest and the most expendable when time is short.
 section_vectors
 section_compare
 section_daemon
 section_bench
+section_bench_decode
 section_sanitizer
 
 finish

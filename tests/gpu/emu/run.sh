@@ -3,7 +3,9 @@
 # cu2cpp.py and compiled as C++ against the emulated CUDA of include/ and emu_runtime.cpp (CUDA
 # threads as fibers, barriers checked for divergence, AddressSanitizer and UBSan on), then
 # compare_kernels (small geometries) and run_vectors_cuda --cuda run against the CPU reference,
-# and bench_plan_gpu at a toy size (for its code paths only).
+# bench_plan_gpu at a toy size (for its code paths only), and bench_decode_gpu --quick: its
+# decode-attention kernel (tests/gpu/decode_attn.cu) against a float64 CPU reference at small
+# geometries, then its code paths at a toy size.
 #
 # What this checks: indexing, synchronisation structure, selection order, NaN handling and the
 # host-side logic, on real inputs. What it cannot: the GPU's arithmetic (its double log, sin,
@@ -43,6 +45,11 @@ for cu in kernels/*.cu; do
     pids+=($!)
     cuda_objs+=("$OUT/$name.o")
 done
+# The benchmark's own kernel, linked into bench_decode_gpu only.
+"$PYTHON" "$EMU/cu2cpp.py" tests/gpu/decode_attn.cu >"$OUT/decode_attn.cpp"
+g++ "${CXXFLAGS[@]}" -iquote kernels -iquote tests/gpu -c "$OUT/decode_attn.cpp" \
+    -o "$OUT/decode_attn.o" &
+pids+=($!)
 # The CUDA error mapping the kernels report through, host C against the emulated headers.
 gcc "${CFLAGS[@]}" -c kernels/errno_cuda.c -o "$OUT/errno_cuda.c.o" &
 pids+=($!)
@@ -50,17 +57,20 @@ cuda_objs+=("$OUT/errno_cuda.c.o")
 g++ "${CXXFLAGS[@]}" -c "$EMU/emu_runtime.cpp" -o "$OUT/emu_runtime.o" &
 pids+=($!)
 for c in tests/gpu/compare_kernels.c tests/gpu/bench_plan_gpu.c tests/gpu/vectors_cuda.c \
-         tests/run_vectors.c tests/vcase.c tests/npy.c tests/argnum.c; do
+         tests/gpu/bench_gpu.c tests/gpu/bench_decode_gpu.c tests/run_vectors.c tests/vcase.c \
+         tests/npy.c tests/argnum.c; do
     gcc "${CFLAGS[@]}" -c "$c" -o "$OUT/$(basename "$c" .c).o" &
     pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
 g++ "${SAN[@]}" -o "$OUT/compare_kernels" "$OUT/compare_kernels.o" "${cuda_objs[@]}" \
     "$OUT/emu_runtime.o" "${LIBS[@]}"
-g++ "${SAN[@]}" -o "$OUT/bench_plan_gpu" "$OUT/bench_plan_gpu.o" "$OUT/argnum.o" "${cuda_objs[@]}" \
-    "$OUT/emu_runtime.o" "${LIBS[@]}"
+g++ "${SAN[@]}" -o "$OUT/bench_plan_gpu" "$OUT/bench_plan_gpu.o" "$OUT/bench_gpu.o" "$OUT/argnum.o" \
+    "${cuda_objs[@]}" "$OUT/emu_runtime.o" "${LIBS[@]}"
+g++ "${SAN[@]}" -o "$OUT/bench_decode_gpu" "$OUT/bench_decode_gpu.o" "$OUT/decode_attn.o" \
+    "$OUT/bench_gpu.o" "$OUT/argnum.o" "${cuda_objs[@]}" "$OUT/emu_runtime.o" "${LIBS[@]}"
 g++ "${SAN[@]}" -o "$OUT/run_vectors_cuda" "$OUT/run_vectors.o" "$OUT/vectors_cuda.o" \
-    "$OUT/argnum.o" "$OUT/vcase.o" "$OUT/npy.o" "${cuda_objs[@]}" "$OUT/emu_runtime.o" "${LIBS[@]}"
+    "$OUT/vcase.o" "$OUT/npy.o" "$OUT/argnum.o" "${cuda_objs[@]}" "$OUT/emu_runtime.o" "${LIBS[@]}"
 
 # ASan warns once that it does not fully support swapcontext; the fibers' stacks are plain heap.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_stack_use_after_return=0}
@@ -84,6 +94,8 @@ fi
 # The benchmark's code paths, at a toy size (its times mean nothing here).
 "$OUT/bench_plan_gpu" --model Qwen3-4B --budget 128 --layers 2 --reps 1 2>&1 |
     grep -v 'swapcontext' || status=1
+# The decode-attention kernel against the CPU reference, then the benchmark's code paths.
+"$OUT/bench_decode_gpu" --quick 2>&1 | grep -v 'swapcontext' || status=1
 [ $# -gt 0 ] || set -- --quick --max-budget 400
 "$OUT/compare_kernels" "$@" 2>&1 | grep -v 'swapcontext' || status=1
 exit $status
