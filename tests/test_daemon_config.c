@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "vased_path.h"
 #include "../daemon/config.h"
 #include "../daemon/log.h"
 
@@ -76,29 +77,13 @@ static void write_temp(char *path, const char *text) {
 /* The program's exit status when it ran, -1 when it was still running after 15 s (killed) or
  * died of a signal. */
 static int run_vased(const char *const *args, char *out, size_t out_len) {
-    const char *bdir = getenv("VASE_BUILD_DIR");
     char vased[4096], dir[] = "/tmp/test_daemon_config-rt-XXXXXX", rt[96];
     const char *argv[16];
     size_t argc = 0;
     int pipefd[2], status;
 
-    if (bdir)
-        snprintf(vased, sizeof(vased), "%s/vased", bdir);
-    else {
-        /* Run by hand: this program is BUILD/tests/test_daemon_config, vased is BUILD/vased. */
-        ssize_t n = readlink("/proc/self/exe", vased, sizeof(vased) - sizeof("vased"));
-        char *slash;
-        if (n <= 0)
-            fail_msg("VASE_BUILD_DIR is not set and /proc/self/exe is unreadable");
-        vased[n] = '\0';
-        for (int up = 0; up < 2; up++) {
-            slash = strrchr(vased, '/');
-            if (!slash)
-                fail_msg("VASE_BUILD_DIR is not set and %s is not BUILD/tests/...", vased);
-            *slash = '\0';
-        }
-        strcat(vased, "/vased");
-    }
+    if (test_vased_path(vased, sizeof(vased)) < 0)
+        fail_msg("VASE_BUILD_DIR is not set and this program is not in BUILD/tests/");
     if (access(vased, X_OK) != 0)
         fail_msg("%s is missing: `make` builds it", vased);
     assert_non_null(mkdtemp(dir));

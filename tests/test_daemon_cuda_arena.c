@@ -29,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "vased_path.h"
 #include "../daemon/alloc.h"
 #include "../daemon/arena.h"
 #include "../daemon/log.h"
@@ -313,12 +314,11 @@ static void test_vmm_failures(void **state) {
 
 /* Runs build/vased with args in a fresh runtime directory; its exit status and stderr. */
 static int run_vased(const char *arena, const char *share, char *out, size_t out_len) {
-    const char *bdir = getenv("VASE_BUILD_DIR");
     char vased[4096], dir[] = "/tmp/vase-cuda-test-XXXXXX", rt[4200], ar[256], sh[64];
     int pipefd[2], status;
 
-    assert_non_null(bdir);
-    snprintf(vased, sizeof(vased), "%s/vased", bdir);
+    if (test_vased_path(vased, sizeof(vased)) < 0)
+        fail_msg("VASE_BUILD_DIR is not set and this program is not in BUILD/tests/");
     assert_non_null(mkdtemp(dir));
     snprintf(rt, sizeof(rt), "--runtime-dir=%s", dir);
     snprintf(ar, sizeof(ar), "--arena=%s", arena);
