@@ -326,6 +326,11 @@ int vase__error_code(const Vase__Error *err) {
 
 int vase__chan_call(struct vase__chan *ch, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
                     Vase__Envelope **ret) {
+    return vase__chan_call_wait(ch, e, expect, -1, ret);
+}
+
+int vase__chan_call_wait(struct vase__chan *ch, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
+                         int timeout_ms, Vase__Envelope **ret) {
     uint64_t id;
     Vase__Envelope *reply;
 
@@ -333,7 +338,7 @@ int vase__chan_call(struct vase__chan *ch, Vase__Envelope *e, Vase__Envelope__Bo
     int r = vase__chan_send(ch, e, &id);
     if (r < 0)
         return r;
-    r = vase__chan_wait(ch, id, -1, &reply);
+    r = vase__chan_wait(ch, id, timeout_ms, &reply);
     if (r < 0)
         return r;
     if (reply->body_case == VASE__ENVELOPE__BODY_ERROR) {

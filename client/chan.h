@@ -83,6 +83,9 @@ int vase__error_code(const Vase__Error *err);
  */
 int vase__chan_call(struct vase__chan *ch, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
                     Vase__Envelope **ret);
+/* vase__chan_call() whose wait for the reply lasts timeout_ms (< 0: the channel's timeout). */
+int vase__chan_call_wait(struct vase__chan *ch, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
+                         int timeout_ms, Vase__Envelope **ret);
 
 /* Whether the peer behind session_fd has closed it (checked without blocking). */
 bool vase__session_closed(int session_fd);

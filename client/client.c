@@ -43,13 +43,22 @@ int vase__client_refused(struct vase_client *c, const Vase__Error *err) {
     return vase__client_check(c, vase__error_code(err));
 }
 
-int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
-                      Vase__Envelope **ret) {
-    int r = vase__client_check(c, vase__chan_call(c->chan, e, expect, ret));
-    /* The daemon's words, when it was the daemon that refused. */
+/* The end of a call: daemon death recorded, and the daemon's words when it refused. */
+static int call_done(struct vase_client *c, int r) {
+    r = vase__client_check(c, r);
     if (r < 0)
         snprintf(c->last_error, sizeof(c->last_error), "%s", vase__chan_last_error(c->chan));
     return r;
+}
+
+int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
+                      Vase__Envelope **ret) {
+    return call_done(c, vase__chan_call(c->chan, e, expect, ret));
+}
+
+int vase__client_call_wait(struct vase_client *c, Vase__Envelope *e,
+                           Vase__Envelope__BodyCase expect, int timeout_ms, Vase__Envelope **ret) {
+    return call_done(c, vase__chan_call_wait(c->chan, e, expect, timeout_ms, ret));
 }
 
 void vase__client_note_stats(struct vase_client *c, uint64_t request_id, uint32_t seq_id) {

@@ -130,6 +130,9 @@ int vase__client_refused(struct vase_client *c, const Vase__Error *err);
 /* Sends e and waits for a reply of body case expect, recording daemon death. Lock held. */
 int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
                       Vase__Envelope **ret);
+/* vase__client_call() whose wait for the reply lasts timeout_ms (< 0: the client's timeout). */
+int vase__client_call_wait(struct vase_client *c, Vase__Envelope *e,
+                           Vase__Envelope__BodyCase expect, int timeout_ms, Vase__Envelope **ret);
 /* A Ping round trip (vase_ping()). Lock held. */
 int vase__client_ping(struct vase_client *c);
 /* Frees every model and sequence of the client locally (no messages). Lock held. */

@@ -12,6 +12,7 @@
  */
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,6 +180,13 @@ int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase
                               policy ? policy : "(unknown)");
         goto out;
     }
+    if (cfg->admission_wait_ms < -1 || cfg->admission_wait_ms > VASE_MAX_ADMISSION_WAIT_MS) {
+        r = vase__client_fail(c, -EINVAL,
+                              "vase_seq_open: admission_wait_ms %d (want -1 for the daemon's "
+                              "default, or 0 .. %d)",
+                              (int)cfg->admission_wait_ms, VASE_MAX_ADMISSION_WAIT_MS);
+        goto out;
+    }
     if ((cfg->mode != VASE_MODE_ASYNC && cfg->mode != VASE_MODE_SYNC) || cfg->slack < -1) {
         r = vase__client_fail(c, -EINVAL,
                               "vase_seq_open: mode %d, slack %d (want a mode of enum vase_mode, "
@@ -207,9 +215,15 @@ int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase
     open.seed = cfg->seed;
     open.mode = cfg->mode == VASE_MODE_SYNC ? VASE__MODE__MODE_SYNC : VASE__MODE__MODE_ASYNC;
     open.slack = cfg->slack;
+    open.admission_wait_ms = cfg->admission_wait_ms;
     e.body_case = VASE__ENVELOPE__BODY_OPEN_SEQ;
     e.open_seq = &open;
-    r = vase__client_call(c, &e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, &reply);
+    /* The reply may come as late as the admission wait allows, and the usual timeout after
+     * that; the daemon's default is not known here, so -1 allows for the longest. */
+    int wait_ms = cfg->admission_wait_ms < 0 ? VASE_MAX_ADMISSION_WAIT_MS : cfg->admission_wait_ms;
+    int timeout_ms = vase__chan_timeout(c->chan);
+    timeout_ms = timeout_ms > INT_MAX - wait_ms ? INT_MAX : timeout_ms + wait_ms;
+    r = vase__client_call_wait(c, &e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, timeout_ms, &reply);
     if (r < 0)
         goto out;
 

@@ -217,6 +217,9 @@ enum vase_mode {
     VASE_MODE_SYNC = 1,
 };
 
+/* The longest admission wait an open may ask for (struct vase_seq_config). */
+#define VASE_MAX_ADMISSION_WAIT_MS 600000
+
 struct vase_seq_config {
     enum vase_policy policy;
     struct vase_params params; /* vase_params_default(budget) and adjust */
@@ -224,12 +227,23 @@ struct vase_seq_config {
     uint64_t seed;
     enum vase_mode mode;
     int32_t slack; /* steps the engine may run ahead of a plan; -1: window */
+    /* Milliseconds the open may wait for room when the arena is full: 0 (a zeroed config):
+     * refused at once; N > 0 (at most 600000): wait up to N ms; -1: the daemon's
+     * admission_wait_ms setting. */
+    int32_t admission_wait_ms;
 };
 
-/* Opens a sequence: reserves all its pages at once (its KV blocks, and its query ring and plan
+/*
+ * Opens a sequence: reserves all its pages at once (its KV blocks, and its query ring and plan
  * pages), or fails whole with -ENOSPC (the arena has no room for them) or -EDQUOT (the client's
  * quota, max_bytes_per_client or max_seqs_per_client); vase_last_error() gives the sizes.
- * *ret is owned by the client. */
+ * With an admission wait (cfg->admission_wait_ms), an open that finds the arena full blocks
+ * until closed sequences or departed clients free enough memory (waiting opens are admitted in
+ * arrival order) or the wait passes (-ENOSPC, the message says how long it waited). A quota
+ * refusal (-EDQUOT) never waits, nor does a sequence larger than the whole arena. Running
+ * sequences do not yet give up budget to make room: only released memory admits a waiting open.
+ * *ret is owned by the client.
+ */
 int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase_seq_config *cfg,
                   struct vase_seq **ret);
 /* Ends a sequence and returns its pages; accepts NULL. 0 or -errno (the local state is freed

@@ -269,6 +269,9 @@ static int cmd_status(struct vase_admin *a) {
     if (s->clients_draining)
         printf("draining %" PRIu32 " dead clients, holding %s until their processes are gone\n",
                s->clients_draining, vasectl_fmt_bytes(s->bytes_draining, b2, sizeof(b2)));
+    if (s->opens_waiting)
+        printf("opens waiting for room %" PRIu32 " (admitted in arrival order as memory frees)\n",
+               s->opens_waiting);
     printf("plans queued %" PRIu32 " (%" PRIu32 " clients waiting, served in turn), "
            "running %" PRIu32 "\n",
            s->plans_queued, s->clients_waiting, s->plans_running);

@@ -67,6 +67,7 @@ static int handle_status(struct vased *d, const struct vase_reply_to *p,
     sr.plans_running = q.plans_running;
     sr.clients_waiting = q.clients_waiting;
     sr.clients_draining = d->reg->n_draining;
+    sr.opens_waiting = d->admitq.n;
     for (const struct vased_client *c = d->reg->draining; c; c = c->next)
         sr.bytes_draining += c->bytes;
     e.body_case = VASE__ENVELOPE__BODY_STATUS_REPLY;

@@ -199,6 +199,9 @@ static void drop_client(struct vased *d, struct vased_client *c) {
     uint64_t bytes = c->bytes;
     uint32_t waiting = 0, held = 0;
     bool hold = vase_drain_must_hold(d, c);
+    uint32_t parked = vase_admitq_drop_client(&d->admitq, c->id);
+    if (parked)
+        log_debug("Client %u: %u opens waiting for room dropped.", c->id, parked);
     vase_publish_client(d, c, false);
     while (c->seqs) {
         struct vased_seq *s = c->seqs;

@@ -97,6 +97,10 @@ const struct vase_setting vase_settings[] = {
     {"default_slack", VASE_SETTING_I32, OFF(default_slack), -1, 1 << 20, "-1", true,
      "Slots a sequence may fill beyond budget + window while a plan is computed, when "
      "OpenSeq asks for the default; -1: one window."},
+    {"admission_wait_ms", VASE_SETTING_U32, OFF(admission_wait_ms), 0, 600000, "0", true,
+     "Milliseconds an OpenSeq that asks for the default waits for room when its arena is full "
+     "(parked, admitted in arrival order as closes free memory) before it is refused with "
+     "ENOSPC; 0: refused at once."},
 };
 
 const size_t vase_settings_count = sizeof(vase_settings) / sizeof(vase_settings[0]);

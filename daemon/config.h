@@ -59,6 +59,7 @@ struct vase_config {
     uint32_t shutdown_timeout;
     int log_level;
     int32_t default_slack;
+    uint32_t admission_wait_ms; /* an OpenSeq's wait for room when it asks for the default */
 
     /* The [arena NAME] sections in file order (arena 1, 2, ...); not settings of the table. */
     struct vase_arena_config *extra_arenas;

@@ -12,8 +12,11 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "admitq.h"
+#include "alloc.h"
 #include "arena.h"
 #include "engine.h"
 #include "log.h"
@@ -223,31 +226,10 @@ static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
     return 0;
 }
 
-static int handle_open_seq(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
-                           const Vase__OpenSeq *o) {
-    struct vased_model *m;
-    int r = vase_registry_get_model(d->reg, c, o->model_id, &m);
-    if (r == -ENOENT)
-        return vase_reply_error(d, p, ENOENT, "no model %u", o->model_id);
-    if (r < 0)
-        return vase_reply_error(d, p, EPERM, "model %u belongs to another client", o->model_id);
-
-    struct vased_seq_request req;
-    const char *msg = NULL;
-    r = seq_request_from(d, o, &req, &msg);
-    if (r < 0)
-        return vase_reply_error(d, p, EINVAL, "bad open_seq: %s", msg);
-
-    struct vased_seq *s;
-    char why[256];
-    r = vase_registry_open_seq(d->reg, d->allocs[m->arena_id], c, m, &req,
-                               d->cfg.max_seqs_per_client, d->cfg.max_bytes_per_client, &s, why,
-                               sizeof(why));
-    if (r < 0)
-        return vase_reply_error(d, p, -r, "cannot open the sequence: %s",
-                                why[0] ? why : strerror(-r));
-    log_debug("Client %u opened sequence %u: %s, budget %u, window %u, %llu bytes.", c->id, s->id,
-              vase_policy_to_string(s->policy), s->params.budget, s->params.window,
+/* Sends the SeqLayout of the new sequence s to p, and tells the subscribers. */
+static void send_layout(struct vased *d, const struct vase_reply_to *p, struct vased_seq *s) {
+    log_debug("Client %u opened sequence %u: %s, budget %u, window %u, %llu bytes.", s->client->id,
+              s->id, vase_policy_to_string(s->policy), s->params.budget, s->params.window,
               (unsigned long long)vase_registry_seq_bytes(s));
 
     Vase__SeqLayout sl = VASE__SEQ_LAYOUT__INIT;
@@ -271,7 +253,170 @@ static int handle_open_seq(struct vased *d, struct vased_client *c, const struct
     vase_reply_send(d, p, &e);
     vase_publish_seq(d, s, true);
     vase_publish_pressure(d, false);
+}
+
+/* The admission wait an OpenSeq asks for, in ms, the default applied. 0 or -EINVAL. */
+static int admission_wait_from(const struct vased *d, const Vase__OpenSeq *o, uint32_t *ret) {
+    if (o->admission_wait_ms < -1 || o->admission_wait_ms > (int32_t)VASE_ADMIT_MAX_WAIT_MS)
+        return -EINVAL;
+    *ret = o->admission_wait_ms == -1 ? d->cfg.admission_wait_ms : (uint32_t)o->admission_wait_ms;
     return 0;
+}
+
+/* Whether a refusal with -ENOSPC can end by waiting: the sequence fits the whole arena. */
+static bool could_fit(const struct vase_alloc *a, const struct vased_model *m,
+                      const struct vased_seq_request *req) {
+    struct vased_seq_footprint fp;
+    char msg[8];
+    return vase_registry_footprint(&m->layout, req, &fp, msg, sizeof(msg)) == 0 &&
+           fp.bytes <= a->arena_bytes;
+}
+
+/* Parks an open that found no room: 0 (parked, the reply comes later), or the -code of the
+ * Error sent. */
+static int park_open(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
+                     const struct vased_model *m, const struct vased_seq_request *req,
+                     uint32_t wait_ms, const char *why) {
+    uint32_t most = d->cfg.max_seqs_per_client;
+    if (vase_admitq_count_client(&d->admitq, c->id) >= most)
+        return vase_reply_error(d, p, EDQUOT,
+                                "cannot open the sequence: %s; and the client already has "
+                                "max_seqs_per_client (%u) opens waiting for room",
+                                why, most);
+    if (p->id_len > VASE_ADMIT_MAX_ROUTING_ID)
+        return vase_reply_error(d, p, ENOSPC, "cannot open the sequence: %s", why);
+    struct vase_admit_wait *w = vase_admit_wait_new();
+    if (!w) {
+        log_oom();
+        return vase_reply_error(d, p, ENOMEM, "out of memory parking the open");
+    }
+    w->client_id = c->id;
+    w->arena_id = m->arena_id;
+    w->model_id = m->id;
+    w->req = *req;
+    w->wait_ms = wait_ms;
+    w->deadline = vased_now() + wait_ms / 1000.0;
+    memcpy(w->routing_id, p->id, p->id_len);
+    w->routing_id_len = p->id_len;
+    w->request_id = p->request_id;
+    w->cred_known = p->cred_known;
+    w->cred = p->cred;
+    vase_admitq_push(&d->admitq, w);
+    /* The next retry tries the arena's first waiter again and records what it saw. */
+    d->admit_free_seen[m->arena_id] = UINT64_MAX;
+    log_debug("Client %u: open of a sequence of model %u parked for up to %u ms (%s).", c->id,
+              m->id, wait_ms, why);
+    return 0;
+}
+
+static int handle_open_seq(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
+                           const Vase__OpenSeq *o) {
+    struct vased_model *m;
+    int r = vase_registry_get_model(d->reg, c, o->model_id, &m);
+    if (r == -ENOENT)
+        return vase_reply_error(d, p, ENOENT, "no model %u", o->model_id);
+    if (r < 0)
+        return vase_reply_error(d, p, EPERM, "model %u belongs to another client", o->model_id);
+
+    struct vased_seq_request req;
+    const char *msg = NULL;
+    r = seq_request_from(d, o, &req, &msg);
+    if (r < 0)
+        return vase_reply_error(d, p, EINVAL, "bad open_seq: %s", msg);
+    uint32_t wait_ms;
+    if (admission_wait_from(d, o, &wait_ms) < 0)
+        return vase_reply_error(d, p, EINVAL,
+                                "bad open_seq: admission_wait_ms %d (want -1 for the default, "
+                                "or 0 .. %u)",
+                                o->admission_wait_ms, VASE_ADMIT_MAX_WAIT_MS);
+
+    struct vased_seq *s;
+    char why[256];
+    struct vase_alloc *a = d->allocs[m->arena_id];
+    r = vase_registry_open_seq(d->reg, a, c, m, &req, d->cfg.max_seqs_per_client,
+                               d->cfg.max_bytes_per_client, &s, why, sizeof(why));
+    if (r == -ENOSPC && wait_ms > 0 && could_fit(a, m, &req))
+        return park_open(d, c, p, m, &req, wait_ms, why[0] ? why : strerror(-r));
+    if (r < 0)
+        return vase_reply_error(d, p, -r, "cannot open the sequence: %s",
+                                why[0] ? why : strerror(-r));
+    send_layout(d, p, s);
+    return 0;
+}
+
+static struct vase_reply_to wait_reply_to(const struct vase_admit_wait *w) {
+    return (struct vase_reply_to){.id = w->routing_id,
+                                  .id_len = w->routing_id_len,
+                                  .request_id = w->request_id,
+                                  .cred_known = w->cred_known,
+                                  .cred = w->cred};
+}
+
+/* Tries a parked open once more. 1 admitted, 0 still no room (it stays parked), or < 0 refused
+ * for another reason (replied). */
+static int retry_open(struct vased *d, const struct vase_admit_wait *w) {
+    struct vase_reply_to p = wait_reply_to(w);
+    struct vased_client *c = vase_registry_find_client(d->reg, w->client_id);
+    struct vased_model *m;
+    if (!c || vase_registry_get_model(d->reg, c, w->model_id, &m) < 0)
+        return vase_reply_error(d, &p, ENOENT, "model %u is gone", w->model_id);
+    struct vased_seq *s;
+    char why[256];
+    int r = vase_registry_open_seq(d->reg, d->allocs[w->arena_id], c, m, &w->req,
+                                   d->cfg.max_seqs_per_client, d->cfg.max_bytes_per_client, &s, why,
+                                   sizeof(why));
+    if (r == -ENOSPC)
+        return 0;
+    if (r < 0)
+        return vase_reply_error(d, &p, -r, "cannot open the sequence: %s",
+                                why[0] ? why : strerror(-r));
+    log_debug("Client %u: parked open admitted.", c->id);
+    send_layout(d, &p, s);
+    return 1;
+}
+
+void vase_engine_admit_retry(struct vased *d) {
+    uint32_t blocked = 0; /* bit i: arena i's first waiter still does not fit */
+    bool tried[VASED_MAX_ARENAS] = {false};
+    struct vase_admit_wait *prev = NULL, *w = d->admitq.head;
+
+    while (w) {
+        struct vase_admit_wait *next = w->next;
+        uint32_t bit = 1u << w->arena_id;
+        struct vase_alloc *a = d->allocs[w->arena_id];
+        /* Strict FIFO per arena: nothing overtakes a waiter that does not fit, and nothing is
+         * tried while the arena's used bytes are what they were when it last did not fit. */
+        if ((blocked & bit) ||
+            (!tried[w->arena_id] && a->used_bytes >= d->admit_free_seen[w->arena_id])) {
+            blocked |= bit;
+            prev = w;
+            w = next;
+            continue;
+        }
+        tried[w->arena_id] = true;
+        if (retry_open(d, w) == 0) {
+            blocked |= bit;
+            d->admit_free_seen[w->arena_id] = a->used_bytes;
+            prev = w;
+        } else {
+            vase_admitq_unlink(&d->admitq, prev, w);
+            free(w);
+        }
+        w = next;
+    }
+}
+
+void vase_engine_admit_expire(struct vased *d, double now) {
+    struct vase_admit_wait *w;
+    while ((w = vase_admitq_pop_expired(&d->admitq, now))) {
+        struct vase_reply_to p = wait_reply_to(w);
+        log_debug("Client %u: parked open refused after %u ms.", w->client_id, w->wait_ms);
+        vase_reply_error(d, &p, ENOSPC,
+                         "cannot open the sequence: not enough free memory in the arena; waited "
+                         "%u ms (admission_wait_ms) and no room was freed in time",
+                         w->wait_ms);
+        free(w);
+    }
 }
 
 static int handle_close_seq(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,

@@ -366,6 +366,7 @@ void vase_setup_teardown(struct vased *d) {
     /* Plans first: threads read the arena and write plan pages. */
     d->evictor = vase_evictor_free(d->evictor);
     vase_clients_close_pending(d);
+    vase_admitq_clear(&d->admitq);
     /* Closing the sessions is what tells clients we are gone. */
     d->reg = vase_registry_free(d->reg);
     if (d->session_fd >= 0) {

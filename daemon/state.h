@@ -14,6 +14,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "admitq.h"
 #include "allow.h"
 #include "config.h"
 #include "registry.h"
@@ -74,6 +75,10 @@ struct vased {
     uint32_t n_arenas;
 
     struct vase_registry *reg;
+    struct vase_admitq admitq; /* opens waiting for room (engine.h) */
+    /* Per arena, its used bytes when the first parked open last did not fit: retried only
+     * after they change. */
+    uint64_t admit_free_seen[VASED_MAX_ARENAS];
 
     void *zmq_ctx;
     void *router;

@@ -29,6 +29,7 @@
 #include "control.h"
 #include "cycle.h"
 #include "drain.h"
+#include "engine.h"
 #include "evictor.h"
 #include "log.h"
 #include "publish.h"
@@ -142,6 +143,7 @@ static void on_timer(struct vased *d) {
         log_debug_errno(-errno, "timerfd read: %m");
 
     vase_clients_expire_pending(d, now);
+    vase_engine_admit_expire(d, now);
     vase_drain_tick(d, now);
     if (d->watchdog_usec && now - d->last_watchdog >= (double)d->watchdog_usec / 2e6) {
         sd_notify(0, "WATCHDOG=1");
@@ -303,6 +305,16 @@ static void poll_set_sessions(struct vased *d, const struct poll_set *ps) {
         vase_clients_accept(d);
 }
 
+/* The poll timeout shortened to wake up when the first parked open's wait passes. */
+static long admit_timeout(const struct vased *d, long timeout_ms) {
+    double first = vase_admitq_next_deadline(&d->admitq);
+    if (first == 0)
+        return timeout_ms;
+    double left = (first - vased_now()) * 1000.0;
+    long ms = left <= 0 ? 0 : (long)left + 1;
+    return timeout_ms < 0 || ms < timeout_ms ? ms : timeout_ms;
+}
+
 static int main_loop(struct vased *d) {
     struct poll_set ps = {.items = NULL};
     int r = 0;
@@ -310,6 +322,7 @@ static int main_loop(struct vased *d) {
     while (!d->quit) {
         /* Out of memory for the whole set: poll what fits, and try again shortly. */
         long timeout_ms = poll_set_fill(d, &ps) > 0 ? POLL_RETRY_MS : -1;
+        timeout_ms = admit_timeout(d, timeout_ms);
         if (zmq_poll(ps.items, (int)ps.n, timeout_ms) < 0) {
             if (zmq_errno() == EINTR)
                 continue;
@@ -329,6 +342,12 @@ static int main_loop(struct vased *d) {
         if (ps.items[ITEM_ROUTER].revents)
             vase_control_process(d);
         poll_set_sessions(d, &ps);
+        /* Whatever this round released (closes, dead clients, reaped plans, drains) may admit
+         * parked opens; and a wait that passed is answered now, not at the next tick. */
+        if (d->admitq.n) {
+            vase_engine_admit_retry(d);
+            vase_engine_admit_expire(d, vased_now());
+        }
     }
     free(ps.items);
     free(ps.owners);

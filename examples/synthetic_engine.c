@@ -55,6 +55,7 @@ static uint32_t arg_seqs = 2;
 static uint32_t arg_budget = 512;
 static uint32_t arg_window = 64;
 static int32_t arg_slack = -1;
+static int32_t arg_admission_wait_ms = -1; /* -1: the daemon's admission_wait_ms */
 static enum vase_policy arg_policy = VASE_POLICY_VASE_ATTNV;
 static enum vase_mode arg_mode = VASE_MODE_ASYNC;
 static uint32_t arg_prompt = 256;
@@ -528,6 +529,7 @@ static int run(void) {
         .prompt_len = arg_prompt,
         .mode = arg_mode,
         .slack = arg_slack,
+        .admission_wait_ms = arg_admission_wait_ms,
     };
     cfg.params.window = arg_window;
     r = vase_params_check(&cfg.params, arg_policy);
@@ -676,6 +678,8 @@ static void help(void) {
         "      --budget=N         slots kept per sequence (512)\n"
         "      --window=N         window W (64)\n"
         "      --slack=N          steps the engine may run ahead of a plan (window)\n"
+        "      --admission-wait-ms=N  how long an open waits for room in a full arena\n"
+        "                         (the daemon's admission_wait_ms; 0: refused at once)\n"
         "      --policy=NAME      vase-attnv, vase-dkv, curdkv, snapkv, rkv, streaming,\n"
         "                         random, h2o, ... (vase-attnv)\n"
         "      --mode=MODE        sync or async (async)\n"
@@ -705,6 +709,7 @@ enum {
     OPT_BUDGET,
     OPT_WINDOW,
     OPT_SLACK,
+    OPT_ADMISSION_WAIT,
     OPT_POLICY,
     OPT_MODE,
     OPT_PROMPT,
@@ -740,6 +745,7 @@ static int parse_argv(int argc, char **argv) {
         {"budget", required_argument, NULL, OPT_BUDGET},
         {"window", required_argument, NULL, OPT_WINDOW},
         {"slack", required_argument, NULL, OPT_SLACK},
+        {"admission-wait-ms", required_argument, NULL, OPT_ADMISSION_WAIT},
         {"policy", required_argument, NULL, OPT_POLICY},
         {"mode", required_argument, NULL, OPT_MODE},
         {"prompt", required_argument, NULL, OPT_PROMPT},
@@ -755,7 +761,7 @@ static int parse_argv(int argc, char **argv) {
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    uint32_t slack;
+    uint32_t slack, wait_ms;
     int c, r, idx = 0;
 
     while ((c = getopt_long(argc, argv, "h", options, &idx)) >= 0) {
@@ -808,6 +814,11 @@ static int parse_argv(int argc, char **argv) {
             if ((r = parse_u32(optarg, 0, VASE_MAX_BUDGET, &slack)) < 0)
                 return bad_value(name, optarg, r, "0..4194304");
             arg_slack = (int32_t)slack;
+            break;
+        case OPT_ADMISSION_WAIT:
+            if ((r = parse_u32(optarg, 0, VASE_MAX_ADMISSION_WAIT_MS, &wait_ms)) < 0)
+                return bad_value(name, optarg, r, "0..600000");
+            arg_admission_wait_ms = (int32_t)wait_ms;
             break;
         case OPT_POLICY:
             if (vase_policy_from_string(optarg, &arg_policy) < 0) {

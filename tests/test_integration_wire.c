@@ -329,8 +329,10 @@ static void test_register_model_raw(void **state) {
     vase__envelope__free_unpacked(reply, NULL);
 }
 
-/* OpenSeq of a streaming sequence, budget 128, window 32, prompt 0; the reply envelope. */
-static Vase__Envelope *open_seq(struct harness_session *s, uint32_t model_id) {
+/* OpenSeq of a streaming sequence, budget 128, window 32, prompt 0, with an admission wait of
+ * wait_ms; the reply envelope. */
+static Vase__Envelope *open_seq_wait(struct harness_session *s, uint32_t model_id,
+                                     int32_t wait_ms) {
     Vase__SeqParams params = VASE__SEQ_PARAMS__INIT;
     params.policy = "streaming";
     params.budget = 128;
@@ -342,7 +344,12 @@ static Vase__Envelope *open_seq(struct harness_session *s, uint32_t model_id) {
     open.model_id = model_id;
     open.params = &params;
     open.slack = -1;
+    open.admission_wait_ms = wait_ms;
     return session_call(s, VASE__ENVELOPE__BODY_OPEN_SEQ, &open);
+}
+
+static Vase__Envelope *open_seq(struct harness_session *s, uint32_t model_id) {
+    return open_seq_wait(s, model_id, 0);
 }
 
 static Vase__Envelope *close_seq(struct harness_session *s, uint32_t seq_id) {
@@ -405,6 +412,10 @@ static void test_session_rules(void **state) {
 
     expect_error(&f->h.d, open_seq(&f->s[0], model + 1000), ENOENT, 0, "OpenSeq of no model");
     expect_error(&f->h.d, open_seq(&f->s[1], model), EPERM, 0, "OpenSeq of another's model");
+    expect_error(&f->h.d, open_seq_wait(&f->s[0], model, -2), EINVAL, 0,
+                 "OpenSeq with admission_wait_ms -2");
+    expect_error(&f->h.d, open_seq_wait(&f->s[0], model, 600001), EINVAL, 0,
+                 "OpenSeq with admission_wait_ms 600001");
 
     reply = open_seq(&f->s[0], model);
     assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_SEQ_LAYOUT);

@@ -562,6 +562,7 @@ int harness_status(const struct harness_daemon *d, struct harness_status *ret) {
             .evictions_total = s->evictions_total,
             .errors_total = s->errors_total,
             .stats_messages_total = s->stats_messages_total,
+            .opens_waiting = s->opens_waiting,
         };
     }
     vase__envelope__free_unpacked(reply, NULL);

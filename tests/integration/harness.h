@@ -168,6 +168,7 @@ struct harness_status {
     uint64_t bytes_total, bytes_free, bytes_pages; /* arena 0 (ArenaStatus) */
     uint32_t clients, seqs;
     uint64_t evictions_total, errors_total, stats_messages_total;
+    uint32_t opens_waiting; /* OpenSeq requests parked for room */
 };
 /* A Status request. 0 or -errno. */
 int harness_status(const struct harness_daemon *d, struct harness_status *ret);

@@ -273,6 +273,26 @@ def test_open_parameters(client):
         m.open("streaming", budget=-1)
 
 
+def test_admission_wait(client):
+    m = model(client)
+    # One sequence of about 50 MB fills the 64 MiB arena; a second one finds no room.
+    with m.open("streaming", budget=196608, window=64, admission_wait_ms=0) as s:
+        assert s.id > 0
+        with pytest.raises(vase.VaseError) as e:
+            m.open("streaming", budget=196608, window=64, admission_wait_ms=0)
+        assert e.value.errno == errno.ENOSPC and "waited" not in str(e.value)
+        with pytest.raises(vase.VaseError) as e:
+            m.open("streaming", budget=196608, window=64, admission_wait_ms=100)
+        assert e.value.errno == errno.ENOSPC and "waited 100 ms" in str(e.value)
+    with pytest.raises(ValueError):
+        m.open("streaming", budget=128, admission_wait_ms=-2)
+    with pytest.raises(ValueError):
+        m.open("streaming", budget=128, admission_wait_ms=600001)
+    # The default (-1) is the daemon's setting, 0 here: there is room now, so it opens.
+    with m.open("streaming", budget=196608, window=64) as s:
+        assert s.id > 0
+
+
 def test_errors(client):
     m = model(client)
     with pytest.raises(vase.VaseError) as e:

@@ -755,20 +755,21 @@ static PyObject *model_kv_tensor(ModelObject *self, PyObject *args, PyObject *kw
 static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"policy", "budget",  "window", "prompt_len", "mode",
                              "slack",  "seed",    "n_sink", "n_large",    "temperature",
-                             "rank",   "lambda_", "smooth", "metric",     NULL};
+                             "rank",   "lambda_", "smooth", "metric",     "admission_wait_ms",
+                             NULL};
     const char *policy = "vase-attnv", *mode = "async", *metric = NULL;
     PyObject *obudget = NULL, *owindow = NULL, *oprompt = NULL, *oslack = NULL, *oseed = NULL,
              *osink = NULL, *olarge = NULL, *otemp = NULL, *orank = NULL, *olambda = NULL,
-             *osmooth = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|sOOOsOOOOOOOOz:open", kwlist, &policy, &obudget,
+             *osmooth = NULL, *owait = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|sOOOsOOOOOOOOzO:open", kwlist, &policy, &obudget,
                                      &owindow, &oprompt, &mode, &oslack, &oseed, &osink, &olarge,
-                                     &otemp, &orank, &olambda, &osmooth, &metric))
+                                     &otemp, &orank, &olambda, &osmooth, &metric, &owait))
         return NULL;
     if (!obudget) {
         PyErr_SetString(PyExc_TypeError, "open() missing required argument 'budget'");
         return NULL;
     }
-    struct vase_seq_config cfg = {.slack = -1};
+    struct vase_seq_config cfg = {.slack = -1, .admission_wait_ms = -1};
     uint32_t budget;
     unsigned long long v;
     if (get_u32(obudget, "budget", &budget) < 0)
@@ -787,6 +788,11 @@ static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
         if (get_int(oslack, "slack", -1, INT32_MAX, &v) < 0)
             return NULL;
         cfg.slack = (int32_t)(long long)v;
+    }
+    if (owait && owait != Py_None) {
+        if (get_int(owait, "admission_wait_ms", -1, VASE_MAX_ADMISSION_WAIT_MS, &v) < 0)
+            return NULL;
+        cfg.admission_wait_ms = (int32_t)(long long)v;
     }
     if (oseed && oseed != Py_None) {
         if (get_int(oseed, "seed", 0, UINT64_MAX, &v) < 0)
@@ -865,8 +871,11 @@ static PyMethodDef model_methods[] = {
     {"open", (PyCFunction)(void (*)(void))model_open, METH_VARARGS | METH_KEYWORDS,
      "open($self, policy='vase-attnv', budget, window=64, prompt_len=0, mode='async', slack=-1, "
      "seed=0, n_sink=None, n_large=None, temperature=None, rank=None, lambda_=None, smooth=None, "
-     "metric=None)\n--\n\nOpens a sequence (vase_seq_open); parameters not given are "
-     "vase_params_default(budget)'s. budget is required."},
+     "metric=None, admission_wait_ms=-1)\n--\n\nOpens a sequence (vase_seq_open); parameters "
+     "not given are vase_params_default(budget)'s. budget is required. admission_wait_ms: how "
+     "long the open may wait for room when the arena is full (-1: the daemon's "
+     "admission_wait_ms setting; 0: refused at once; at most 600000); the wait ends with "
+     "VaseError ENOSPC when no room was freed in time."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -52,7 +52,8 @@ class Model:
              seed: Optional[int] = 0, n_sink: Optional[int] = None,
              n_large: Optional[int] = None, temperature: Optional[float] = None,
              rank: Optional[int] = None, lambda_: Optional[float] = None,
-             smooth: Optional[int] = None, metric: Optional[str] = None) -> Seq: ...
+             smooth: Optional[int] = None, metric: Optional[str] = None,
+             admission_wait_ms: Optional[int] = -1) -> Seq: ...
 
 class Client:
     client_id: int

@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * Admission wait against a real vased: an open that finds the arena full and asks to wait is
+ * parked (Status opens_waiting counts it) and admitted, in arrival order, once closes free
+ * enough memory; refused with -ENOSPC when its wait passes; refused at once without a wait, for
+ * a quota or for a sequence larger than the arena; dropped with nothing held when its client
+ * dies. Every ordering comes from Status (an open is parked before the close that admits it),
+ * never from sleeping, and the only time bound checked is that a wait is not cut short.
+ */
+
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "integration/harness.h"
+
+/* Long enough that no test ends by it: a parked open these tests admit is admitted by a close. */
+#define LONG_WAIT_MS 120000
+
+static int setup(void **state) {
+    return harness_fixture_setup(state, sizeof(struct harness_fixture), NULL);
+}
+
+static struct harness_status status_of(const struct harness_daemon *d) {
+    struct harness_status st;
+    assert_int_equal(harness_status(d, &st), 0);
+    return st;
+}
+
+/* Polls Status until want opens are parked. */
+static void wait_parked(const struct harness_daemon *d, uint32_t want) {
+    double end = harness_now() + HARNESS_WAIT_MS / 1000.0;
+    struct harness_status st = status_of(d);
+    while (st.opens_waiting != want) {
+        if (harness_now() > end)
+            fail_msg("%u opens parked, want %u", st.opens_waiting, want);
+        harness_sleep_ms(5);
+        st = status_of(d);
+    }
+}
+
+/* A streaming sequence of the harness model with kv_pages KV pages of one granule each
+ * (budget + window + slack = kv_pages * 64 tokens), and the given admission wait. */
+static struct vase_seq_config seq_of(uint32_t kv_pages, int32_t wait_ms) {
+    struct vase_seq_config cfg =
+        harness_seq_config(VASE_POLICY_STREAMING, kv_pages * 64 - 64, 32, 0, 0);
+    cfg.admission_wait_ms = wait_ms;
+    return cfg;
+}
+
+/* Opens cfg without a wait until the arena refuses with -ENOSPC; the number opened. */
+static int fill(struct vase_client *c, struct vase_model *m, struct vase_seq_config cfg,
+                struct vase_seq **seqs, int most) {
+    cfg.admission_wait_ms = 0;
+    for (int n = 0; n < most; n++) {
+        int r = vase_seq_open(c, m, &cfg, &seqs[n]);
+        if (r == -ENOSPC)
+            return n;
+        assert_int_equal(r, 0);
+    }
+    fail_msg("the arena took %d sequences", most);
+    return -1;
+}
+
+static void close_all(struct vase_seq **seqs, int n) {
+    for (int i = 0; i < n; i++)
+        if (seqs[i]) {
+            assert_int_equal(vase_seq_close(seqs[i]), 0);
+            seqs[i] = NULL;
+        }
+}
+
+/* Everything closed: the arena is whole again and nothing is parked. */
+static void assert_all_free(const struct harness_daemon *d) {
+    assert_int_equal(harness_wait_bytes_pages(d, 0, HARNESS_WAIT_MS, NULL), 0);
+    struct harness_status st = status_of(d);
+    assert_int_equal(st.bytes_free, HARNESS_ARENA_BYTES);
+    assert_int_equal(st.opens_waiting, 0);
+    assert_int_equal(st.seqs, 0);
+}
+
+/* An open on a thread of its own (it blocks while parked). */
+struct opener {
+    pthread_t thread;
+    struct vase_client *c;
+    struct vase_model *m;
+    struct vase_seq_config cfg;
+    struct vase_seq *s;
+    int r;
+    char error[512];
+};
+
+static void *open_thread(void *arg) {
+    struct opener *o = arg;
+    o->r = vase_seq_open(o->c, o->m, &o->cfg, &o->s);
+    snprintf(o->error, sizeof(o->error), "%s", vase_last_error(o->c));
+    return NULL;
+}
+
+static void opener_start(struct opener *o) {
+    assert_int_equal(pthread_create(&o->thread, NULL, open_thread, o), 0);
+}
+
+static void opener_join(struct opener *o) {
+    assert_int_equal(pthread_join(o->thread, NULL), 0);
+}
+
+/* A full arena; another client's open with a wait is parked, and admitted when a sequence of
+ * the first closes. */
+static void test_admitted_after_close(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m0, *m1;
+    assert_int_equal(harness_engine_open(&f->d, "fill", &g, &f->c[0], &m0), 0);
+    assert_int_equal(harness_engine_open(&f->d, "waiter", &g, &f->c[1], &m1), 0);
+    struct vase_seq *seqs[64] = {0};
+    int n = fill(f->c[0], m0, seq_of(12, 0), seqs, 64);
+    assert_true(n >= 2);
+    struct harness_status full = status_of(&f->d);
+
+    struct opener o = {.c = f->c[1], .m = m1, .cfg = seq_of(12, LONG_WAIT_MS)};
+    opener_start(&o);
+    wait_parked(&f->d, 1);
+    /* Parked holds nothing. */
+    struct harness_status st = status_of(&f->d);
+    assert_int_equal(st.bytes_free, full.bytes_free);
+    assert_int_equal(st.seqs, (uint32_t)n);
+
+    assert_int_equal(vase_seq_close(seqs[0]), 0);
+    seqs[0] = NULL;
+    opener_join(&o);
+    assert_int_equal(o.r, 0);
+    assert_non_null(o.s);
+    st = status_of(&f->d);
+    assert_int_equal(st.opens_waiting, 0);
+    assert_int_equal(st.seqs, (uint32_t)n);
+    /* The admitted sequence works like any other. */
+    assert_int_equal(harness_append_tokens(o.s, &g, 1, 8, true), 0);
+    assert_int_equal(vase_seq_close(o.s), 0);
+    close_all(seqs, n);
+    assert_all_free(&f->d);
+}
+
+/* No room is freed: the parked open is refused with -ENOSPC once its wait has passed, not
+ * before, saying how long it waited; nothing is left parked or held. */
+static void test_wait_expires(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m;
+    assert_int_equal(harness_engine_open(&f->d, "expire", &g, &f->c[0], &m), 0);
+    struct vase_seq *seqs[64] = {0};
+    int n = fill(f->c[0], m, seq_of(12, 0), seqs, 64);
+    struct harness_status full = status_of(&f->d);
+
+    struct vase_seq_config cfg = seq_of(12, 300);
+    struct vase_seq *s = NULL;
+    double t0 = harness_now();
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), -ENOSPC);
+    double waited = harness_now() - t0;
+    assert_null(s);
+    assert_true(waited >= 0.3);
+    assert_non_null(strstr(vase_last_error(f->c[0]), "waited 300 ms"));
+    struct harness_status st = status_of(&f->d);
+    assert_int_equal(st.opens_waiting, 0);
+    assert_int_equal(st.bytes_free, full.bytes_free);
+    assert_int_equal(st.seqs, (uint32_t)n);
+
+    /* The daemon's default applies to an open that asks for it (-1). */
+    assert_int_equal(harness_config_set(&f->d, "admission_wait_ms", "200"), 0);
+    cfg.admission_wait_ms = -1;
+    t0 = harness_now();
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), -ENOSPC);
+    assert_true(harness_now() - t0 >= 0.2);
+    assert_non_null(strstr(vase_last_error(f->c[0]), "waited 200 ms"));
+    close_all(seqs, n);
+    assert_all_free(&f->d);
+}
+
+/* Refused at once: no wait (0, or the default 0), a sequence larger than the whole arena, a
+ * quota; out-of-range waits are -EINVAL. None of them is parked. */
+static void test_no_wait(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m;
+    assert_int_equal(harness_engine_open(&f->d, "nowait", &g, &f->c[0], &m), 0);
+    struct vase_seq *seqs[64] = {0};
+    int n = fill(f->c[0], m, seq_of(12, 0), seqs, 64);
+    struct vase_seq *s = NULL;
+
+    struct vase_seq_config cfg = seq_of(12, 0);
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), -ENOSPC);
+    assert_null(strstr(vase_last_error(f->c[0]), "waited"));
+    cfg.admission_wait_ms = -1; /* the daemon's default: 0 */
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), -ENOSPC);
+    assert_null(strstr(vase_last_error(f->c[0]), "waited"));
+
+    /* Waiting cannot make room for more than the arena: refused at once, not after the wait. */
+    struct vase_seq_config huge = seq_of(HARNESS_ARENA_PAGES + 1, LONG_WAIT_MS);
+    assert_int_equal(vase_seq_open(f->c[0], m, &huge, &s), -ENOSPC);
+    assert_non_null(strstr(vase_last_error(f->c[0]), "more than the whole arena"));
+
+    /* A quota refusal does not wait either. */
+    assert_int_equal(harness_config_set(&f->d, "max_seqs_per_client", "1"), 0);
+    cfg.admission_wait_ms = LONG_WAIT_MS;
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), -EDQUOT);
+    assert_null(s);
+
+    cfg.admission_wait_ms = -2;
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), -EINVAL);
+    cfg.admission_wait_ms = VASE_MAX_ADMISSION_WAIT_MS + 1;
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), -EINVAL);
+    assert_null(s);
+    assert_int_equal(status_of(&f->d).opens_waiting, 0);
+    close_all(seqs, n);
+    assert_all_free(&f->d);
+}
+
+struct child_waiter {
+    const struct harness_daemon *d;
+    int go_fd; /* a byte arrives once the arena is full */
+};
+
+/* The child: connects, waits for the parent to fill the arena, then opens with a long wait
+ * (it is killed while parked). */
+static int run_child_waiter(void *arg) {
+    struct child_waiter *cw = arg;
+    struct vase_geometry g = harness_geometry();
+    struct vase_client *c;
+    struct vase_model *m;
+    char b;
+    if (harness_engine_open(cw->d, "doomed", &g, &c, &m) < 0 || read(cw->go_fd, &b, 1) != 1)
+        return 2;
+    struct vase_seq_config cfg = seq_of(12, LONG_WAIT_MS);
+    struct vase_seq *s;
+    int r = vase_seq_open(c, m, &cfg, &s);
+    fprintf(stderr, "child: the open returned %d\n", r);
+    return 3;
+}
+
+/* The client of a parked open dies: the open is dropped, nothing is reserved for it, and a
+ * later open gets the memory. */
+static void test_waiter_dies(void **state) {
+    struct harness_fixture *f = *state;
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    struct child_waiter cw = {.d = &f->d, .go_fd = go[0]};
+    pid_t pid;
+    assert_int_equal(harness_fork(run_child_waiter, &cw, &pid), 0);
+    close(go[0]);
+
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m;
+    assert_int_equal(harness_engine_open(&f->d, "survivor", &g, &f->c[0], &m), 0);
+    assert_int_equal(harness_wait_clients(&f->d, 2, HARNESS_WAIT_MS), 0);
+    struct vase_seq *seqs[64] = {0};
+    int n = fill(f->c[0], m, seq_of(12, 0), seqs, 64);
+    struct harness_status full = status_of(&f->d);
+    assert_int_equal(write(go[1], "x", 1), 1);
+    close(go[1]);
+    wait_parked(&f->d, 1);
+
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    int status;
+    assert_int_equal(harness_wait_pid(pid, HARNESS_WAIT_MS, &status), 0);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(harness_wait_clients(&f->d, 1, HARNESS_WAIT_MS), 0);
+    struct harness_status st = status_of(&f->d);
+    assert_int_equal(st.opens_waiting, 0);
+    assert_int_equal(st.bytes_free, full.bytes_free);
+    assert_int_equal(st.seqs, (uint32_t)n);
+
+    /* The memory a close frees goes to whoever asks next, not to the dead waiter. */
+    assert_int_equal(vase_seq_close(seqs[0]), 0);
+    struct vase_seq_config cfg = seq_of(12, 0);
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &seqs[0]), 0);
+    close_all(seqs, n);
+    assert_all_free(&f->d);
+}
+
+/* Two parked opens, a large one first: a close that makes room for the small one only admits
+ * neither (nothing overtakes the first waiter); once the large one fits, it is admitted first. */
+static void test_fifo(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m0, *m1, *m2;
+    assert_int_equal(harness_engine_open(&f->d, "fill", &g, &f->c[0], &m0), 0);
+    assert_int_equal(harness_engine_open(&f->d, "large", &g, &f->c[1], &m1), 0);
+    assert_int_equal(harness_engine_open(&f->d, "small", &g, &f->c[2], &m2), 0);
+    /* Sequences of 8 KV pages fill the arena; less than 8 granules stay free. */
+    struct vase_seq *seqs[64] = {0};
+    int n = fill(f->c[0], m0, seq_of(8, 0), seqs, 64);
+    assert_true(n >= 4);
+    assert_true(status_of(&f->d).bytes_free < 8 * (uint64_t)HARNESS_PAGE_BYTES);
+
+    /* Large: 20 KV pages, more than one closed sequence leaves free. Small: one like those. */
+    struct opener large = {.c = f->c[1], .m = m1, .cfg = seq_of(20, LONG_WAIT_MS)};
+    struct opener small = {.c = f->c[2], .m = m2, .cfg = seq_of(8, LONG_WAIT_MS)};
+    opener_start(&large);
+    wait_parked(&f->d, 1);
+    opener_start(&small);
+    wait_parked(&f->d, 2);
+
+    /* Room for the small one, not the large one: both stay parked. */
+    assert_int_equal(vase_seq_close(seqs[0]), 0);
+    seqs[0] = NULL;
+    assert_int_equal(status_of(&f->d).opens_waiting, 2);
+
+    close_all(seqs, n);
+    opener_join(&large);
+    opener_join(&small);
+    assert_int_equal(large.r, 0);
+    assert_int_equal(small.r, 0);
+    assert_true(vase_seq_id(large.s) < vase_seq_id(small.s));
+    assert_int_equal(vase_seq_close(large.s), 0);
+    assert_int_equal(vase_seq_close(small.s), 0);
+    assert_all_free(&f->d);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_admitted_after_close, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_wait_expires, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_no_wait, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_waiter_dies, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_fifo, setup, harness_fixture_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
