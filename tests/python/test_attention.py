@@ -117,14 +117,8 @@ def kernels(monkeypatch):
 
 
 def read(net, tokens, cache, batch):
-    with torch.no_grad():
-        toks = tokens[:PROMPT].unsqueeze(0).expand(batch, -1)
-        pos = torch.arange(PROMPT).unsqueeze(0).expand(batch, -1)
-        out = [net.forward(toks, pos, cache)]
-        for i in range(PROMPT, TOKENS):
-            t = tokens[i : i + 1].unsqueeze(0).expand(batch, -1)
-            out.append(net.forward(t, torch.full((batch, 1), i), cache))
-    return torch.cat(out, dim=1)
+    """Logits [batch, TOKENS, vocab]: the prompt in one forward, then one token per forward."""
+    return llm.score(net, tokens.expand(batch, -1), lambda: cache, chunk=PROMPT)
 
 
 def setup_model():
