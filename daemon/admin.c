@@ -68,8 +68,7 @@ static int handle_status(struct vased *d, const struct vase_reply_to *p,
     sr.clients_waiting = q.clients_waiting;
     sr.clients_draining = d->reg->n_draining;
     sr.opens_waiting = d->admitq.n;
-    for (const struct vased_client *c = d->reg->draining; c; c = c->next)
-        sr.bytes_draining += c->bytes;
+    sr.bytes_draining = vase_registry_draining_bytes(d->reg);
     e.body_case = VASE__ENVELOPE__BODY_STATUS_REPLY;
     e.status_reply = &sr;
     vase_reply_send(d, p, &e);

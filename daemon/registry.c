@@ -555,3 +555,10 @@ void vase_registry_drop_scores(struct vased_seq *s) {
         s->scores_len[l] = 0;
     }
 }
+
+uint64_t vase_registry_draining_bytes(const struct vase_registry *reg) {
+    uint64_t bytes = 0;
+    for (const struct vased_client *c = reg->draining; c; c = c->next)
+        bytes += c->bytes;
+    return bytes;
+}

@@ -204,6 +204,8 @@ void vase_registry_drain_client(struct vase_registry *reg, struct vased_client *
  */
 uint64_t vase_registry_release_client(struct vase_registry *reg, struct vase_alloc *const *allocs,
                                       struct vased_client *c);
+/* The bytes the draining clients hold. */
+uint64_t vase_registry_draining_bytes(const struct vase_registry *reg);
 
 /* Releases the KV pages of s beyond keep_pages (charged to its client). 0 or -EINVAL. */
 int vase_registry_shrink_seq(struct vased_seq *s, struct vase_alloc *alloc, uint32_t keep_pages);

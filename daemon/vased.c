@@ -44,13 +44,10 @@ static void update_status(struct vased *d, bool force) {
         free_bytes += vase_alloc_free_bytes(d->allocs[i]);
         total += d->allocs[i]->arena_bytes;
     }
-    uint64_t held = 0;
-    for (const struct vased_client *c = d->reg->draining; c; c = c->next)
-        held += c->bytes;
     char draining[96] = "";
     if (d->reg->n_draining)
         snprintf(draining, sizeof(draining), ", %u draining (%llu MiB held)", d->reg->n_draining,
-                 (unsigned long long)(held >> 20));
+                 (unsigned long long)(vase_registry_draining_bytes(d->reg) >> 20));
     snprintf(status, sizeof(status), "%u clients, %u sequences, %llu MiB of %llu MiB free%s%s",
              d->reg->n_clients, d->reg->n_seqs, (unsigned long long)(free_bytes >> 20),
              (unsigned long long)(total >> 20), draining, d->stopping ? ", stopping" : "");
@@ -143,8 +140,7 @@ static void on_timer(struct vased *d) {
         log_debug_errno(-errno, "timerfd read: %m");
 
     vase_clients_expire_pending(d, now);
-    vase_engine_admit_expire(d, now);
-    vase_drain_tick(d, now);
+    vase_drain_tick(d, now); /* parked opens expire after every round of the main loop */
     if (d->watchdog_usec && now - d->last_watchdog >= (double)d->watchdog_usec / 2e6) {
         sd_notify(0, "WATCHDOG=1");
         d->last_watchdog = now;
