@@ -341,6 +341,13 @@ int vase__chan_call_wait(struct vase__chan *ch, Vase__Envelope *e, Vase__Envelop
     r = vase__chan_wait(ch, id, timeout_ms, &reply);
     if (r < 0)
         return r;
+    return vase__chan_reply(ch, reply, expect, ret);
+}
+
+int vase__chan_reply(struct vase__chan *ch, Vase__Envelope *reply, Vase__Envelope__BodyCase expect,
+                     Vase__Envelope **ret) {
+    int r;
+    ch->last_error[0] = '\0';
     if (reply->body_case == VASE__ENVELOPE__BODY_ERROR) {
         if (reply->error && reply->error->message)
             snprintf(ch->last_error, sizeof(ch->last_error), "%s", reply->error->message);

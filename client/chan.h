@@ -86,6 +86,10 @@ int vase__chan_call(struct vase__chan *ch, Vase__Envelope *e, Vase__Envelope__Bo
 /* vase__chan_call() whose wait for the reply lasts timeout_ms (< 0: the channel's timeout). */
 int vase__chan_call_wait(struct vase__chan *ch, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
                          int timeout_ms, Vase__Envelope **ret);
+/* The end of a call whose reply arrived: an Error becomes its code (its message kept for
+ * vase__chan_last_error()), another body than expect -EPROTO; reply is freed unless returned. */
+int vase__chan_reply(struct vase__chan *ch, Vase__Envelope *reply, Vase__Envelope__BodyCase expect,
+                     Vase__Envelope **ret);
 
 /* Whether the peer behind session_fd has closed it (checked without blocking). */
 bool vase__session_closed(int session_fd);

@@ -9,10 +9,12 @@
  */
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "wire.h"
@@ -61,6 +63,49 @@ int vase__client_call_wait(struct vase_client *c, Vase__Envelope *e,
     return call_done(c, vase__chan_call_wait(c->chan, e, expect, timeout_ms, ret));
 }
 
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int vase__client_call_unlocked(struct vase_client *c, Vase__Envelope *e,
+                               Vase__Envelope__BodyCase expect, int timeout_ms,
+                               Vase__Envelope **ret) {
+    Vase__Envelope *reply = NULL;
+    uint64_t id;
+
+    int r = vase__chan_send(c->chan, e, &id);
+    if (r < 0)
+        return call_done(c, r);
+    /* Whichever thread reads the reply keeps it for this one (vase__client_unclaimed()). */
+    struct vase__waiting w = {.id = id, .next = c->waiting};
+    c->waiting = &w;
+    int64_t deadline = now_ms() + (timeout_ms < 0 ? vase__chan_timeout(c->chan) : timeout_ms);
+    for (;;) {
+        r = vase__chan_wait(c->chan, id, 0, &reply);
+        if (r != -EAGAIN)
+            break;
+        if (now_ms() >= deadline) {
+            r = -ETIMEDOUT;
+            break;
+        }
+        pthread_mutex_unlock(&c->lock);
+        poll(NULL, 0, VASE__UNLOCKED_POLL_MS);
+        pthread_mutex_lock(&c->lock);
+    }
+    for (struct vase__waiting **p = &c->waiting; *p; p = &(*p)->next)
+        if (*p == &w) {
+            *p = w.next;
+            break;
+        }
+    if (r < 0) {
+        vase__chan_drop(c->chan, id);
+        return call_done(c, r);
+    }
+    return call_done(c, vase__chan_reply(c->chan, reply, expect, ret));
+}
+
 void vase__client_note_stats(struct vase_client *c, uint64_t request_id, uint32_t seq_id) {
     c->stats_ids[c->stats_next] = request_id;
     c->stats_seqs[c->stats_next] = seq_id;
@@ -70,6 +115,9 @@ void vase__client_note_stats(struct vase_client *c, uint64_t request_id, uint32_
 bool vase__client_unclaimed(void *userdata, const Vase__Envelope *e) {
     struct vase_client *c = userdata;
 
+    for (const struct vase__waiting *w = c->waiting; w; w = w->next)
+        if (w->id == e->request_id)
+            return true;
     for (struct vase_seq *s = c->seqs; s; s = s->next)
         if ((s->pending && s->pending_id == e->request_id) ||
             (s->commit_pending && s->commit_id == e->request_id))

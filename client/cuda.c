@@ -484,6 +484,23 @@ const uint32_t *vase__cuda_seq_table(const struct vase__cuda_seq *cs) {
     return cs ? cs->pages : NULL;
 }
 
+int vase__cuda_seq_set_table(struct vase__cuda_seq *cs, void *stream, const uint32_t *table,
+                             size_t from, size_t n) {
+    struct call c;
+    if (!cs || n > cs->max_pages || from > n || (!table && n))
+        return -EINVAL;
+    if (from == n)
+        return 0;
+    int r = enter(cs->device, &c);
+    if (r < 0)
+        return r;
+    /* From pageable memory the copy is staged before it returns: the table may change after. */
+    r = check(&c, cudaMemcpyAsync(cs->pages + from, table + from, (n - from) * sizeof(uint32_t),
+                                  cudaMemcpyHostToDevice, (cudaStream_t)stream));
+    leave(cs->device, &c);
+    return r;
+}
+
 void vase__cuda_seq_set_stream(struct vase__cuda_seq *cs, void *stream) {
     if (cs)
         cs->stream = (cudaStream_t)stream;

@@ -44,13 +44,14 @@ int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t
  * A sequence's device state: its block table, a [heads][K] keep-list scratch and the
  * compaction kernel's scratch (scratch_bytes: vase_compact_cuda_scratch_bytes() of the largest
  * move one layer's K or V can make), in one allocation made at the open, so that applying a
- * plan allocates nothing. The table is copied to the device at once (waited for); it never
- * changes afterwards but for losing its tail, so the device copy stays current for the engine's
- * kernels. The memory comes from mapping m's pool, on a stream of libvase's own (the open waits
- * for that stream only), and is freed on the sequence's stream (vase__cuda_seq_set_stream())
- * without waiting; on a device without memory pools, from cudaMalloc() and back by cudaFree(),
- * which synchronises the device. Two events mark points of the sequence's stream
- * (vase__cuda_seq_mark()).
+ * plan allocates nothing. The table is copied to the device at once (waited for); afterwards
+ * it only loses entries at its end, or gains them there when an elastic budget grows back
+ * (vase__cuda_seq_set_table(), on the sequence's stream), so the device copy stays current for
+ * the engine's kernels. The memory comes from mapping m's pool, on a stream of libvase's own (the
+ * open waits for that stream only), and is freed on the sequence's stream
+ * (vase__cuda_seq_set_stream()) without waiting; on a device without memory pools, from
+ * cudaMalloc() and back by cudaFree(), which synchronises the device. Two events mark points of the
+ * sequence's stream (vase__cuda_seq_mark()).
  */
 struct vase__cuda_seq;
 struct vase__cuda_mapping;
@@ -58,6 +59,11 @@ int vase__cuda_seq_new(struct vase__cuda_mapping *m, const uint32_t *table, size
                        size_t keep_entries, size_t scratch_bytes, struct vase__cuda_seq **ret);
 /* The device copy of the block table. */
 const uint32_t *vase__cuda_seq_table(const struct vase__cuda_seq *cs);
+/* Copies entries [from, n) of the host block table to the device copy, on stream (ordered
+ * before the engine's later kernels; the host table may change once this returns). n is at most
+ * the pages of the open. 0, -EINVAL or -errno of the runtime. */
+int vase__cuda_seq_set_table(struct vase__cuda_seq *cs, void *stream, const uint32_t *table,
+                             size_t from, size_t n);
 /* The stream the sequence's memory is freed on: the engine's for the sequence. */
 void vase__cuda_seq_set_stream(struct vase__cuda_seq *cs, void *stream);
 /* Frees the sequence's device memory, ordered after the work queued on its stream. */

@@ -139,6 +139,9 @@ static int send_request(struct vase_seq *s, uint32_t len, uint64_t position) {
     int rc = finish_commit(s, true);
     if (rc < 0)
         return rc;
+    /* That reply may have raised the budget past this length: the request is not due. */
+    if (len <= s->budget)
+        return 0;
     /* The daemon reads the slots and queries as soon as the request arrives: the engine's
      * writes on its stream must be complete (on the host the system call orders them). */
     if (s->cuda) {
@@ -220,7 +223,8 @@ static int flush_queued(struct vase_seq *s, bool wait) {
         s->pending = false;
         if (r > 0)
             r = finish_commit(s, true);
-        if (r == 0)
+        /* A budget the commit's reply raised past the request's length: not due any more. */
+        if (r == 0 && s->req_len > s->budget)
             r = transmit_request(s, s->req_len, s->req_position);
         if (r < 0)
             return r;
@@ -251,12 +255,26 @@ static int finish_commit(struct vase_seq *s, bool wait) {
         r = -EPROTO;
     } else {
         const Vase__CommitReply *cr = reply->commit_reply;
+        /* The block table loses or gains entries at its end only; it gains them only with a
+         * budget raised within the sequence's range, never beyond the pages of the open. */
+        uint32_t budget = cr->budget ? cr->budget : s->budget;
+        size_t common = cr->n_pages < s->n_pages ? cr->n_pages : s->n_pages;
+        bool grows = budget > s->budget;
         if (cr->seq_id != s->id || cr->capacity < s->len ||
-            (uint64_t)cr->n_pages * l->block_tokens < cr->capacity || cr->n_pages > s->n_pages ||
-            memcmp(cr->pages, s->pages, cr->n_pages * sizeof(uint32_t)) != 0)
-            r = -EPROTO; /* the block table only ever loses its tail */
+            (uint64_t)cr->n_pages * l->block_tokens < cr->capacity || budget < s->budget ||
+            budget > s->max_budget || budget % s->window || (cr->n_pages > s->n_pages && !grows) ||
+            cr->n_pages > s->max_pages ||
+            memcmp(cr->pages, s->pages, common * sizeof(uint32_t)) != 0)
+            r = -EPROTO;
         else
             r = vase__seq_copy_pages(cr->pages, cr->n_pages, l->num_blocks, &pages);
+        if (r == 0 && cr->n_pages > s->n_pages && s->cuda)
+            r = vase__cuda_seq_set_table(s->cuda, s->stream, pages, s->n_pages, cr->n_pages);
+        if (r == 0 && grows) {
+            s->budget = budget;
+            s->keep = budget - s->window;
+            s->stats.budget_changes++;
+        }
     }
     if (r == -EPROTO && reply->body_case != VASE__ENVELOPE__BODY_ERROR)
         vase__client_fail(s->client, r,
@@ -267,6 +285,7 @@ static int finish_commit(struct vase_seq *s, bool wait) {
         s->n_pages = reply->commit_reply->n_pages;
         s->capacity = reply->commit_reply->capacity;
     } else {
+        free(pages);
         s->broken = r;
     }
     vase__envelope__free_unpacked(reply, NULL);
@@ -339,7 +358,11 @@ static int apply(struct vase_seq *s, Vase__Envelope *e) {
     const Vase__EvictPlan *p =
         e->body_case == VASE__ENVELOPE__BODY_EVICT_PLAN ? e->evict_plan : NULL;
     uint32_t n = s->req_len - s->window;
-    if (!p || p->seq_id != s->id || p->len != s->req_len || p->n != n || p->keep != s->keep) {
+    /* The plan's budget: the sequence's, or lower when the daemon made room (never below
+     * min_budget); a daemon without elastic budgets sends none. */
+    uint32_t budget = p && p->budget ? p->budget : s->budget;
+    if (!p || p->seq_id != s->id || p->len != s->req_len || p->n != n || budget < s->min_budget ||
+        budget > s->budget || budget % s->window || p->keep != budget - s->window) {
         r = vase__client_fail(s->client, -EPROTO,
                               "the daemon's reply does not answer the eviction request of "
                               "sequence %u",
@@ -348,6 +371,11 @@ static int apply(struct vase_seq *s, Vase__Envelope *e) {
     }
     /* Even a plan that cannot be applied (for want of memory, say) breaks the sequence: the
      * reply is consumed, and the daemon keeps waiting for a commit that will not come. */
+    if (budget != s->budget) {
+        s->budget = budget;
+        s->keep = p->keep;
+        s->stats.budget_changes++;
+    }
     bool ordered = s->cuda && s->ordering == VASE_ORDER_STREAM;
     double t0 = now_seconds();
     int new_len = s->cuda ? compact_device(s, n, ordered) : compact_host(s, n);
@@ -467,7 +495,7 @@ int vase_seq_append(struct vase_seq *s, uint32_t n) {
         if (r < 0)
             goto out;
         /* Sync mode waits by design: a stall is an async engine outrunning its plan. */
-        if (s->mode == VASE_MODE_SYNC) {
+        if (s->mode == VASE_MODE_SYNC && s->pending) {
             r = wait_and_apply(s, false);
             if (r < 0)
                 goto out;

@@ -37,6 +37,7 @@ struct vase_seq {
     enum vase_policy policy;
     enum vase_mode mode;
     uint32_t budget, window, keep, slack, prompt_len;
+    uint32_t min_budget, max_budget; /* elastic budgets: the range it was opened with */
     uint32_t capacity;
     uint32_t len;
     uint64_t position;
@@ -44,6 +45,7 @@ struct vase_seq {
 
     uint32_t *pages; /* block table, capacity / block_tokens entries or more */
     size_t n_pages;
+    size_t max_pages; /* at the open: the most it ever holds */
     uint32_t *ring_pages;
     size_t n_ring_pages;
     uint32_t *plan_pages;
@@ -94,6 +96,14 @@ struct vase_seq {
     bool request_queued;
 };
 
+/* A call waiting for its reply without the client's lock (vase__client_call_unlocked()). */
+struct vase__waiting {
+    uint64_t id;
+    struct vase__waiting *next;
+};
+/* How often such a call looks for its reply, in ms. */
+#define VASE__UNLOCKED_POLL_MS 2
+
 struct vase_client {
     pthread_mutex_t lock;
     struct vase__session session;
@@ -114,6 +124,7 @@ struct vase_client {
     uint32_t stats_seqs[VASE__STATS_RING];
     size_t stats_next;
     uint64_t pings;
+    struct vase__waiting *waiting; /* calls waiting without the lock, on their stacks */
 };
 
 /* Remembers the client as dead if r says the daemon is gone; returns r. */
@@ -133,6 +144,12 @@ int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__
 /* vase__client_call() whose wait for the reply lasts timeout_ms (< 0: the client's timeout). */
 int vase__client_call_wait(struct vase_client *c, Vase__Envelope *e,
                            Vase__Envelope__BodyCase expect, int timeout_ms, Vase__Envelope **ret);
+/* vase__client_call_wait() that lets go of the lock while it waits (other threads' calls run
+ * meanwhile; whichever reads the reply keeps it for this call): for waits as long as an
+ * admission wait. Lock held on entry and on return. */
+int vase__client_call_unlocked(struct vase_client *c, Vase__Envelope *e,
+                               Vase__Envelope__BodyCase expect, int timeout_ms,
+                               Vase__Envelope **ret);
 /* A Ping round trip (vase_ping()). Lock held. */
 int vase__client_ping(struct vase_client *c);
 /* Frees every model and sequence of the client locally (no messages). Lock held. */

@@ -59,6 +59,16 @@ int vase__cuda_seq_new(struct vase__cuda_mapping *m, const uint32_t *table, size
     return -EOPNOTSUPP;
 }
 
+int vase__cuda_seq_set_table(struct vase__cuda_seq *cs, void *stream, const uint32_t *table,
+                             size_t from, size_t n) {
+    (void)cs;
+    (void)stream;
+    (void)table;
+    (void)from;
+    (void)n;
+    return -EOPNOTSUPP;
+}
+
 void vase__cuda_seq_set_stream(struct vase__cuda_seq *cs, void *stream) {
     (void)cs;
     (void)stream;

@@ -84,6 +84,10 @@ static int check_layout(const struct vase_model *m, const struct vase_seq_config
 
     if (sl->window != cfg->params.window || sl->budget != cfg->params.budget || sl->keep != keep)
         return -EPROTO;
+    /* A daemon without elastic budgets echoes no range: only a plain open fits it. */
+    uint32_t min = cfg->min_budget ? cfg->min_budget : cfg->params.budget;
+    if (sl->min_budget != min && !(sl->min_budget == 0 && min == sl->budget))
+        return -EPROTO;
     if (cfg->slack >= 0 && sl->slack != (uint32_t)cfg->slack)
         return -EPROTO;
     /* Exactly the pages vase_layout.h prescribes, no more and no fewer. */
@@ -117,12 +121,15 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
         .policy = cfg->policy,
         .mode = cfg->mode,
         .budget = sl->budget,
+        .min_budget = sl->min_budget ? sl->min_budget : sl->budget,
+        .max_budget = sl->budget,
         .window = sl->window,
         .keep = sl->keep,
         .slack = sl->slack,
         .prompt_len = cfg->prompt_len,
         .capacity = sl->capacity,
         .n_pages = sl->n_pages,
+        .max_pages = sl->n_pages,
         .n_ring_pages = sl->n_ring_pages,
         .n_plan_pages = sl->n_plan_pages,
     };
@@ -139,9 +146,9 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
         vase__seq_free(s);
         return r;
     }
-    /* The block table only shrinks after the open, so its device copy never has to grow; and
-     * no move of one layer's K or V is larger than the capacity at the open: the new length
-     * K + len - n is at most len, n below len. */
+    /* The block table never holds more pages than at the open, so neither does its device
+     * copy; and no move of one layer's K or V is larger than the capacity at the open: the new
+     * length K + len - n is at most len, n below len. */
     size_t row_bytes = (size_t)l->head_dim * vase_dtype_size(l->dtype);
     if (vase__arena_on_device(m->arena) &&
         (r = vase__cuda_seq_new(
@@ -180,6 +187,20 @@ int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase
                               policy ? policy : "(unknown)");
         goto out;
     }
+    uint32_t W = cfg->params.window;
+    if (cfg->min_budget &&
+        (cfg->min_budget > cfg->params.budget || cfg->min_budget <= W || cfg->min_budget % W)) {
+        r = vase__client_fail(c, -EINVAL,
+                              "vase_seq_open: min_budget %u must be a multiple of window %u, "
+                              "above it and at most budget %u",
+                              cfg->min_budget, W, cfg->params.budget);
+        goto out;
+    }
+    if (cfg->weight > VASE_MAX_WEIGHT) {
+        r = vase__client_fail(c, -EINVAL, "vase_seq_open: weight %u (want 0 .. %u)", cfg->weight,
+                              VASE_MAX_WEIGHT);
+        goto out;
+    }
     if (cfg->admission_wait_ms < -1 || cfg->admission_wait_ms > VASE_MAX_ADMISSION_WAIT_MS) {
         r = vase__client_fail(c, -EINVAL,
                               "vase_seq_open: admission_wait_ms %d (want -1 for the daemon's "
@@ -216,6 +237,8 @@ int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase
     open.mode = cfg->mode == VASE_MODE_SYNC ? VASE__MODE__MODE_SYNC : VASE__MODE__MODE_ASYNC;
     open.slack = cfg->slack;
     open.admission_wait_ms = cfg->admission_wait_ms;
+    open.min_budget = cfg->min_budget;
+    open.weight = cfg->weight;
     e.body_case = VASE__ENVELOPE__BODY_OPEN_SEQ;
     e.open_seq = &open;
     /* The reply may come as late as the admission wait allows, and the usual timeout after
@@ -223,7 +246,10 @@ int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase
     int wait_ms = cfg->admission_wait_ms < 0 ? VASE_MAX_ADMISSION_WAIT_MS : cfg->admission_wait_ms;
     int timeout_ms = vase__chan_timeout(c->chan);
     timeout_ms = timeout_ms > INT_MAX - wait_ms ? INT_MAX : timeout_ms + wait_ms;
-    r = vase__client_call_wait(c, &e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, timeout_ms, &reply);
+    r = cfg->admission_wait_ms == 0
+            ? vase__client_call_wait(c, &e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, timeout_ms, &reply)
+            : vase__client_call_unlocked(c, &e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, timeout_ms,
+                                         &reply);
     if (r < 0)
         goto out;
 
@@ -291,6 +317,40 @@ SEQ_GETTER(uint32_t, len, s->len)
 SEQ_GETTER(uint32_t, capacity, s->capacity)
 SEQ_GETTER(uint64_t, position, s->position)
 SEQ_GETTER(uint32_t, rounds, s->rounds)
+SEQ_GETTER(uint32_t, budget, s->budget)
+SEQ_GETTER(uint32_t, min_budget, s->min_budget)
+
+int vase_seq_set_budget(struct vase_seq *s, uint32_t budget) {
+    Vase__SetBudget sb = VASE__SET_BUDGET__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    Vase__Envelope *reply;
+
+    if (!s)
+        return -EINVAL;
+    struct vase_client *c = s->client;
+    vase__client_lock(c);
+    int r = 0;
+    if (budget < s->min_budget || budget > s->max_budget || budget % s->window) {
+        r = vase__client_fail(c, -EINVAL,
+                              "vase_seq_set_budget: %u must be a multiple of window %u in "
+                              "[min_budget %u, %u]",
+                              budget, s->window, s->min_budget, s->max_budget);
+        goto out;
+    }
+    r = s->client->dead;
+    if (r < 0)
+        goto out;
+    sb.seq_id = s->id;
+    sb.budget = budget;
+    e.body_case = VASE__ENVELOPE__BODY_SET_BUDGET;
+    e.set_budget = &sb;
+    r = vase__client_call(c, &e, VASE__ENVELOPE__BODY_OK, &reply);
+    if (r == 0)
+        vase__envelope__free_unpacked(reply, NULL);
+out:
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
 
 void vase_seq_get_stats(const struct vase_seq *s, struct vase_seq_stats *ret) {
     if (!s || !ret)

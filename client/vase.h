@@ -219,6 +219,8 @@ enum vase_mode {
 
 /* The longest admission wait an open may ask for (struct vase_seq_config). */
 #define VASE_MAX_ADMISSION_WAIT_MS 600000
+/* The largest weight of an elastic sequence (struct vase_seq_config). */
+#define VASE_MAX_WEIGHT 1000
 
 struct vase_seq_config {
     enum vase_policy policy;
@@ -231,6 +233,12 @@ struct vase_seq_config {
      * refused at once; N > 0 (at most 600000): wait up to N ms; -1: the daemon's
      * admission_wait_ms setting. */
     int32_t admission_wait_ms;
+    /* Elastic budget: the least budget the sequence accepts when the daemon makes room for
+     * waiting opens (a multiple of window, above it, at most params.budget); 0 (a zeroed
+     * config): params.budget, not elastic. See "Elastic budgets" below. */
+    uint32_t min_budget;
+    /* Its weight when budgets are lowered (the daemon's elastic_policy); 0: 1; at most 1000. */
+    uint32_t weight;
 };
 
 /*
@@ -239,10 +247,23 @@ struct vase_seq_config {
  * quota, max_bytes_per_client or max_seqs_per_client); vase_last_error() gives the sizes.
  * With an admission wait (cfg->admission_wait_ms), an open that finds the arena full blocks
  * until closed sequences or departed clients free enough memory (waiting opens are admitted in
- * arrival order) or the wait passes (-ENOSPC, the message says how long it waited). A quota
- * refusal (-EDQUOT) never waits, nor does a sequence larger than the whole arena. Running
- * sequences do not yet give up budget to make room: only released memory admits a waiting open.
- * *ret is owned by the client.
+ * arrival order), or elastic sequences make room for it (below), or the wait passes (-ENOSPC,
+ * the message says how long it waited). A quota refusal (-EDQUOT) never waits, nor does a
+ * sequence larger than the whole arena. The client's lock is not held while the open waits:
+ * other threads of the engine keep decoding its other sequences meanwhile (which is how they
+ * give up budget to it, if they are elastic). *ret is owned by the client.
+ *
+ * Elastic budgets. A sequence opened with cfg->min_budget below cfg->params.budget is elastic:
+ * while opens wait for room in its arena, the daemon may lower its budget, never below
+ * min_budget (how much: the daemon's elastic_policy and each sequence's weight). The engine
+ * learns it with the next plan: that plan keeps the lower budget, its compaction applies it, and
+ * its commit releases the pages the sequence no longer needs (capacity and block table shrink).
+ * When no open waits any more, the budget grows back toward the sequence's cap (params.budget,
+ * or what vase_seq_set_budget() set) at a later commit, whose reply appends the reserved pages
+ * to the block table. n_large scales with the budget (n_large * budget / params.budget); the
+ * other parameters stay. Budgets change only at eviction boundaries: between two plans the
+ * footprint is static. vase_seq_budget() says the budget now; a sequence opened with
+ * min_budget 0 never changes budget, and sync mode stays exact for it.
  */
 int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase_seq_config *cfg,
                   struct vase_seq **ret);
@@ -259,6 +280,19 @@ uint32_t vase_seq_capacity(const struct vase_seq *s);
 uint64_t vase_seq_position(const struct vase_seq *s);
 /* Eviction rounds applied. */
 uint32_t vase_seq_rounds(const struct vase_seq *s);
+/* The budget its plans keep now (elastic budgets: between min_budget and the budget it opened
+ * with; that budget otherwise). */
+uint32_t vase_seq_budget(const struct vase_seq *s);
+/* The least budget it accepts (its budget when it is not elastic). */
+uint32_t vase_seq_min_budget(const struct vase_seq *s);
+/*
+ * Caps the budget of an elastic sequence: budget must be a multiple of window in [min_budget,
+ * the budget it was opened with]. A cap below the budget now takes effect with the next plan
+ * (lowered like a shrink to make room); a cap above it lets the sequence grow back to it at a
+ * later commit, when memory is free. Waits for the daemon's answer. 0 or -errno (-EINVAL out of
+ * range).
+ */
+int vase_seq_set_budget(struct vase_seq *s, uint32_t budget);
 
 /* A view of one layer's K or V, every slot of the sequence, for the engine's kernels and for
  * its writes (vase_view_row() gives the address of a slot). The view stays valid until the
@@ -273,11 +307,14 @@ int vase_seq_kv_view(const struct vase_seq *s, uint32_t layer, enum vase_kv kv,
  * (*ret_table)[s / block_tokens]. Host memory, valid until the next call that applies a plan or
  * reads a commit's reply (vase_seq_poll(), vase_seq_wait(), vase_seq_append(),
  * vase_seq_flush()): the table only ever loses entries at its end (after the first eviction of
- * a prompt longer than the steady state), never changes an entry. 0 or -EINVAL.
+ * a prompt longer than the steady state, or when an elastic budget is lowered) or gains them
+ * there (an elastic budget growing back), never changes an entry. 0 or -EINVAL.
  */
 int vase_seq_block_table(const struct vase_seq *s, const int32_t **ret_table, uint32_t *ret_n);
-/* On a CUDA arena, a device copy of the block table for the engine's kernels (its first
- * entries stay exactly the host table for the life of the sequence); NULL on the host arena. */
+/* On a CUDA arena, a device copy of the block table for the engine's kernels, sized for the
+ * table at the open: its first entries are the host table's (entries a commit's reply appends
+ * are copied in on the sequence's stream before the call that read it returns); NULL on the
+ * host arena. */
 const int32_t *vase_seq_block_table_device(const struct vase_seq *s);
 
 /* Address of (slot, kv_head) of layer's K or V; NULL if out of range. A device address on a
@@ -399,6 +436,7 @@ struct vase_seq_stats {
     double stall_seconds;     /* total time waited in those */
     double compact_seconds;   /* total time spent compacting */
     double last_plan_seconds; /* the daemon's time for the last plan */
+    uint64_t budget_changes;  /* elastic budgets: plans that lowered it, commits that raised it */
 };
 void vase_seq_get_stats(const struct vase_seq *s, struct vase_seq_stats *ret);
 

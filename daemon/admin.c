@@ -16,6 +16,7 @@
 #include "admin.h"
 #include "alloc.h"
 #include "arena.h"
+#include "elastic.h"
 #include "evictor.h"
 #include "log.h"
 #include "publish.h"
@@ -69,6 +70,9 @@ static int handle_status(struct vased *d, const struct vase_reply_to *p,
     sr.clients_draining = d->reg->n_draining;
     sr.opens_waiting = d->admitq.n;
     sr.bytes_draining = vase_registry_draining_bytes(d->reg);
+    sr.budget_shrinks_total = d->budget_shrinks_total;
+    sr.budget_grows_total = d->budget_grows_total;
+    sr.bytes_reclaiming = vase_elastic_reclaiming(d, &sr.seqs_shrunk);
     e.body_case = VASE__ENVELOPE__BODY_STATUS_REPLY;
     e.status_reply = &sr;
     vase_reply_send(d, p, &e);

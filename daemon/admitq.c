@@ -23,6 +23,7 @@ void vase_admitq_push(struct vase_admitq *q, struct vase_admit_wait *w) {
         q->head = w;
     q->tail = w;
     q->n++;
+    q->gen++;
 }
 
 void vase_admitq_unlink(struct vase_admitq *q, struct vase_admit_wait *prev,
@@ -35,6 +36,7 @@ void vase_admitq_unlink(struct vase_admitq *q, struct vase_admit_wait *prev,
         q->tail = prev;
     w->next = NULL;
     q->n--;
+    q->gen++;
 }
 
 uint32_t vase_admitq_drop_client(struct vase_admitq *q, uint32_t client_id) {

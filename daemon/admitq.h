@@ -24,6 +24,8 @@ struct vase_admit_wait {
     struct vase_admit_wait *next;
     uint32_t client_id, arena_id, model_id;
     struct vased_seq_request req;
+    uint64_t bytes;      /* its footprint */
+    uint64_t page_bytes; /* its model's KV page */
     uint32_t wait_ms;
     double deadline; /* CLOCK_MONOTONIC seconds */
     /* Where the reply goes (struct vase_reply_to, copied). */
@@ -37,6 +39,7 @@ struct vase_admit_wait {
 struct vase_admitq {
     struct vase_admit_wait *head, *tail;
     uint32_t n;
+    uint64_t gen; /* counts every change */
 };
 
 /* A zeroed entry (calloc), or NULL when out of memory. */

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "balance.h"
 #include "config.h"
 #include "config_internal.h"
 #include "log.h"
@@ -101,6 +102,12 @@ const struct vase_setting vase_settings[] = {
      "Milliseconds an OpenSeq that asks for the default waits for room when its arena is full "
      "(parked, admitted in arrival order as closes free memory) before it is refused with "
      "ENOSPC; 0: refused at once."},
+    {"elastic_policy", VASE_SETTING_ELASTIC_POLICY, OFF(elastic_policy), 0, 1, "proportional", true,
+     "How the daemon lowers the budgets of elastic sequences (opened with min_budget below "
+     "budget) to make room for waiting opens: proportional: every elastic sequence of the arena "
+     "keeps the same fraction of its budget times its weight (water-filling), none below its "
+     "min_budget; priority: sequences of the lowest weight go down to their min_budget first, "
+     "proportionally among them, before a higher weight gives anything."},
 };
 
 const size_t vase_settings_count = sizeof(vase_settings) / sizeof(vase_settings[0]);
@@ -138,6 +145,8 @@ const char *vase_setting_type_name(enum vase_setting_type t) {
         return "int32";
     case VASE_SETTING_LOG_LEVEL:
         return "log-level";
+    case VASE_SETTING_ELASTIC_POLICY:
+        return "elastic-policy";
     }
     return "?";
 }
@@ -266,6 +275,12 @@ int vase_setting_parse(const struct vase_setting *s, const char *value, int64_t 
             return r;
         *ret_num = r;
         return 0;
+    case VASE_SETTING_ELASTIC_POLICY:
+        r = vase_elastic_policy_from_string(value);
+        if (r < 0)
+            return r;
+        *ret_num = r;
+        return 0;
     default:
         return -EINVAL;
     }
@@ -311,6 +326,7 @@ int vase_config_set(struct vase_config *c, const char *key, const char *value, u
         *(int32_t *)p = (int32_t)num;
         break;
     case VASE_SETTING_LOG_LEVEL:
+    case VASE_SETTING_ELASTIC_POLICY:
         *(int *)p = (int)num;
         break;
     }
@@ -337,6 +353,11 @@ int vase_config_format(const struct vase_config *c, const struct vase_setting *s
         break;
     case VASE_SETTING_LOG_LEVEL: {
         const char *n = vase_log_level_to_string(*(const int *)p);
+        snprintf(buf, len, "%s", n ? n : "?");
+        break;
+    }
+    case VASE_SETTING_ELASTIC_POLICY: {
+        const char *n = vase_elastic_policy_to_string(*(const int *)p);
         snprintf(buf, len, "%s", n ? n : "?");
         break;
     }

@@ -60,6 +60,7 @@ struct vase_config {
     int log_level;
     int32_t default_slack;
     uint32_t admission_wait_ms; /* an OpenSeq's wait for room when it asks for the default */
+    int elastic_policy;         /* enum vase_elastic_policy */
 
     /* The [arena NAME] sections in file order (arena 1, 2, ...); not settings of the table. */
     struct vase_arena_config *extra_arenas;
@@ -72,6 +73,7 @@ enum vase_setting_type {
     VASE_SETTING_SIZE, /* uint64_t, accepts K/M/G/T suffixes (powers of 1024) */
     VASE_SETTING_I32,
     VASE_SETTING_LOG_LEVEL,
+    VASE_SETTING_ELASTIC_POLICY, /* int: enum vase_elastic_policy (balance.h) */
 };
 
 struct vase_setting {

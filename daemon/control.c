@@ -65,6 +65,7 @@ bool vase_control_is_request(Vase__Envelope__BodyCase body) {
     case VASE__ENVELOPE__BODY_REGISTER_MODEL:
     case VASE__ENVELOPE__BODY_OPEN_SEQ:
     case VASE__ENVELOPE__BODY_CLOSE_SEQ:
+    case VASE__ENVELOPE__BODY_SET_BUDGET:
     case VASE__ENVELOPE__BODY_EVICT_REQUEST:
     case VASE__ENVELOPE__BODY_EVICT_COMMIT:
     case VASE__ENVELOPE__BODY_ATTN_STATS:
@@ -276,6 +277,7 @@ static int dispatch(struct vased *d, struct vased_client *c, const struct vase_r
     case VASE__ENVELOPE__BODY_REGISTER_MODEL:
     case VASE__ENVELOPE__BODY_OPEN_SEQ:
     case VASE__ENVELOPE__BODY_CLOSE_SEQ:
+    case VASE__ENVELOPE__BODY_SET_BUDGET:
         return vase_engine_handle(d, c, p, e);
     case VASE__ENVELOPE__BODY_EVICT_REQUEST:
     case VASE__ENVELOPE__BODY_EVICT_COMMIT:

@@ -20,6 +20,7 @@
 
 #include "alloc.h"
 #include "arena.h"
+#include "elastic.h"
 #include "cycle.h"
 #include "evictor.h"
 #include "log.h"
@@ -54,14 +55,16 @@ static int copy_seq(struct vased *d, struct vased_seq *s, const Vase__EvictReque
     run->round = s->rounds;
     run->len = req->len;
     run->n = req->len - s->params.window;
-    run->keep = s->keep;
+    /* A budget lowered to make room takes effect with this plan (elastic.h). */
+    uint32_t budget = vase_elastic_plan_budget(s);
+    run->params = vase_elastic_params(&s->max_params, budget);
+    run->keep = vase_plan_keep_count(&run->params);
     run->layers = L;
     run->kv_heads = H;
     run->q_heads = s->layout.q_heads;
     run->head_dim = s->layout.head_dim;
     run->dtype = s->layout.dtype;
     run->policy = s->policy;
-    run->params = s->params;
     run->seed = s->seed;
     run->arena = a;
     run->arena_base = a->map;
@@ -74,7 +77,7 @@ static int copy_seq(struct vased *d, struct vased_seq *s, const Vase__EvictReque
 
     run->pages = malloc((size_t)s->n_pages * sizeof(uint32_t));
     run->plan_pages = malloc((size_t)s->n_plan_pages * sizeof(uint32_t));
-    run->keep_lists = malloc((size_t)L * H * s->keep * sizeof(uint32_t));
+    run->keep_lists = malloc((size_t)L * H * run->keep * sizeof(uint32_t));
     if (!run->pages || !run->plan_pages || !run->keep_lists)
         return -ENOMEM;
     memcpy(run->pages, s->pages, (size_t)s->n_pages * sizeof(uint32_t));
@@ -264,6 +267,7 @@ static void evict_plan_of(const struct vased_seq *s, const struct vase_plan_run 
     ret->n = run->n;
     ret->len = run->len;
     ret->keep = run->keep;
+    ret->budget = run->params.budget;
     ret->plan_seconds = run->seconds;
 }
 
@@ -335,7 +339,7 @@ void vase_cycle_plan_done(struct vased *d, struct vase_plan_run *run) {
 /* Compacts the accumulated attention of s as the engine compacted its cache: the run's keep lists
  * applied to len_now slots. */
 static void compact_stats(struct vased_seq *s, const struct vase_plan_run *run, uint32_t len_now) {
-    uint32_t K = s->keep, N = run->n;
+    uint32_t K = run->keep, N = run->n;
     if (!s->acc)
         return;
     for (uint32_t l = 0; l < s->layers; l++) {
@@ -382,7 +386,7 @@ static int handle_evict_commit(struct vased *d, struct vased_client *c,
                                 "round %u",
                                 req->round, s->id, run->round);
 
-    uint32_t K = s->keep, N = run->n;
+    uint32_t K = run->keep, N = run->n;
     /* new_len = K + len_now - N with run->len <= len_now <= capacity. */
     uint64_t len_now = (uint64_t)req->new_len + N - K;
     if (req->new_len < K || len_now < run->len || len_now > s->capacity)
@@ -392,7 +396,13 @@ static int handle_evict_commit(struct vased *d, struct vased_client *c,
                                 req->new_len, run->len, s->capacity, K, N);
 
     compact_stats(s, run, (uint32_t)len_now);
+    /* The plan's budget is the sequence's from now on; lowered, it releases pages here, and a
+     * sequence below its target may take pages back (elastic.h). */
+    vase_elastic_committed(d, s, run->params.budget, run->round);
+    uint64_t used = d->allocs[s->arena_id]->used_bytes;
     int r = release_surplus(d, s, req->new_len);
+    if (r >= 0)
+        vase_elastic_grow(d, s);
 
     Vase__EvictPlan ep;
     evict_plan_of(s, run, &ep);
@@ -409,10 +419,11 @@ static int handle_evict_commit(struct vased *d, struct vased_client *c,
     cr.capacity = s->capacity;
     cr.n_pages = s->n_pages;
     cr.pages = s->pages;
+    cr.budget = s->params.budget;
     e.body_case = VASE__ENVELOPE__BODY_COMMIT_REPLY;
     e.commit_reply = &cr;
     vase_reply_send(d, p, &e);
-    if (r > 0)
+    if (d->allocs[s->arena_id]->used_bytes != used)
         vase_publish_pressure(d, false);
     return 0;
 }

@@ -18,6 +18,8 @@
 #include "admitq.h"
 #include "alloc.h"
 #include "arena.h"
+#include "balance.h"
+#include "elastic.h"
 #include "engine.h"
 #include "log.h"
 #include "publish.h"
@@ -177,6 +179,30 @@ static int params_from(const Vase__SeqParams *sp, enum vase_policy policy, bool 
     return 0;
 }
 
+/* The budget range and weight of an OpenSeq (p: its parameters, checked): the parameters must
+ * stay valid at min_budget, n_large scaled with the budget (vase_elastic_params()). 0 or
+ * -EINVAL. */
+static int elastic_from(const Vase__OpenSeq *o, const struct vase_params *p,
+                        struct vased_seq_request *ret, const char **msg) {
+    uint32_t min = o->min_budget ? o->min_budget : p->budget;
+    if (min > p->budget || min <= p->window || min % p->window != 0) {
+        *msg = "min_budget must be a multiple of window, above it and at most budget";
+        return -EINVAL;
+    }
+    struct vase_params at_min = vase_elastic_params(p, min);
+    if (vase_params_check(&at_min, ret->policy) < 0) {
+        *msg = "the parameters are not valid at min_budget (n_sink, n_large)";
+        return -EINVAL;
+    }
+    if (o->weight > VASE_MAX_WEIGHT) {
+        *msg = "weight must be 0 (default 1) .. 1000";
+        return -EINVAL;
+    }
+    ret->min_budget = min;
+    ret->weight = o->weight ? o->weight : 1;
+    return 0;
+}
+
 /* SeqParams with PROTOCOL.md's defaults applied, checked. 0 or -EINVAL with *msg. */
 static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
                             struct vased_seq_request *ret, const char **msg) {
@@ -219,6 +245,8 @@ static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
         return -EINVAL;
     }
     ret->params = p;
+    if (elastic_from(o, &p, ret, msg) < 0)
+        return -EINVAL;
     ret->prompt_len = o->prompt_len;
     ret->seed = o->seed;
     ret->mode = (uint32_t)o->mode;
@@ -248,6 +276,8 @@ static void send_layout(struct vased *d, const struct vase_reply_to *p, struct v
     sl.window = s->params.window;
     sl.budget = s->params.budget;
     sl.slack = s->slack;
+    sl.min_budget = s->min_budget;
+    sl.weight = s->weight;
     e.body_case = VASE__ENVELOPE__BODY_SEQ_LAYOUT;
     e.seq_layout = &sl;
     vase_reply_send(d, p, &e);
@@ -263,20 +293,23 @@ static int admission_wait_from(const struct vased *d, const Vase__OpenSeq *o, ui
     return 0;
 }
 
-/* Whether a refusal with -ENOSPC can end by waiting: the sequence fits the whole arena. */
+/* Whether a refusal with -ENOSPC can end by waiting: the sequence fits the whole arena. Its
+ * footprint in *ret_bytes. */
 static bool could_fit(const struct vase_alloc *a, const struct vased_model *m,
-                      const struct vased_seq_request *req) {
+                      const struct vased_seq_request *req, uint64_t *ret_bytes) {
     struct vased_seq_footprint fp;
     char msg[8];
-    return vase_registry_footprint(&m->layout, req, &fp, msg, sizeof(msg)) == 0 &&
-           fp.bytes <= a->arena_bytes;
+    if (vase_registry_footprint(&m->layout, req, &fp, msg, sizeof(msg)) < 0)
+        return false;
+    *ret_bytes = fp.bytes;
+    return fp.bytes <= a->arena_bytes;
 }
 
 /* Parks an open that found no room: 0 (parked, the reply comes later), or the -code of the
  * Error sent. */
 static int park_open(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
                      const struct vased_model *m, const struct vased_seq_request *req,
-                     uint32_t wait_ms, const char *why) {
+                     uint64_t bytes, uint32_t wait_ms, const char *why) {
     uint32_t most = d->cfg.max_seqs_per_client;
     if (vase_admitq_count_client(&d->admitq, c->id) >= most)
         return vase_reply_error(d, p, EDQUOT,
@@ -294,6 +327,8 @@ static int park_open(struct vased *d, struct vased_client *c, const struct vase_
     w->arena_id = m->arena_id;
     w->model_id = m->id;
     w->req = *req;
+    w->bytes = bytes;
+    w->page_bytes = m->layout.page_bytes;
     w->wait_ms = wait_ms;
     w->deadline = vased_now() + wait_ms / 1000.0;
     memcpy(w->routing_id, p->id, p->id_len);
@@ -335,8 +370,9 @@ static int handle_open_seq(struct vased *d, struct vased_client *c, const struct
     struct vase_alloc *a = d->allocs[m->arena_id];
     r = vase_registry_open_seq(d->reg, a, c, m, &req, d->cfg.max_seqs_per_client,
                                d->cfg.max_bytes_per_client, &s, why, sizeof(why));
-    if (r == -ENOSPC && wait_ms > 0 && could_fit(a, m, &req))
-        return park_open(d, c, p, m, &req, wait_ms, why[0] ? why : strerror(-r));
+    uint64_t bytes;
+    if (r == -ENOSPC && wait_ms > 0 && could_fit(a, m, &req, &bytes))
+        return park_open(d, c, p, m, &req, bytes, wait_ms, why[0] ? why : strerror(-r));
     if (r < 0)
         return vase_reply_error(d, p, -r, "cannot open the sequence: %s",
                                 why[0] ? why : strerror(-r));
@@ -431,6 +467,23 @@ static int handle_close_seq(struct vased *d, struct vased_client *c, const struc
     return 0;
 }
 
+static int handle_set_budget(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
+                             const Vase__SetBudget *req) {
+    struct vased_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
+    if (!s)
+        return 0;
+    uint32_t W = s->params.window;
+    if (req->budget < s->min_budget || req->budget > s->max_budget || req->budget % W != 0)
+        return vase_reply_error(d, p, EINVAL,
+                                "set_budget: budget %u of sequence %u must be a multiple of "
+                                "window %u in [min_budget %u, budget %u]",
+                                req->budget, s->id, W, s->min_budget, s->max_budget);
+    log_debug("Client %u: cap of sequence %u %u -> %u.", c->id, s->id, s->cap_budget, req->budget);
+    vase_elastic_set_cap(d, s, req->budget);
+    vase_reply_ok(d, p);
+    return 0;
+}
+
 int vase_engine_handle(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
                        const Vase__Envelope *e) {
     switch (e->body_case) {
@@ -440,6 +493,8 @@ int vase_engine_handle(struct vased *d, struct vased_client *c, const struct vas
         return handle_open_seq(d, c, p, e->open_seq);
     case VASE__ENVELOPE__BODY_CLOSE_SEQ:
         return handle_close_seq(d, c, p, e->close_seq);
+    case VASE__ENVELOPE__BODY_SET_BUDGET:
+        return handle_set_budget(d, c, p, e->set_budget);
     default:
         return vase_reply_error(d, p, EINVAL, "%s is not a request", vase_wire_body_name(e));
     }

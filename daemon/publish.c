@@ -64,6 +64,12 @@ void vase_publish_seq_info(const struct vased_seq *s, Vase__SeqInfo *ret) {
     ret->state = (char *)vase_registry_state_name(s->state);
     ret->last_plan_seconds = s->last_plan_seconds;
     ret->arena_id = s->arena_id;
+    ret->max_budget = s->max_budget;
+    ret->min_budget = s->min_budget;
+    ret->cap_budget = s->cap_budget;
+    ret->target_budget = s->target_budget;
+    ret->weight = s->weight;
+    ret->budget_changes = s->budget_changes;
 }
 
 void vase_publish_seq(struct vased *d, const struct vased_seq *s, bool open) {

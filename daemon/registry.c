@@ -328,13 +328,17 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     s->policy = req->policy;
     s->params = req->params;
     s->keep = vase_plan_keep_count(&req->params);
+    s->max_params = req->params;
+    s->max_budget = s->cap_budget = s->target_budget = req->params.budget;
+    s->min_budget = req->min_budget ? req->min_budget : req->params.budget;
+    s->weight = req->weight ? req->weight : 1;
     s->mode = req->mode;
     s->slack = req->slack;
     s->prompt_len = req->prompt_len;
     s->seed = req->seed;
     s->layout = m->layout;
     s->plan = fp.plan;
-    s->n_pages = fp.kv_pages;
+    s->n_pages = s->max_pages = fp.kv_pages;
     s->n_ring_pages = fp.ring_pages;
     s->n_plan_pages = fp.plan.plan_pages;
     s->capacity = fp.kv_pages * m->layout.block_tokens;
@@ -499,6 +503,22 @@ int vase_registry_shrink_seq(struct vased_seq *s, struct vase_alloc *alloc, uint
     s->n_pages = keep_pages;
     s->capacity = keep_pages * s->layout.block_tokens;
     return 1;
+}
+
+int vase_registry_grow_seq(struct vased_seq *s, struct vase_alloc *alloc, uint32_t n_pages,
+                           uint64_t quota) {
+    if (n_pages <= s->n_pages)
+        return 0;
+    if (n_pages > s->max_pages || !s->client)
+        return -EINVAL;
+    struct vase_alloc_req part = {
+        .unit = s->layout.page_bytes, .n = n_pages - s->n_pages, .ret = s->pages + s->n_pages};
+    int r = vase_alloc_reserve(alloc, &part, 1, quota, &s->client->bytes);
+    if (r < 0)
+        return r;
+    s->n_pages = n_pages;
+    s->capacity = n_pages * s->layout.block_tokens;
+    return 0;
 }
 
 const char *vase_registry_state_name(enum vased_seq_state st) {

@@ -77,8 +77,15 @@ struct vased_seq {
     uint32_t arena_id;
     uint32_t layers, kv_heads; /* copied from the model, which an orphan no longer has */
     enum vase_policy policy;
-    struct vase_params params;
-    uint32_t keep; /* K = budget - window */
+    struct vase_params params; /* params.budget: the budget its plans keep now */
+    uint32_t keep;             /* K = params.budget - window */
+    /* Elastic budgets (elastic.h): the range it was opened with, the engine's cap (SetBudget),
+     * the budget the daemon wants it to have after its next eviction, its weight. Always
+     * min_budget <= target_budget <= cap_budget <= max_budget; params.budget moves toward
+     * target_budget at eviction boundaries only. */
+    uint32_t max_budget, min_budget, cap_budget, target_budget, weight;
+    struct vase_params max_params; /* as opened: params at max_budget */
+    uint32_t budget_changes;
     uint32_t mode; /* Vase__Mode */
     uint32_t slack;
     uint32_t prompt_len;
@@ -87,6 +94,7 @@ struct vased_seq {
     struct vase_plan_layout plan;       /* its plan area */
     uint32_t capacity;                  /* n_pages * block_tokens */
     uint32_t *pages, n_pages;           /* block table: KV pages of layout.page_bytes */
+    uint32_t max_pages;                 /* room in pages[]: the pages at the open */
     uint32_t *ring_pages, n_ring_pages; /* of layout.ring_page_bytes */
     uint32_t *plan_pages, n_plan_pages; /* of plan.plan_page_bytes */
     uint32_t len; /* the last length the client reported (request or commit) */
@@ -148,6 +156,8 @@ struct vased_seq_request {
     uint64_t seed;
     uint32_t mode;
     uint32_t slack;
+    uint32_t min_budget; /* = params.budget when not elastic */
+    uint32_t weight;     /* >= 1 */
 };
 
 /* What a sequence of model m holds at open (vase_layout.h). */
@@ -209,6 +219,10 @@ uint64_t vase_registry_draining_bytes(const struct vase_registry *reg);
 
 /* Releases the KV pages of s beyond keep_pages (charged to its client). 0 or -EINVAL. */
 int vase_registry_shrink_seq(struct vased_seq *s, struct vase_alloc *alloc, uint32_t keep_pages);
+/* Appends KV pages to the block table of s until it has n_pages (at most max_pages), charged
+ * to its client under quota (0: none): all of them or none. 0, -ENOSPC, -EDQUOT, -ENOMEM. */
+int vase_registry_grow_seq(struct vased_seq *s, struct vase_alloc *alloc, uint32_t n_pages,
+                           uint64_t quota);
 
 /* "idle", "planning", "plan-ready". */
 const char *vase_registry_state_name(enum vased_seq_state st);

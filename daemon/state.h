@@ -79,6 +79,12 @@ struct vased {
     /* Per arena, its used bytes when the first parked open last did not fit: retried only
      * after they change. */
     uint64_t admit_free_seen[VASED_MAX_ARENAS];
+    /* Elastic budgets (elastic.h): what the targets were last computed from. */
+    uint64_t elastic_gen; /* admitq.gen */
+    uint64_t elastic_used[VASED_MAX_ARENAS];
+    bool elastic_waiting[VASED_MAX_ARENAS];
+    bool elastic_dirty; /* a cap changed */
+    uint64_t budget_shrinks_total, budget_grows_total;
 
     void *zmq_ctx;
     void *router;

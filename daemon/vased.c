@@ -29,6 +29,7 @@
 #include "control.h"
 #include "cycle.h"
 #include "drain.h"
+#include "elastic.h"
 #include "engine.h"
 #include "evictor.h"
 #include "log.h"
@@ -344,6 +345,8 @@ static int main_loop(struct vased *d) {
             vase_engine_admit_retry(d);
             vase_engine_admit_expire(d, vased_now());
         }
+        /* Then the budgets: lowered for the opens still waiting, back up when none waits. */
+        vase_elastic_rebalance(d);
     }
     free(ps.items);
     free(ps.owners);

@@ -56,6 +56,8 @@ static uint32_t arg_budget = 512;
 static uint32_t arg_window = 64;
 static int32_t arg_slack = -1;
 static int32_t arg_admission_wait_ms = -1; /* -1: the daemon's admission_wait_ms */
+static uint32_t arg_min_budget;            /* 0: the budget (not elastic) */
+static uint32_t arg_weight;                /* 0: 1 */
 static enum vase_policy arg_policy = VASE_POLICY_VASE_ATTNV;
 static enum vase_mode arg_mode = VASE_MODE_ASYNC;
 static uint32_t arg_prompt = 256;
@@ -476,11 +478,11 @@ static int report(const struct engine *e, uint64_t steps, double seconds) {
            "libvase's compaction; plan: the daemon's time per plan; outliers: value rows %gx\n"
            "larger than the rest, still cached / written (over layers and KV heads)\n",
            (double)OUTLIER_SCALE);
-    printf("%-5s %8s %6s %8s %6s %6s %6s %10s %9s %9s %9s %9s %12s\n", "seq", "position", "len",
-           "capacity", "pages", "evict", "stalls", "stall-ms", "stall-max", "compact", "plan",
-           "plan-max", "outliers");
-    printf("%-5s %8s %6s %8s %6s %6s %6s %10s %9s %9s %9s %9s %12s\n", "", "", "", "", "", "", "",
-           "total", "ms", "ms/evict", "ms/evict", "ms", "kept/written");
+    printf("%-5s %8s %6s %8s %6s %6s %6s %6s %10s %9s %9s %9s %9s %12s\n", "seq", "position", "len",
+           "capacity", "pages", "budget", "evict", "stalls", "stall-ms", "stall-max", "compact",
+           "plan", "plan-max", "outliers");
+    printf("%-5s %8s %6s %8s %6s %6s %6s %6s %10s %9s %9s %9s %9s %12s\n", "", "", "", "", "", "",
+           "", "", "total", "ms", "ms/evict", "ms/evict", "ms", "kept/written");
     for (uint32_t i = 0; i < e->nseqs; i++) {
         const struct seq_state *ss = &e->seqs[i];
         struct vase_seq_stats st;
@@ -491,11 +493,12 @@ static int report(const struct engine *e, uint64_t steps, double seconds) {
         r = count_outliers(e, ss, &kept);
         if (r < 0)
             return fail(e, "reading back the value rows", ss, r);
-        printf("%-5u %8" PRIu64 " %6u %8u %6u %6" PRIu64 " %6" PRIu64 " %10.2f %9.2f %9.3f %9.2f "
-               "%9.2f %5" PRIu64 "/%-6" PRIu64 "\n",
+        printf("%-5u %8" PRIu64 " %6u %8u %6u %6u %6" PRIu64 " %6" PRIu64 " %10.2f %9.2f %9.3f "
+               "%9.2f %9.2f %5" PRIu64 "/%-6" PRIu64 "\n",
                vase_seq_id(ss->seq), vase_seq_position(ss->seq), vase_seq_len(ss->seq),
                vase_seq_capacity(ss->seq), (vase_seq_capacity(ss->seq) + tpp - 1) / tpp,
-               st.evictions, ss->stalls, ss->stall_seconds * 1e3, ss->stall_max * 1e3,
+               vase_seq_budget(ss->seq), st.evictions, ss->stalls, ss->stall_seconds * 1e3,
+               ss->stall_max * 1e3,
                st.evictions ? st.compact_seconds * 1e3 / (double)st.evictions : 0.0,
                ss->plans ? ss->plan_seconds * 1e3 / (double)ss->plans : 0.0, ss->plan_max * 1e3,
                kept, ss->outliers);
@@ -530,6 +533,8 @@ static int run(void) {
         .mode = arg_mode,
         .slack = arg_slack,
         .admission_wait_ms = arg_admission_wait_ms,
+        .min_budget = arg_min_budget,
+        .weight = arg_weight,
     };
     cfg.params.window = arg_window;
     r = vase_params_check(&cfg.params, arg_policy);
@@ -680,6 +685,9 @@ static void help(void) {
         "      --slack=N          steps the engine may run ahead of a plan (window)\n"
         "      --admission-wait-ms=N  how long an open waits for room in a full arena\n"
         "                         (the daemon's admission_wait_ms; 0: refused at once)\n"
+        "      --min-budget=N     elastic: the least budget a sequence accepts when the\n"
+        "                         daemon makes room for waiting opens (the budget: not elastic)\n"
+        "      --weight=N         weight of the sequences when budgets are lowered (1)\n"
         "      --policy=NAME      vase-attnv, vase-dkv, curdkv, snapkv, rkv, streaming,\n"
         "                         random, h2o, ... (vase-attnv)\n"
         "      --mode=MODE        sync or async (async)\n"
@@ -710,6 +718,8 @@ enum {
     OPT_WINDOW,
     OPT_SLACK,
     OPT_ADMISSION_WAIT,
+    OPT_MIN_BUDGET,
+    OPT_WEIGHT,
     OPT_POLICY,
     OPT_MODE,
     OPT_PROMPT,
@@ -746,6 +756,8 @@ static int parse_argv(int argc, char **argv) {
         {"window", required_argument, NULL, OPT_WINDOW},
         {"slack", required_argument, NULL, OPT_SLACK},
         {"admission-wait-ms", required_argument, NULL, OPT_ADMISSION_WAIT},
+        {"min-budget", required_argument, NULL, OPT_MIN_BUDGET},
+        {"weight", required_argument, NULL, OPT_WEIGHT},
         {"policy", required_argument, NULL, OPT_POLICY},
         {"mode", required_argument, NULL, OPT_MODE},
         {"prompt", required_argument, NULL, OPT_PROMPT},
@@ -819,6 +831,14 @@ static int parse_argv(int argc, char **argv) {
             if ((r = parse_u32(optarg, 0, VASE_MAX_ADMISSION_WAIT_MS, &wait_ms)) < 0)
                 return bad_value(name, optarg, r, "0..600000");
             arg_admission_wait_ms = (int32_t)wait_ms;
+            break;
+        case OPT_MIN_BUDGET:
+            if ((r = parse_u32(optarg, 0, VASE_MAX_BUDGET, &arg_min_budget)) < 0)
+                return bad_value(name, optarg, r, "0..4194304");
+            break;
+        case OPT_WEIGHT:
+            if ((r = parse_u32(optarg, 0, VASE_MAX_WEIGHT, &arg_weight)) < 0)
+                return bad_value(name, optarg, r, "0..1000");
             break;
         case OPT_POLICY:
             if (vase_policy_from_string(optarg, &arg_policy) < 0) {
