@@ -33,24 +33,6 @@ static int setup(void **state) {
     return harness_fixture_setup(state, sizeof(struct harness_fixture), NULL);
 }
 
-static struct harness_status status_of(const struct harness_daemon *d) {
-    struct harness_status st;
-    assert_int_equal(harness_status(d, &st), 0);
-    return st;
-}
-
-/* Polls Status until want opens are parked. */
-static void wait_parked(const struct harness_daemon *d, uint32_t want) {
-    double end = harness_now() + HARNESS_WAIT_MS / 1000.0;
-    struct harness_status st = status_of(d);
-    while (st.opens_waiting != want) {
-        if (harness_now() > end)
-            fail_msg("%u opens parked, want %u", st.opens_waiting, want);
-        harness_sleep_ms(5);
-        st = status_of(d);
-    }
-}
-
 /* A streaming sequence of the harness model with kv_pages KV pages of one granule each
  * (budget + window + slack = kv_pages * 64 tokens), and the given admission wait. */
 static struct vase_seq_config seq_of(uint32_t kv_pages, int32_t wait_ms) {
@@ -58,63 +40,6 @@ static struct vase_seq_config seq_of(uint32_t kv_pages, int32_t wait_ms) {
         harness_seq_config(VASE_POLICY_STREAMING, kv_pages * 64 - 64, 32, 0, 0);
     cfg.admission_wait_ms = wait_ms;
     return cfg;
-}
-
-/* Opens cfg without a wait until the arena refuses with -ENOSPC; the number opened. */
-static int fill(struct vase_client *c, struct vase_model *m, struct vase_seq_config cfg,
-                struct vase_seq **seqs, int most) {
-    cfg.admission_wait_ms = 0;
-    for (int n = 0; n < most; n++) {
-        int r = vase_seq_open(c, m, &cfg, &seqs[n]);
-        if (r == -ENOSPC)
-            return n;
-        assert_int_equal(r, 0);
-    }
-    fail_msg("the arena took %d sequences", most);
-    return -1;
-}
-
-static void close_all(struct vase_seq **seqs, int n) {
-    for (int i = 0; i < n; i++)
-        if (seqs[i]) {
-            assert_int_equal(vase_seq_close(seqs[i]), 0);
-            seqs[i] = NULL;
-        }
-}
-
-/* Everything closed: the arena is whole again and nothing is parked. */
-static void assert_all_free(const struct harness_daemon *d) {
-    assert_int_equal(harness_wait_bytes_pages(d, 0, HARNESS_WAIT_MS, NULL), 0);
-    struct harness_status st = status_of(d);
-    assert_int_equal(st.bytes_free, HARNESS_ARENA_BYTES);
-    assert_int_equal(st.opens_waiting, 0);
-    assert_int_equal(st.seqs, 0);
-}
-
-/* An open on a thread of its own (it blocks while parked). */
-struct opener {
-    pthread_t thread;
-    struct vase_client *c;
-    struct vase_model *m;
-    struct vase_seq_config cfg;
-    struct vase_seq *s;
-    int r;
-    char error[512];
-};
-
-static void *open_thread(void *arg) {
-    struct opener *o = arg;
-    o->r = vase_seq_open(o->c, o->m, &o->cfg, &o->s);
-    snprintf(o->error, sizeof(o->error), "%s", vase_last_error(o->c));
-    return NULL;
-}
-
-static void opener_start(struct opener *o) {
-    assert_int_equal(pthread_create(&o->thread, NULL, open_thread, o), 0);
-}
-
-static void opener_join(struct opener *o) {
-    assert_int_equal(pthread_join(o->thread, NULL), 0);
 }
 
 /* A full arena; another client's open with a wait is parked, and admitted when a sequence of
@@ -126,31 +51,31 @@ static void test_admitted_after_close(void **state) {
     assert_int_equal(harness_engine_open(&f->d, "fill", &g, &f->c[0], &m0), 0);
     assert_int_equal(harness_engine_open(&f->d, "waiter", &g, &f->c[1], &m1), 0);
     struct vase_seq *seqs[64] = {0};
-    int n = fill(f->c[0], m0, seq_of(12, 0), seqs, 64);
+    int n = harness_fill(f->c[0], m0, seq_of(12, 0), seqs, 64);
     assert_true(n >= 2);
-    struct harness_status full = status_of(&f->d);
+    struct harness_status full = harness_status_of(&f->d);
 
-    struct opener o = {.c = f->c[1], .m = m1, .cfg = seq_of(12, LONG_WAIT_MS)};
-    opener_start(&o);
-    wait_parked(&f->d, 1);
+    struct harness_opener o = {.c = f->c[1], .m = m1, .cfg = seq_of(12, LONG_WAIT_MS)};
+    harness_opener_start(&o);
+    harness_wait_parked(&f->d, 1);
     /* Parked holds nothing. */
-    struct harness_status st = status_of(&f->d);
+    struct harness_status st = harness_status_of(&f->d);
     assert_int_equal(st.bytes_free, full.bytes_free);
     assert_int_equal(st.seqs, (uint32_t)n);
 
     assert_int_equal(vase_seq_close(seqs[0]), 0);
     seqs[0] = NULL;
-    opener_join(&o);
+    harness_opener_join(&o);
     assert_int_equal(o.r, 0);
     assert_non_null(o.s);
-    st = status_of(&f->d);
+    st = harness_status_of(&f->d);
     assert_int_equal(st.opens_waiting, 0);
     assert_int_equal(st.seqs, (uint32_t)n);
     /* The admitted sequence works like any other. */
     assert_int_equal(harness_append_tokens(o.s, &g, 1, 8, true), 0);
     assert_int_equal(vase_seq_close(o.s), 0);
-    close_all(seqs, n);
-    assert_all_free(&f->d);
+    harness_close_all(seqs, n);
+    harness_assert_all_free(&f->d);
 }
 
 /* No room is freed: the parked open is refused with -ENOSPC once its wait has passed, not
@@ -161,8 +86,8 @@ static void test_wait_expires(void **state) {
     struct vase_model *m;
     assert_int_equal(harness_engine_open(&f->d, "expire", &g, &f->c[0], &m), 0);
     struct vase_seq *seqs[64] = {0};
-    int n = fill(f->c[0], m, seq_of(12, 0), seqs, 64);
-    struct harness_status full = status_of(&f->d);
+    int n = harness_fill(f->c[0], m, seq_of(12, 0), seqs, 64);
+    struct harness_status full = harness_status_of(&f->d);
 
     struct vase_seq_config cfg = seq_of(12, 300);
     struct vase_seq *s = NULL;
@@ -172,7 +97,7 @@ static void test_wait_expires(void **state) {
     assert_null(s);
     assert_true(waited >= 0.3);
     assert_non_null(strstr(vase_last_error(f->c[0]), "waited 300 ms"));
-    struct harness_status st = status_of(&f->d);
+    struct harness_status st = harness_status_of(&f->d);
     assert_int_equal(st.opens_waiting, 0);
     assert_int_equal(st.bytes_free, full.bytes_free);
     assert_int_equal(st.seqs, (uint32_t)n);
@@ -184,8 +109,8 @@ static void test_wait_expires(void **state) {
     assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), -ENOSPC);
     assert_true(harness_now() - t0 >= 0.2);
     assert_non_null(strstr(vase_last_error(f->c[0]), "waited 200 ms"));
-    close_all(seqs, n);
-    assert_all_free(&f->d);
+    harness_close_all(seqs, n);
+    harness_assert_all_free(&f->d);
 }
 
 /* Refused at once: no wait (0, or the default 0), a sequence larger than the whole arena, a
@@ -196,7 +121,7 @@ static void test_no_wait(void **state) {
     struct vase_model *m;
     assert_int_equal(harness_engine_open(&f->d, "nowait", &g, &f->c[0], &m), 0);
     struct vase_seq *seqs[64] = {0};
-    int n = fill(f->c[0], m, seq_of(12, 0), seqs, 64);
+    int n = harness_fill(f->c[0], m, seq_of(12, 0), seqs, 64);
     struct vase_seq *s = NULL;
 
     struct vase_seq_config cfg = seq_of(12, 0);
@@ -222,9 +147,9 @@ static void test_no_wait(void **state) {
     cfg.admission_wait_ms = VASE_MAX_ADMISSION_WAIT_MS + 1;
     assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), -EINVAL);
     assert_null(s);
-    assert_int_equal(status_of(&f->d).opens_waiting, 0);
-    close_all(seqs, n);
-    assert_all_free(&f->d);
+    assert_int_equal(harness_status_of(&f->d).opens_waiting, 0);
+    harness_close_all(seqs, n);
+    harness_assert_all_free(&f->d);
 }
 
 struct child_waiter {
@@ -265,18 +190,18 @@ static void test_waiter_dies(void **state) {
     assert_int_equal(harness_engine_open(&f->d, "survivor", &g, &f->c[0], &m), 0);
     assert_int_equal(harness_wait_clients(&f->d, 2, HARNESS_WAIT_MS), 0);
     struct vase_seq *seqs[64] = {0};
-    int n = fill(f->c[0], m, seq_of(12, 0), seqs, 64);
-    struct harness_status full = status_of(&f->d);
+    int n = harness_fill(f->c[0], m, seq_of(12, 0), seqs, 64);
+    struct harness_status full = harness_status_of(&f->d);
     assert_int_equal(write(go[1], "x", 1), 1);
     close(go[1]);
-    wait_parked(&f->d, 1);
+    harness_wait_parked(&f->d, 1);
 
     assert_int_equal(kill(pid, SIGKILL), 0);
     int status;
     assert_int_equal(harness_wait_pid(pid, HARNESS_WAIT_MS, &status), 0);
     assert_true(WIFSIGNALED(status));
     assert_int_equal(harness_wait_clients(&f->d, 1, HARNESS_WAIT_MS), 0);
-    struct harness_status st = status_of(&f->d);
+    struct harness_status st = harness_status_of(&f->d);
     assert_int_equal(st.opens_waiting, 0);
     assert_int_equal(st.bytes_free, full.bytes_free);
     assert_int_equal(st.seqs, (uint32_t)n);
@@ -285,8 +210,8 @@ static void test_waiter_dies(void **state) {
     assert_int_equal(vase_seq_close(seqs[0]), 0);
     struct vase_seq_config cfg = seq_of(12, 0);
     assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &seqs[0]), 0);
-    close_all(seqs, n);
-    assert_all_free(&f->d);
+    harness_close_all(seqs, n);
+    harness_assert_all_free(&f->d);
 }
 
 /* Two parked opens, a large one first: a close that makes room for the small one only admits
@@ -300,32 +225,32 @@ static void test_fifo(void **state) {
     assert_int_equal(harness_engine_open(&f->d, "small", &g, &f->c[2], &m2), 0);
     /* Sequences of 8 KV pages fill the arena; less than 8 granules stay free. */
     struct vase_seq *seqs[64] = {0};
-    int n = fill(f->c[0], m0, seq_of(8, 0), seqs, 64);
+    int n = harness_fill(f->c[0], m0, seq_of(8, 0), seqs, 64);
     assert_true(n >= 4);
-    assert_true(status_of(&f->d).bytes_free < 8 * (uint64_t)HARNESS_PAGE_BYTES);
+    assert_true(harness_status_of(&f->d).bytes_free < 8 * (uint64_t)HARNESS_PAGE_BYTES);
 
     /* Large: 20 KV pages, more than one closed sequence leaves free. Small: one like those. */
-    struct opener large = {.c = f->c[1], .m = m1, .cfg = seq_of(20, LONG_WAIT_MS)};
-    struct opener small = {.c = f->c[2], .m = m2, .cfg = seq_of(8, LONG_WAIT_MS)};
-    opener_start(&large);
-    wait_parked(&f->d, 1);
-    opener_start(&small);
-    wait_parked(&f->d, 2);
+    struct harness_opener large = {.c = f->c[1], .m = m1, .cfg = seq_of(20, LONG_WAIT_MS)};
+    struct harness_opener small = {.c = f->c[2], .m = m2, .cfg = seq_of(8, LONG_WAIT_MS)};
+    harness_opener_start(&large);
+    harness_wait_parked(&f->d, 1);
+    harness_opener_start(&small);
+    harness_wait_parked(&f->d, 2);
 
     /* Room for the small one, not the large one: both stay parked. */
     assert_int_equal(vase_seq_close(seqs[0]), 0);
     seqs[0] = NULL;
-    assert_int_equal(status_of(&f->d).opens_waiting, 2);
+    assert_int_equal(harness_status_of(&f->d).opens_waiting, 2);
 
-    close_all(seqs, n);
-    opener_join(&large);
-    opener_join(&small);
+    harness_close_all(seqs, n);
+    harness_opener_join(&large);
+    harness_opener_join(&small);
     assert_int_equal(large.r, 0);
     assert_int_equal(small.r, 0);
     assert_true(vase_seq_id(large.s) < vase_seq_id(small.s));
     assert_int_equal(vase_seq_close(large.s), 0);
     assert_int_equal(vase_seq_close(small.s), 0);
-    assert_all_free(&f->d);
+    harness_assert_all_free(&f->d);
 }
 
 int main(void) {

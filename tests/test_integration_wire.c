@@ -330,9 +330,9 @@ static void test_register_model_raw(void **state) {
 }
 
 /* OpenSeq of a streaming sequence, budget 128, window 32, prompt 0, with an admission wait of
- * wait_ms; the reply envelope. */
-static Vase__Envelope *open_seq_wait(struct harness_session *s, uint32_t model_id,
-                                     int32_t wait_ms) {
+ * wait_ms and the budget range min_budget .. 128 of weight; the reply envelope. */
+static Vase__Envelope *open_seq_elastic(struct harness_session *s, uint32_t model_id,
+                                        int32_t wait_ms, uint32_t min_budget, uint32_t weight) {
     Vase__SeqParams params = VASE__SEQ_PARAMS__INIT;
     params.policy = "streaming";
     params.budget = 128;
@@ -345,7 +345,21 @@ static Vase__Envelope *open_seq_wait(struct harness_session *s, uint32_t model_i
     open.params = &params;
     open.slack = -1;
     open.admission_wait_ms = wait_ms;
+    open.min_budget = min_budget;
+    open.weight = weight;
     return session_call(s, VASE__ENVELOPE__BODY_OPEN_SEQ, &open);
+}
+
+static Vase__Envelope *open_seq_wait(struct harness_session *s, uint32_t model_id,
+                                     int32_t wait_ms) {
+    return open_seq_elastic(s, model_id, wait_ms, 0, 0);
+}
+
+static Vase__Envelope *set_budget(struct harness_session *s, uint32_t seq_id, uint32_t budget) {
+    Vase__SetBudget sb = VASE__SET_BUDGET__INIT;
+    sb.seq_id = seq_id;
+    sb.budget = budget;
+    return session_call(s, VASE__ENVELOPE__BODY_SET_BUDGET, &sb);
 }
 
 static Vase__Envelope *open_seq(struct harness_session *s, uint32_t model_id) {
@@ -416,6 +430,14 @@ static void test_session_rules(void **state) {
                  "OpenSeq with admission_wait_ms -2");
     expect_error(&f->h.d, open_seq_wait(&f->s[0], model, 600001), EINVAL, 0,
                  "OpenSeq with admission_wait_ms 600001");
+    expect_error(&f->h.d, open_seq_elastic(&f->s[0], model, 0, 80, 0), EINVAL, 0,
+                 "OpenSeq with min_budget 80 (not a multiple of the window)");
+    expect_error(&f->h.d, open_seq_elastic(&f->s[0], model, 0, 32, 0), EINVAL, 0,
+                 "OpenSeq with min_budget 32 (the window)");
+    expect_error(&f->h.d, open_seq_elastic(&f->s[0], model, 0, 160, 0), EINVAL, 0,
+                 "OpenSeq with min_budget 160 (above the budget)");
+    expect_error(&f->h.d, open_seq_elastic(&f->s[0], model, 0, 64, 1001), EINVAL, 0,
+                 "OpenSeq with weight 1001");
 
     reply = open_seq(&f->s[0], model);
     assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_SEQ_LAYOUT);
@@ -428,6 +450,8 @@ static void test_session_rules(void **state) {
     assert_int_equal(sl->keep, 96);
     assert_int_equal(sl->window, 32);
     assert_int_equal(sl->budget, 128);
+    assert_int_equal(sl->min_budget, 128); /* not elastic */
+    assert_int_equal(sl->weight, 1);
     assert_int_equal(sl->slack, 32);
     /* One plan page of every keep list: 4 lists of 96 slots in 4096 bytes. */
     assert_int_equal(sl->plans_per_page, 4);
@@ -441,6 +465,13 @@ static void test_session_rules(void **state) {
     expect_error(&f->h.d, close_seq(&f->s[1], seq), EPERM, 0, "CloseSeq of another's sequence");
     expect_error(&f->h.d, close_seq(&f->s[0], seq + 1000), ENOENT, 0, "CloseSeq of no sequence");
     expect_error(&f->h.d, evict_request(&f->s[1], seq, 160), EPERM, 0, "EvictRequest of another's");
+    expect_error(&f->h.d, set_budget(&f->s[1], seq, 128), EPERM, 0, "SetBudget of another's");
+    expect_error(&f->h.d, set_budget(&f->s[0], seq + 1000, 128), ENOENT, 0,
+                 "SetBudget of no sequence");
+    expect_error(&f->h.d, set_budget(&f->s[0], seq, 96), EINVAL, 0, "SetBudget below min_budget");
+    reply = set_budget(&f->s[0], seq, 128);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_OK);
+    vase__envelope__free_unpacked(reply, NULL);
 
     /* A replayed client_seq, then a stale incarnation, from the owner. */
     Vase__Ping ping = VASE__PING__INIT;

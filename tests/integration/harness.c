@@ -14,6 +14,9 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cmocka.h>
 #include <zmq.h>
 
 #include "harness.h"
@@ -563,10 +567,41 @@ int harness_status(const struct harness_daemon *d, struct harness_status *ret) {
             .errors_total = s->errors_total,
             .stats_messages_total = s->stats_messages_total,
             .opens_waiting = s->opens_waiting,
+            .budget_shrinks_total = s->budget_shrinks_total,
+            .budget_grows_total = s->budget_grows_total,
+            .bytes_reclaiming = s->bytes_reclaiming,
+            .seqs_shrunk = s->seqs_shrunk,
         };
     }
     vase__envelope__free_unpacked(reply, NULL);
     return r;
+}
+
+struct harness_status harness_status_of(const struct harness_daemon *d) {
+    struct harness_status st;
+    assert_int_equal(harness_status(d, &st), 0);
+    return st;
+}
+
+void harness_wait_parked(const struct harness_daemon *d, uint32_t want) {
+    double end = harness_now() + HARNESS_WAIT_MS / 1000.0;
+    struct harness_status st = harness_status_of(d);
+    while (st.opens_waiting != want) {
+        if (harness_now() > end)
+            fail_msg("%u opens parked, want %u", st.opens_waiting, want);
+        harness_sleep_ms(5);
+        st = harness_status_of(d);
+    }
+}
+
+void harness_assert_all_free(const struct harness_daemon *d) {
+    assert_int_equal(harness_wait_bytes_pages(d, 0, HARNESS_WAIT_MS, NULL), 0);
+    struct harness_status st = harness_status_of(d);
+    assert_int_equal(st.bytes_free, HARNESS_ARENA_BYTES);
+    assert_int_equal(st.opens_waiting, 0);
+    assert_int_equal(st.seqs, 0);
+    assert_int_equal(st.seqs_shrunk, 0);
+    assert_int_equal(st.bytes_reclaiming, 0);
 }
 
 int harness_get_seq(const struct harness_daemon *d, uint32_t seq_id, Vase__Envelope **ret) {
@@ -1057,6 +1092,44 @@ int harness_write_token(struct vase_seq *s, const struct vase_geometry *g, uint3
         }
     }
     return 0;
+}
+
+int harness_fill(struct vase_client *c, struct vase_model *m, struct vase_seq_config cfg,
+                 struct vase_seq **seqs, int most) {
+    cfg.admission_wait_ms = 0;
+    for (int n = 0; n < most; n++) {
+        int r = vase_seq_open(c, m, &cfg, &seqs[n]);
+        if (r == -ENOSPC)
+            return n;
+        assert_int_equal(r, 0);
+    }
+    fail_msg("the arena took %d sequences", most);
+    return -1;
+}
+
+void harness_close_all(struct vase_seq **seqs, int n) {
+    for (int i = 0; i < n; i++)
+        if (seqs[i]) {
+            assert_int_equal(vase_seq_close(seqs[i]), 0);
+            seqs[i] = NULL;
+        }
+}
+
+static void *open_thread(void *arg) {
+    struct harness_opener *o = arg;
+    o->r = vase_seq_open(o->c, o->m, &o->cfg, &o->s);
+    snprintf(o->error, sizeof(o->error), "%s", vase_last_error(o->c));
+    __atomic_store_n(&o->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+void harness_opener_start(struct harness_opener *o) {
+    o->done = 0;
+    assert_int_equal(pthread_create(&o->thread, NULL, open_thread, o), 0);
+}
+
+void harness_opener_join(struct harness_opener *o) {
+    assert_int_equal(pthread_join(o->thread, NULL), 0);
 }
 
 int harness_append_tokens(struct vase_seq *s, const struct vase_geometry *g, uint32_t salt,

@@ -13,6 +13,7 @@
  * like the rest of vase and print a one-line reason to stderr on failure.
  */
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,6 +100,27 @@ int harness_engine_open(const struct harness_daemon *d, const char *name,
                         const struct vase_geometry *g, struct vase_client **ret_client,
                         struct vase_model **ret_model);
 
+/* Opens cfg without a wait until the arena refuses with -ENOSPC (fails the test on any other
+ * error, or when most open); the number opened, in seqs[0 .. n). */
+int harness_fill(struct vase_client *c, struct vase_model *m, struct vase_seq_config cfg,
+                 struct vase_seq **seqs, int most);
+/* Closes the non-NULL seqs[0 .. n) (asserting success) and sets them NULL. */
+void harness_close_all(struct vase_seq **seqs, int n);
+
+/* An open on a thread of its own (it blocks while it waits for admission). */
+struct harness_opener {
+    pthread_t thread;
+    struct vase_client *c;
+    struct vase_model *m;
+    struct vase_seq_config cfg;
+    struct vase_seq *s;
+    int r;
+    char error[512];
+    volatile int done; /* set once the open has returned */
+};
+void harness_opener_start(struct harness_opener *o);
+void harness_opener_join(struct harness_opener *o);
+
 /* ---- test fixtures ---- */
 
 #define HARNESS_MAX_CLIENTS 4
@@ -169,9 +191,18 @@ struct harness_status {
     uint32_t clients, seqs;
     uint64_t evictions_total, errors_total, stats_messages_total;
     uint32_t opens_waiting; /* OpenSeq requests parked for room */
+    uint64_t budget_shrinks_total, budget_grows_total, bytes_reclaiming; /* elastic budgets */
+    uint32_t seqs_shrunk;
 };
 /* A Status request. 0 or -errno. */
 int harness_status(const struct harness_daemon *d, struct harness_status *ret);
+/* Status, asserting that it was answered (cmocka). */
+struct harness_status harness_status_of(const struct harness_daemon *d);
+/* Polls Status until want opens are parked (fails the test after HARNESS_WAIT_MS). */
+void harness_wait_parked(const struct harness_daemon *d, uint32_t want);
+/* Everything closed (waits for the last pages to come back): the arena is whole again, no open
+ * is parked, no sequence is open or shrunk. */
+void harness_assert_all_free(const struct harness_daemon *d);
 /* Polls Status until clients == want. 0 or -ETIMEDOUT after timeout_ms. */
 int harness_wait_clients(const struct harness_daemon *d, uint32_t want, int timeout_ms);
 /* A ConfigSet request. 0 when the reply is a ConfigReply, else the Error code negated. */
