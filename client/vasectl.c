@@ -272,6 +272,11 @@ static int cmd_status(struct vase_admin *a) {
     if (s->opens_waiting)
         printf("opens waiting for room %" PRIu32 " (admitted in arrival order as memory frees)\n",
                s->opens_waiting);
+    if (s->seqs_shrunk || s->bytes_reclaiming || s->budget_shrinks_total)
+        printf("elastic budgets: %" PRIu32 " sequences below their budget, %s to be released at "
+               "their next commit; %" PRIu64 " shrinks, %" PRIu64 " grows\n",
+               s->seqs_shrunk, vasectl_fmt_bytes(s->bytes_reclaiming, b2, sizeof(b2)),
+               s->budget_shrinks_total, s->budget_grows_total);
     printf("plans queued %" PRIu32 " (%" PRIu32 " clients waiting, served in turn), "
            "running %" PRIu32 "\n",
            s->plans_queued, s->clients_waiting, s->plans_running);
@@ -340,6 +345,17 @@ out:
     return r;
 }
 
+/* The budget now; an elastic sequence's with its range, "640 (320..704)", and an arrow to
+ * the target it is heading for, "704 (320..704) -> 512". */
+static int add_budget(struct table *t, const Vase__SeqInfo *s) {
+    char range[48] = "", target[24] = "";
+    if (s->min_budget && s->min_budget < s->max_budget)
+        snprintf(range, sizeof(range), " (%" PRIu32 "..%" PRIu32 ")", s->min_budget, s->max_budget);
+    if (s->target_budget && s->target_budget != s->budget)
+        snprintf(target, sizeof(target), " -> %" PRIu32, s->target_budget);
+    return vasectl_table_add(t, "%" PRIu32 "%s%s", s->budget, range, target);
+}
+
 static int add_seq_row(struct table *t, const Vase__SeqInfo *s) {
     char b[32];
     int r;
@@ -350,8 +366,7 @@ static int add_seq_row(struct table *t, const Vase__SeqInfo *s) {
         (r = vasectl_table_add(t, "%" PRIu32, s->model_id)) < 0 ||
         (r = vasectl_table_add(t, "%s", s->policy)) < 0 ||
         (r = vasectl_table_add(t, "%s", vasectl_mode_name(s->mode))) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, s->budget)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, s->window)) < 0 ||
+        (r = add_budget(t, s)) < 0 || (r = vasectl_table_add(t, "%" PRIu32, s->window)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->len)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->capacity)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->pages)) < 0 ||
@@ -410,6 +425,11 @@ static int cmd_seq(struct vase_admin *a, uint32_t id) {
         printf("model       %" PRIu32 "\n", s->model_id);
         printf("policy      %s (%s)\n", s->policy, vasectl_mode_name(s->mode));
         printf("budget      %" PRIu32 ", window %" PRIu32 "\n", s->budget, s->window);
+        if (s->min_budget && s->min_budget < s->max_budget)
+            printf("elastic     %" PRIu32 " .. %" PRIu32 ", weight %" PRIu32 ", cap %" PRIu32
+                   ", target %" PRIu32 ", changed %" PRIu32 " times\n",
+                   s->min_budget, s->max_budget, s->weight, s->cap_budget, s->target_budget,
+                   s->budget_changes);
         char b[32];
         printf("len         %" PRIu32 " of %" PRIu32 " slots (%" PRIu32 " pages of %" PRIu32
                " tokens)\n",

@@ -160,6 +160,15 @@ void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json) {
                p->seq_id, p->round, p->len, p->n, p->keep, p->plan_seconds * 1e3);
         break;
     }
+    case VASE__EVENT__BODY_BUDGET_CHANGE: {
+        const Vase__BudgetChange *b = ev->budget_change;
+        char reason[4 * 32 + 1];
+        vase_admin_escape(b->reason, reason, sizeof(reason));
+        printf("seq %" PRIu32 " client %" PRIu32 " budget %" PRIu32 " -> %" PRIu32
+               " (%s) at round %" PRIu32 "\n",
+               b->seq_id, b->client_id, b->old_budget, b->new_budget, reason, b->round);
+        break;
+    }
     case VASE__EVENT__BODY_PRESSURE: {
         const Vase__ArenaStatus *a = ev->pressure;
         printf("arena %" PRIu32 " \"%s\" (%s) %" PRIu64 " of %" PRIu64 " bytes free\n", a->id,

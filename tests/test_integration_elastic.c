@@ -526,7 +526,8 @@ static void test_set_budget(void **state) {
     expect_budget_event(ev, vase_seq_id(s), "cap", MAX_BUDGET);
     assert_int_equal(vase_seq_flush(s), 0);
     assert_int_equal(vase_seq_capacity(s), 6 * 64);
-    assert_int_equal(harness_status_of(&f->d).bytes_pages, before - 6 * (uint64_t)HARNESS_PAGE_BYTES);
+    assert_int_equal(harness_status_of(&f->d).bytes_pages,
+                     before - 6 * (uint64_t)HARNESS_PAGE_BYTES);
     assert_balanced(&f->d, one, 1, plain);
 
     assert_int_equal(vase_seq_set_budget(s, MAX_BUDGET), 0);

@@ -174,6 +174,55 @@ static void test_vasectl_status(void **state) {
     assert_int_equal(json_number(out, "bytes_pages"), 0);
 }
 
+/* An elastic sequence in the listings: its range, the target it heads for, the status line
+ * once it runs below its budget. */
+static void test_vasectl_elastic(void **state) {
+    struct fixture *f = *state;
+    open_engine(f);
+    struct vase_geometry g = harness_geometry();
+    struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_STREAMING, 704, 32, 0, 0);
+    cfg.min_budget = 320;
+    struct vase_seq *s;
+    /* Events, once vasectl is seen to follow them. */
+    char path[PATH_MAX];
+    struct harness_proc events = {.pid = 0};
+    assert_int_equal(harness_program("vasectl", path, sizeof(path)), 0);
+    assert_int_equal(
+        harness_proc_start(&events, (const char *const[]){path, "events", NULL}, &f->h.d), 0);
+    do {
+        assert_int_equal(vase_seq_open(f->h.c[0], f->m, &cfg, &s), 0);
+        assert_int_equal(vase_seq_close(s), 0);
+    } while (harness_proc_wait_output(&events, "\n", 20) == -ETIMEDOUT);
+
+    assert_int_equal(vase_seq_open(f->h.c[0], f->m, &cfg, &s), 0);
+    const char *out = vasectl_ok(f, (const char *const[]){"seqs", NULL});
+    assert_non_null(strstr(out, "704 (320..704)"));
+    out = vasectl_ok(f, (const char *const[]){"--json", "seqs", NULL});
+    assert_int_equal(json_number(out, "min_budget"), 320);
+    assert_int_equal(json_number(out, "max_budget"), 704);
+
+    assert_int_equal(vase_seq_set_budget(s, 320), 0);
+    out = vasectl_ok(f, (const char *const[]){"seqs", NULL});
+    assert_non_null(strstr(out, "704 (320..704) -> 320"));
+    while (vase_seq_budget(s) != 320)
+        assert_true(harness_append_tokens(s, &g, 1, 32, false) >= 0);
+    assert_int_equal(vase_seq_flush(s), 0);
+    char id[16];
+    snprintf(id, sizeof(id), "%u", vase_seq_id(s));
+    out = vasectl_ok(f, (const char *const[]){"seq", id, NULL});
+    assert_non_null(strstr(out, "elastic     320 .. 704, weight 1, cap 320, target 320, changed 1 "
+                                "times"));
+    out = vasectl_ok(f, (const char *const[]){"status", NULL});
+    assert_non_null(strstr(out, "elastic budgets: 1 sequences below their budget, 0 B to be "
+                                "released at their next commit; 1 shrinks, 0 grows"));
+    char line[96];
+    snprintf(line, sizeof(line), "budget   seq %u client %u budget 704 -> 320 (cap) at round",
+             vase_seq_id(s), vase_client_id(f->h.c[0]));
+    assert_int_equal(harness_proc_wait_output(&events, line, HARNESS_WAIT_MS), 0);
+    harness_proc_free(&events);
+    assert_int_equal(vase_seq_close(s), 0);
+}
+
 static void test_vasectl_config(void **state) {
     struct fixture *f = *state;
     const char *out = vasectl_ok(f, (const char *const[]){"--json", "config", "get", NULL});
@@ -199,6 +248,13 @@ static void test_vasectl_config(void **state) {
     vasectl_ok(f, (const char *const[]){"config", "set", "log_level", "debug", NULL});
     out = vasectl_ok(f, (const char *const[]){"config", "get", "log_level", NULL});
     assert_string_equal(out, "debug\n");
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "elastic_policy", NULL});
+    assert_string_equal(out, "proportional\n");
+    vasectl_ok(f, (const char *const[]){"config", "set", "elastic-policy", "priority", NULL});
+    out = vasectl_ok(f, (const char *const[]){"config", "get", "elastic_policy", NULL});
+    assert_string_equal(out, "priority\n");
+    assert_int_equal(
+        vasectl(f, (const char *const[]){"config", "set", "elastic_policy", "fair", NULL}), 1);
 
     /* Refusals: exit 1 and a message naming the problem; nothing changes. */
     assert_int_equal(
@@ -350,6 +406,7 @@ static void test_replay_engine(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_vasectl_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vasectl_elastic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_config_negative, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_events, setup_quiet, teardown),
