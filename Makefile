@@ -708,6 +708,8 @@ check: all
 	  awk '/ evictions, / {found = $$1 > 0} END {exit !found}' $(BUILD)/readme_engine.out; \
 	  rc=$$?; cat $(BUILD)/readme_engine.out; \
 	  result $$rc "the README's engine"; \
+	if [ "$(BUILD)" = build ]; then echo "  README  the elastic budgets example"; \
+	  tests/readme_elastic.sh; result $$? "the README's elastic budgets example"; fi; \
 	if [ -z "$(SANITIZE)" ]; then \
 	  echo "  PYTHON  tests/python (pytest, python3 -X dev)"; \
 	  PYTHONPATH=$(CURDIR)/client/python $(PYTHON) -X dev -m pytest -q -p no:cacheprovider \

@@ -187,6 +187,8 @@ enum tamper {
     TAMPER_COMMIT_GROW,     /* CommitReply: one block appended */
     TAMPER_COMMIT_SHORT,    /* CommitReply: a capacity below the new length */
     TAMPER_COMMIT_TAIL,     /* CommitReply: the tail the length does not need dropped (valid) */
+    TAMPER_COMMIT_BUDGET,   /* CommitReply: a budget one window above the open's */
+    TAMPER_PLAN_BUDGET,     /* EvictPlan: a budget one window below (the sequence is not elastic) */
 };
 
 #define MODEL_ID0 100u
@@ -344,8 +346,11 @@ static int answer_open(struct peer *p, const Vase__OpenSeq *o, int tamper, Vase_
 
 /* EvictPlan for an EvictRequest: every keep list is the even candidates 0, 2, .., written into
  * the plan area through the memfd. */
-static int answer_evict(struct peer *p, const Vase__EvictRequest *er, Vase__EvictPlan *ep) {
+static int answer_evict(struct peer *p, const Vase__EvictRequest *er, int tamper,
+                        Vase__EvictPlan *ep) {
     uint32_t n = er->len - p->seq_window, keep = p->seq_keep;
+    if (tamper == TAMPER_PLAN_BUDGET)
+        keep -= p->seq_window;
     if (er->seq_id != p->seq_id || 2 * keep > n || keep > 1024)
         return EINVAL;
     uint32_t list[1024];
@@ -361,6 +366,7 @@ static int answer_evict(struct peer *p, const Vase__EvictRequest *er, Vase__Evic
     ep->n = n;
     ep->len = er->len;
     ep->keep = keep;
+    ep->budget = keep + p->seq_window;
     return 0;
 }
 
@@ -379,6 +385,8 @@ static int answer_commit(struct peer *p, const Vase__EvictCommit *ec, int tamper
     }
     if (tamper == TAMPER_COMMIT_SHORT)
         p->seq_capacity = ec->new_len - 1;
+    if (tamper == TAMPER_COMMIT_BUDGET)
+        cr->budget = p->seq_keep + 2 * p->seq_window;
     if (tamper == TAMPER_COMMIT_TAIL) {
         p->seq_n_pages = (ec->new_len + B - 1) / B;
         p->seq_capacity = p->seq_n_pages * B;
@@ -450,7 +458,7 @@ static void serve_requests(struct peer *p) {
             break;
         case VASE__ENVELOPE__BODY_EVICT_REQUEST:
             bump(&p->n_evict);
-            code = answer_evict(p, req->evict_request, &ep);
+            code = answer_evict(p, req->evict_request, tamper, &ep);
             r.body_case = VASE__ENVELOPE__BODY_EVICT_PLAN;
             r.evict_plan = &ep;
             break;
@@ -1079,7 +1087,8 @@ static void test_commit_reply(void **state) {
 
     /* One that changes an entry, adds one, or leaves less room than the new length is a
      * protocol error, and the sequence is broken for good. */
-    const enum tamper bad[] = {TAMPER_COMMIT_CHANGE, TAMPER_COMMIT_GROW, TAMPER_COMMIT_SHORT};
+    const enum tamper bad[] = {TAMPER_COMMIT_CHANGE, TAMPER_COMMIT_GROW, TAMPER_COMMIT_SHORT,
+                               TAMPER_COMMIT_BUDGET};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         set_tamper(p, bad[i], 0);
         s = NULL;
@@ -1097,6 +1106,19 @@ static void test_commit_reply(void **state) {
         assert_int_equal(vase_seq_capacity(s), 64);
         assert_int_equal(vase_seq_close(s), 0);
     }
+
+    /* A plan that lowers the budget of a sequence that is not elastic is refused before it
+     * moves anything, and breaks the sequence. */
+    set_tamper(p, TAMPER_PLAN_BUDGET, 0);
+    s = NULL;
+    assert_int_equal(vase_seq_open(c, m, &cfg, &s), 0);
+    fill(s, 48);
+    assert_int_equal(vase_seq_append(s, 47), 0);
+    assert_int_equal(vase_seq_append(s, 1), -EPROTO);
+    assert_non_null(strstr(vase_last_error(c), "does not answer the eviction request"));
+    assert_int_equal(vase_seq_len(s), 48);
+    assert_int_equal(vase_seq_budget(s), 32);
+    assert_int_equal(vase_seq_close(s), 0);
 
     /* An untouched reply keeps the table. */
     set_tamper(p, TAMPER_NONE, 0);

@@ -663,6 +663,34 @@ static void test_seq_memory_without_pools(void **state) {
     arena_done(&a);
 }
 
+/* Entries a commit's reply appends to the block table (an elastic budget growing back) reach
+ * the device copy, on the sequence's stream, without a wait; never beyond the open's length. */
+static void test_seq_table_grows(void **state) {
+    (void)state;
+    struct vase__cuda_seq *cs = NULL;
+    struct vase__arena a;
+    uint32_t pages[4] = {3, 4, 5, 6};
+    char msg[128], stream_obj;
+
+    ipc_arena(&a, 0, 0);
+    assert_int_equal(vase__cuda_map(&a, 1, msg, sizeof(msg)), 0);
+    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 4, 4, 4096, &cs), 0);
+    /* Shrunk to two pages, then grown back to four on other pages. */
+    uint32_t grown[4] = {3, 4, 9, 11};
+    unsigned syncs = mock_cuda.stream_syncs;
+    assert_int_equal(vase__cuda_seq_set_table(cs, &stream_obj, grown, 2, 4), 0);
+    assert_memory_equal(vase__cuda_seq_table(cs), grown, sizeof(grown));
+    assert_int_equal(mock_cuda.stream_syncs, syncs);
+    assert_int_equal(vase__cuda_seq_set_table(cs, &stream_obj, grown, 4, 4), 0);
+    assert_int_equal(vase__cuda_seq_set_table(cs, &stream_obj, grown, 2, 5), -EINVAL);
+    assert_int_equal(vase__cuda_seq_set_table(cs, &stream_obj, grown, 3, 2), -EINVAL);
+    assert_int_equal(vase__cuda_seq_set_table(cs, &stream_obj, NULL, 0, 2), -EINVAL);
+    assert_int_equal(vase__cuda_seq_set_table(NULL, &stream_obj, grown, 0, 2), -EINVAL);
+    assert_memory_equal(vase__cuda_seq_table(cs), grown, sizeof(grown));
+    assert_null(vase__cuda_seq_free(cs));
+    arena_done(&a);
+}
+
 /* Stream order: the compaction is enqueued and marked by an event, never waited for; the mark
  * is reached only once the device has run it; the engine's pending error survives. */
 static void test_compact_stream_ordered(void **state) {
@@ -888,11 +916,14 @@ static void test_cycle_stream_ordered(void **state) {
                            .policy = VASE_POLICY_STREAMING,
                            .mode = VASE_MODE_ASYNC,
                            .budget = BUDGET,
+                           .min_budget = BUDGET,
+                           .max_budget = BUDGET,
                            .window = W,
                            .keep = K,
                            .slack = W,
                            .capacity = 8 * B,
                            .n_pages = 8,
+                           .max_pages = 8,
                            .n_plan_pages = 1};
     s->pages = malloc(8 * sizeof(uint32_t));
     s->plan_pages = malloc(sizeof(uint32_t));
@@ -986,6 +1017,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sync_and_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_seq_memory_without_pools, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_seq_table_grows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compact_stream_ordered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cycle_stream_ordered, setup, teardown),
     };
