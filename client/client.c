@@ -45,8 +45,7 @@ int vase__client_refused(struct vase_client *c, const Vase__Error *err) {
     return vase__client_check(c, vase__error_code(err));
 }
 
-/* The end of a call: daemon death recorded, and the daemon's words when it refused. */
-static int call_done(struct vase_client *c, int r) {
+int vase__client_done(struct vase_client *c, int r) {
     r = vase__client_check(c, r);
     if (r < 0)
         snprintf(c->last_error, sizeof(c->last_error), "%s", vase__chan_last_error(c->chan));
@@ -55,12 +54,12 @@ static int call_done(struct vase_client *c, int r) {
 
 int vase__client_call(struct vase_client *c, Vase__Envelope *e, Vase__Envelope__BodyCase expect,
                       Vase__Envelope **ret) {
-    return call_done(c, vase__chan_call(c->chan, e, expect, ret));
+    return vase__client_done(c, vase__chan_call(c->chan, e, expect, ret));
 }
 
 int vase__client_call_wait(struct vase_client *c, Vase__Envelope *e,
                            Vase__Envelope__BodyCase expect, int timeout_ms, Vase__Envelope **ret) {
-    return call_done(c, vase__chan_call_wait(c->chan, e, expect, timeout_ms, ret));
+    return vase__client_done(c, vase__chan_call_wait(c->chan, e, expect, timeout_ms, ret));
 }
 
 static int64_t now_ms(void) {
@@ -77,7 +76,7 @@ int vase__client_call_unlocked(struct vase_client *c, Vase__Envelope *e,
 
     int r = vase__chan_send(c->chan, e, &id);
     if (r < 0)
-        return call_done(c, r);
+        return vase__client_done(c, r);
     /* Whichever thread reads the reply keeps it for this one (vase__client_unclaimed()). */
     struct vase__waiting w = {.id = id, .next = c->waiting};
     c->waiting = &w;
@@ -101,9 +100,9 @@ int vase__client_call_unlocked(struct vase_client *c, Vase__Envelope *e,
         }
     if (r < 0) {
         vase__chan_drop(c->chan, id);
-        return call_done(c, r);
+        return vase__client_done(c, r);
     }
-    return call_done(c, vase__chan_reply(c->chan, reply, expect, ret));
+    return vase__client_done(c, vase__chan_reply(c->chan, reply, expect, ret));
 }
 
 void vase__client_note_stats(struct vase_client *c, uint64_t request_id, uint32_t seq_id) {
@@ -118,6 +117,26 @@ bool vase__client_unclaimed(void *userdata, const Vase__Envelope *e) {
     for (const struct vase__waiting *w = c->waiting; w; w = w->next)
         if (w->id == e->request_id)
             return true;
+    for (const struct vase_open *o = c->opens; o; o = o->next)
+        if (o->id == e->request_id)
+            return true;
+    for (struct vase__abandoned **p = &c->abandoned; *p; p = &(*p)->next) {
+        struct vase__abandoned *a = *p;
+        if (a->id != e->request_id)
+            continue;
+        /* Admitted after all: the sequence goes back at once (its Ok is not waited for). */
+        if (e->body_case == VASE__ENVELOPE__BODY_SEQ_LAYOUT && e->seq_layout) {
+            Vase__CloseSeq cs = VASE__CLOSE_SEQ__INIT;
+            Vase__Envelope close = VASE__ENVELOPE__INIT;
+            cs.seq_id = e->seq_layout->seq_id;
+            close.body_case = VASE__ENVELOPE__BODY_CLOSE_SEQ;
+            close.close_seq = &cs;
+            (void)vase__client_check(c, vase__chan_send(c->chan, &close, NULL));
+        }
+        *p = a->next;
+        free(a);
+        return false;
+    }
     for (struct vase_seq *s = c->seqs; s; s = s->next)
         if ((s->pending && s->pending_id == e->request_id) ||
             (s->commit_pending && s->commit_id == e->request_id))
@@ -141,7 +160,26 @@ bool vase__client_unclaimed(void *userdata, const Vase__Envelope *e) {
     return false;
 }
 
+void vase__client_abandon_open(struct vase_client *c, uint64_t id) {
+    /* Out of memory, the sequence, if admitted, stays the client's until it disconnects. */
+    struct vase__abandoned *a = malloc(sizeof(*a));
+    if (!a)
+        return;
+    *a = (struct vase__abandoned){.id = id, .next = c->abandoned};
+    c->abandoned = a;
+}
+
 void vase__client_free_objects(struct vase_client *c) {
+    while (c->opens) {
+        struct vase_open *o = c->opens;
+        c->opens = o->next;
+        free(o);
+    }
+    while (c->abandoned) {
+        struct vase__abandoned *a = c->abandoned;
+        c->abandoned = a->next;
+        free(a);
+    }
     while (c->seqs) {
         struct vase_seq *s = c->seqs;
         c->seqs = s->next;

@@ -101,6 +101,21 @@ struct vase__waiting {
     uint64_t id;
     struct vase__waiting *next;
 };
+/* An open sent by vase_seq_open_async(), waiting for vase_open_poll() to take its reply. */
+struct vase_open {
+    struct vase_client *client;
+    struct vase_model *model;
+    struct vase_seq_config cfg;
+    uint64_t id;         /* the OpenSeq's request id */
+    int64_t deadline_ms; /* CLOCK_MONOTONIC: no reply by then is a timeout */
+    struct vase_open *next;
+};
+/* An open given up (vase_open_cancel(), or timed out): a sequence it is still admitted as is
+ * closed when the reply arrives. */
+struct vase__abandoned {
+    uint64_t id;
+    struct vase__abandoned *next;
+};
 /* How often such a call looks for its reply, in ms. */
 #define VASE__UNLOCKED_POLL_MS 2
 
@@ -125,6 +140,8 @@ struct vase_client {
     size_t stats_next;
     uint64_t pings;
     struct vase__waiting *waiting; /* calls waiting without the lock, on their stacks */
+    struct vase_open *opens;       /* vase_seq_open_async()'s, not yet polled to the end */
+    struct vase__abandoned *abandoned;
 };
 
 /* Remembers the client as dead if r says the daemon is gone; returns r. */
@@ -150,6 +167,13 @@ int vase__client_call_wait(struct vase_client *c, Vase__Envelope *e,
 int vase__client_call_unlocked(struct vase_client *c, Vase__Envelope *e,
                                Vase__Envelope__BodyCase expect, int timeout_ms,
                                Vase__Envelope **ret);
+/* The end of a call: daemon death recorded (vase__client_check()), and on failure the
+ * channel's last error (the daemon's words when it refused) for vase_last_error(). Returns r.
+ * Lock held. */
+int vase__client_done(struct vase_client *c, int r);
+/* Remembers request id as an open given up: if it is admitted after all, the sequence is
+ * closed when the reply arrives. Lock held. */
+void vase__client_abandon_open(struct vase_client *c, uint64_t id);
 /* A Ping round trip (vase_ping()). Lock held. */
 int vase__client_ping(struct vase_client *c);
 /* Frees every model and sequence of the client locally (no messages). Lock held. */

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -162,120 +163,234 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
     return 0;
 }
 
-int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase_seq_config *cfg,
-                  struct vase_seq **ret) {
-    Vase__SeqParams params = VASE__SEQ_PARAMS__INIT;
-    Vase__OpenSeq open = VASE__OPEN_SEQ__INIT;
-    Vase__Envelope e = VASE__ENVELOPE__INIT;
-    Vase__Envelope *reply = NULL;
-    struct vase_seq *s;
-    int r;
+/* An OpenSeq as sent: the messages it points into. */
+struct open_msg {
+    Vase__SeqParams params;
+    Vase__OpenSeq open;
+    Vase__Envelope e;
+};
 
-    if (!c)
-        return -EINVAL;
-    vase__client_lock(c);
-    if (!m || !cfg || !ret || m->client != c) {
-        r = vase__client_fail(c, -EINVAL, "vase_seq_open: %s",
-                              m && m->client != c ? "the model is another client's"
-                                                  : "no model, configuration or result pointer");
-        goto out;
-    }
+/* Checks what vase_seq_open() (what: its name) got and fills o with the request. 0 or -errno
+ * with the reason for vase_last_error(). Lock held. */
+static int open_begin(struct vase_client *c, struct vase_model *m,
+                      const struct vase_seq_config *cfg, const void *ret, const char *what,
+                      struct open_msg *o) {
+    if (!m || !cfg || !ret || m->client != c)
+        return vase__client_fail(c, -EINVAL, "%s: %s", what,
+                                 m && m->client != c ? "the model is another client's"
+                                                     : "no model, configuration or result pointer");
     if (vase_params_check(&cfg->params, cfg->policy) < 0 || cfg->params.n_sink > INT32_MAX ||
         cfg->params.n_large > INT32_MAX) {
         const char *policy = vase_policy_to_string(cfg->policy);
-        r = vase__client_fail(c, -EINVAL, "vase_seq_open: invalid parameters for policy %s",
-                              policy ? policy : "(unknown)");
-        goto out;
+        return vase__client_fail(c, -EINVAL, "%s: invalid parameters for policy %s", what,
+                                 policy ? policy : "(unknown)");
     }
     uint32_t W = cfg->params.window;
     if (cfg->min_budget &&
-        (cfg->min_budget > cfg->params.budget || cfg->min_budget <= W || cfg->min_budget % W)) {
-        r = vase__client_fail(c, -EINVAL,
-                              "vase_seq_open: min_budget %u must be a multiple of window %u, "
-                              "above it and at most budget %u",
-                              cfg->min_budget, W, cfg->params.budget);
-        goto out;
-    }
-    if (cfg->weight > VASE_MAX_WEIGHT) {
-        r = vase__client_fail(c, -EINVAL, "vase_seq_open: weight %u (want 0 .. %u)", cfg->weight,
-                              VASE_MAX_WEIGHT);
-        goto out;
-    }
-    if (cfg->admission_wait_ms < -1 || cfg->admission_wait_ms > VASE_MAX_ADMISSION_WAIT_MS) {
-        r = vase__client_fail(c, -EINVAL,
-                              "vase_seq_open: admission_wait_ms %d (want -1 for the daemon's "
-                              "default, or 0 .. %d)",
-                              (int)cfg->admission_wait_ms, VASE_MAX_ADMISSION_WAIT_MS);
-        goto out;
-    }
-    if ((cfg->mode != VASE_MODE_ASYNC && cfg->mode != VASE_MODE_SYNC) || cfg->slack < -1) {
-        r = vase__client_fail(c, -EINVAL,
-                              "vase_seq_open: mode %d, slack %d (want a mode of enum vase_mode, "
-                              "slack >= -1)",
-                              (int)cfg->mode, (int)cfg->slack);
-        goto out;
-    }
-    if (c->dead) {
-        r = c->dead;
-        goto out;
-    }
+        (cfg->min_budget > cfg->params.budget || cfg->min_budget <= W || cfg->min_budget % W))
+        return vase__client_fail(c, -EINVAL,
+                                 "%s: min_budget %u must be a multiple of window %u, above it "
+                                 "and at most budget %u",
+                                 what, cfg->min_budget, W, cfg->params.budget);
+    if (cfg->weight > VASE_MAX_WEIGHT)
+        return vase__client_fail(c, -EINVAL, "%s: weight %u (want 0 .. %u)", what, cfg->weight,
+                                 VASE_MAX_WEIGHT);
+    if (cfg->admission_wait_ms < -1 || cfg->admission_wait_ms > VASE_MAX_ADMISSION_WAIT_MS)
+        return vase__client_fail(c, -EINVAL,
+                                 "%s: admission_wait_ms %d (want -1 for the daemon's default, or "
+                                 "0 .. %d)",
+                                 what, (int)cfg->admission_wait_ms, VASE_MAX_ADMISSION_WAIT_MS);
+    if ((cfg->mode != VASE_MODE_ASYNC && cfg->mode != VASE_MODE_SYNC) || cfg->slack < -1)
+        return vase__client_fail(c, -EINVAL,
+                                 "%s: mode %d, slack %d (want a mode of enum vase_mode, slack "
+                                 ">= -1)",
+                                 what, (int)cfg->mode, (int)cfg->slack);
+    if (c->dead)
+        return c->dead;
     /* Every parameter is sent explicitly, so the daemon's defaults never decide silently. */
-    params.policy = (char *)vase_policy_to_string(cfg->policy);
-    params.budget = cfg->params.budget;
-    params.window = cfg->params.window;
-    params.n_sink = (int32_t)cfg->params.n_sink;
-    params.n_large = (int32_t)cfg->params.n_large;
-    params.temperature = cfg->params.temperature;
-    params.rank = cfg->params.rank;
-    params.lambda = cfg->params.lambda;
-    params.smooth = cfg->params.smooth;
-    params.metric = (char *)vase_metric_to_string(cfg->params.metric);
-    open.model_id = m->id;
-    open.params = &params;
-    open.prompt_len = cfg->prompt_len;
-    open.seed = cfg->seed;
-    open.mode = cfg->mode == VASE_MODE_SYNC ? VASE__MODE__MODE_SYNC : VASE__MODE__MODE_ASYNC;
-    open.slack = cfg->slack;
-    open.admission_wait_ms = cfg->admission_wait_ms;
-    open.min_budget = cfg->min_budget;
-    open.weight = cfg->weight;
-    e.body_case = VASE__ENVELOPE__BODY_OPEN_SEQ;
-    e.open_seq = &open;
-    /* The reply may come as late as the admission wait allows, and the usual timeout after
-     * that; the daemon's default is not known here, so -1 allows for the longest. */
+    vase__seq_params__init(&o->params);
+    vase__open_seq__init(&o->open);
+    vase__envelope__init(&o->e);
+    o->params.policy = (char *)vase_policy_to_string(cfg->policy);
+    o->params.budget = cfg->params.budget;
+    o->params.window = cfg->params.window;
+    o->params.n_sink = (int32_t)cfg->params.n_sink;
+    o->params.n_large = (int32_t)cfg->params.n_large;
+    o->params.temperature = cfg->params.temperature;
+    o->params.rank = cfg->params.rank;
+    o->params.lambda = cfg->params.lambda;
+    o->params.smooth = cfg->params.smooth;
+    o->params.metric = (char *)vase_metric_to_string(cfg->params.metric);
+    o->open.model_id = m->id;
+    o->open.params = &o->params;
+    o->open.prompt_len = cfg->prompt_len;
+    o->open.seed = cfg->seed;
+    o->open.mode = cfg->mode == VASE_MODE_SYNC ? VASE__MODE__MODE_SYNC : VASE__MODE__MODE_ASYNC;
+    o->open.slack = cfg->slack;
+    o->open.admission_wait_ms = cfg->admission_wait_ms;
+    o->open.min_budget = cfg->min_budget;
+    o->open.weight = cfg->weight;
+    o->e.body_case = VASE__ENVELOPE__BODY_OPEN_SEQ;
+    o->e.open_seq = &o->open;
+    return 0;
+}
+
+/* How long the reply to an open may take: as long as the admission wait allows, and the usual
+ * timeout after that; the daemon's default is not known here, so -1 allows for the longest. */
+static int open_timeout_ms(const struct vase_client *c, const struct vase_seq_config *cfg) {
     int wait_ms = cfg->admission_wait_ms < 0 ? VASE_MAX_ADMISSION_WAIT_MS : cfg->admission_wait_ms;
     int timeout_ms = vase__chan_timeout(c->chan);
-    timeout_ms = timeout_ms > INT_MAX - wait_ms ? INT_MAX : timeout_ms + wait_ms;
-    r = cfg->admission_wait_ms == 0
-            ? vase__client_call_wait(c, &e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, timeout_ms, &reply)
-            : vase__client_call_unlocked(c, &e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, timeout_ms,
-                                         &reply);
-    if (r < 0)
-        goto out;
+    return timeout_ms > INT_MAX - wait_ms ? INT_MAX : timeout_ms + wait_ms;
+}
 
-    r = check_layout(m, cfg, reply->seq_layout);
+/* The sequence of a SeqLayout, checked and linked into the client; on failure the daemon's
+ * sequence is closed again. Lock held. */
+static int open_finish(struct vase_client *c, struct vase_model *m,
+                       const struct vase_seq_config *cfg, const Vase__SeqLayout *sl,
+                       struct vase_seq **ret) {
+    struct vase_seq *s;
+    int r = check_layout(m, cfg, sl);
     if (r == 0)
-        r = seq_from_layout(m, cfg, reply->seq_layout, &s);
+        r = seq_from_layout(m, cfg, sl, &s);
     if (r < 0) {
         /* The daemon reserved pages for a sequence we will not use: give them back. Whatever
          * that says, the reason of this failure is what vase_last_error() tells. */
-        (void)close_remote(c, reply->seq_layout->seq_id);
+        (void)close_remote(c, sl->seq_id);
         if (r == -EPROTO)
             vase__client_fail(c, r,
                               "the daemon's layout of the new sequence does not fit what "
                               "was asked or the arena (PROTOCOL.md, \"Layouts are checked\")");
         else
             c->last_error[0] = '\0';
-        goto out;
+        return r;
     }
     s->next = c->seqs;
     c->seqs = s;
     *ret = s;
+    return 0;
+}
+
+int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase_seq_config *cfg,
+                  struct vase_seq **ret) {
+    Vase__Envelope *reply = NULL;
+    struct open_msg o;
+
+    if (!c)
+        return -EINVAL;
+    vase__client_lock(c);
+    int r = open_begin(c, m, cfg, ret, "vase_seq_open", &o);
+    if (r < 0)
+        goto out;
+    int timeout_ms = open_timeout_ms(c, cfg);
+    r = cfg->admission_wait_ms == 0
+            ? vase__client_call_wait(c, &o.e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, timeout_ms, &reply)
+            : vase__client_call_unlocked(c, &o.e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, timeout_ms,
+                                         &reply);
+    if (r == 0)
+        r = open_finish(c, m, cfg, reply->seq_layout, ret);
 out:
     if (reply)
         vase__envelope__free_unpacked(reply, NULL);
     pthread_mutex_unlock(&c->lock);
     return r;
+}
+
+/* ---- opens that do not block ---- */
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Unlinks o from its client's opens. Lock held. */
+static void open_unlink(struct vase_open *o) {
+    for (struct vase_open **p = &o->client->opens; *p; p = &(*p)->next)
+        if (*p == o) {
+            *p = o->next;
+            return;
+        }
+}
+
+int vase_seq_open_async(struct vase_client *c, struct vase_model *m,
+                        const struct vase_seq_config *cfg, struct vase_open **ret) {
+    struct open_msg msg;
+    uint64_t id;
+
+    if (!c)
+        return -EINVAL;
+    vase__client_lock(c);
+    int r = open_begin(c, m, cfg, ret, "vase_seq_open_async", &msg);
+    if (r < 0)
+        goto out;
+    struct vase_open *o = calloc(1, sizeof(*o));
+    if (!o) {
+        r = -ENOMEM;
+        goto out;
+    }
+    r = vase__client_check(c, vase__chan_send(c->chan, &msg.e, &id));
+    if (r < 0) {
+        free(o);
+        goto out;
+    }
+    *o = (struct vase_open){.client = c,
+                            .model = m,
+                            .cfg = *cfg,
+                            .id = id,
+                            .deadline_ms = now_ms() + open_timeout_ms(c, cfg),
+                            .next = c->opens};
+    c->opens = o;
+    *ret = o;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
+int vase_open_poll(struct vase_open *o, struct vase_seq **ret_seq) {
+    Vase__Envelope *reply = NULL;
+
+    if (!o || !ret_seq)
+        return -EINVAL;
+    struct vase_client *c = o->client;
+    vase__client_lock(c);
+    int r = c->dead;
+    if (r == 0) {
+        r = vase__client_check(c, vase__chan_wait(c->chan, o->id, 0, &reply));
+        if (r == -EAGAIN && now_ms() >= o->deadline_ms)
+            r = vase__client_fail(c, -ETIMEDOUT, "no answer to the open within %d ms",
+                                  open_timeout_ms(c, &o->cfg));
+    }
+    if (r == -EAGAIN) {
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
+    if (r == 0) {
+        Vase__Envelope *layout = NULL;
+        r = vase__chan_reply(c->chan, reply, VASE__ENVELOPE__BODY_SEQ_LAYOUT, &layout);
+        r = r < 0 ? vase__client_done(c, r)
+                  : open_finish(c, o->model, &o->cfg, layout->seq_layout, ret_seq);
+        if (layout)
+            vase__envelope__free_unpacked(layout, NULL);
+    }
+    /* Over, one way or the other; an open that timed out is closed should it be admitted
+     * later (vase__client_unclaimed()). */
+    open_unlink(o);
+    if (r == -ETIMEDOUT)
+        vase__client_abandon_open(c, o->id);
+    free(o);
+    pthread_mutex_unlock(&c->lock);
+    return r < 0 ? r : 1;
+}
+
+void vase_open_cancel(struct vase_open *o) {
+    if (!o)
+        return;
+    struct vase_client *c = o->client;
+    pthread_mutex_lock(&c->lock);
+    open_unlink(o);
+    vase__client_abandon_open(c, o->id);
+    free(o);
+    pthread_mutex_unlock(&c->lock);
 }
 
 int vase_seq_close(struct vase_seq *s) {

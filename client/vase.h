@@ -100,6 +100,7 @@ const char *vase_strerror(int err);
 struct vase_client;
 struct vase_model;
 struct vase_seq;
+struct vase_open;
 
 struct vase_connect_options {
     const char *runtime_dir; /* NULL: $VASE_RUNTIME_DIR, else /run/vase if it exists, else ./run */
@@ -251,7 +252,8 @@ struct vase_seq_config {
  * the message says how long it waited). A quota refusal (-EDQUOT) never waits, nor does a
  * sequence larger than the whole arena. The client's lock is not held while the open waits:
  * other threads of the engine keep decoding its other sequences meanwhile (which is how they
- * give up budget to it, if they are elastic). *ret is owned by the client.
+ * give up budget to it, if they are elastic); a single-threaded engine uses
+ * vase_seq_open_async() instead. *ret is owned by the client.
  *
  * Elastic budgets. A sequence opened with cfg->min_budget below cfg->params.budget is elastic:
  * while opens wait for room in its arena, the daemon may lower its budget, never below
@@ -267,6 +269,25 @@ struct vase_seq_config {
  */
 int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase_seq_config *cfg,
                   struct vase_seq **ret);
+/*
+ * vase_seq_open() that does not block: sends the open and returns at once; vase_open_poll()
+ * completes it. For an engine whose one thread both admits and decodes: while an open waits for
+ * admission, the engine keeps decoding, and its own elastic sequences can make the room. 0 and
+ * *ret, or the errors vase_seq_open() returns before it sends anything.
+ */
+int vase_seq_open_async(struct vase_client *c, struct vase_model *m,
+                        const struct vase_seq_config *cfg, struct vase_open **ret);
+/*
+ * Looks, without blocking, whether the open has been answered: 0 not yet; 1 admitted, *ret_seq
+ * is the sequence; -errno refused or failed, as vase_seq_open() (-ETIMEDOUT when no answer came
+ * within the admission wait and the client's timeout). After 1 or -errno the open is over and
+ * freed; do not use o again.
+ */
+int vase_open_poll(struct vase_open *o, struct vase_seq **ret_seq);
+/* Gives up an open still waiting (accepts NULL) and frees it: should the daemon admit it later,
+ * libvase closes that sequence again. vase_disconnect() frees the opens still waiting. */
+void vase_open_cancel(struct vase_open *o);
+
 /* Ends a sequence and returns its pages; accepts NULL. 0 or -errno (the local state is freed
  * either way). */
 int vase_seq_close(struct vase_seq *s);

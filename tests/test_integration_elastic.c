@@ -549,6 +549,74 @@ static void test_set_budget(void **state) {
     assert_null(vase_admin_free(a));
 }
 
+struct polled {
+    struct vase_open *o;
+    struct vase_seq *s;
+    int r;
+};
+
+static bool poll_open(void *arg) {
+    struct polled *p = arg;
+    p->r = vase_open_poll(p->o, &p->s);
+    assert_true(p->r >= 0);
+    return p->r == 1;
+}
+
+/* One thread, one client, as a scheduler loop: the arena full of the engine's own elastic
+ * sequences, an open that does not block, and decoding meanwhile makes its room. A cancelled
+ * open that is admitted later is closed again by libvase: nothing stays held. */
+static void test_single_thread_engine(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m;
+    assert_int_equal(harness_engine_open(&f->d, "scheduler", &g, &f->c[0], &m), 0);
+    struct vase_seq *seqs[MAX_SEQS] = {0};
+    int n = harness_fill(f->c[0], m, seq_cfg(MIN_BUDGET, 0), seqs, MAX_SEQS);
+    struct vase_seq_config cfg = seq_cfg(0, LONG_WAIT_MS);
+    struct polled p = {.s = NULL};
+    assert_int_equal(vase_seq_open_async(f->c[0], m, &cfg, &p.o), 0);
+    harness_wait_parked(&f->d, 1);
+    assert_int_equal(vase_open_poll(p.o, &p.s), 0);
+    assert_null(p.s);
+    decode_until(seqs, n, poll_open, &p);
+    assert_non_null(p.s);
+    assert_int_equal(vase_seq_budget(p.s), MAX_BUDGET);
+    assert_true(harness_append_tokens(p.s, &g, 2, 2 * MAX_BUDGET, false) >= 1);
+    assert_balanced(&f->d, seqs, n, p.s);
+    assert_int_equal(vase_seq_close(p.s), 0);
+
+    /* Refused like vase_seq_open(), at once: a quota. */
+    assert_int_equal(harness_config_set(&f->d, "max_seqs_per_client", "1"), 0);
+    assert_int_equal(vase_seq_open_async(f->c[0], m, &cfg, &p.o), 0);
+    do
+        p.r = vase_open_poll(p.o, &p.s);
+    while (p.r == 0);
+    assert_int_equal(p.r, -EDQUOT);
+    assert_non_null(strstr(vase_last_error(f->c[0]), "max_seqs_per_client"));
+    assert_int_equal(harness_config_set(&f->d, "max_seqs_per_client", "1024"), 0);
+    /* Refused by libvase before anything is sent. */
+    struct vase_seq_config bad = seq_cfg(MIN_BUDGET + 1, 0);
+    assert_int_equal(vase_seq_open_async(f->c[0], m, &bad, &p.o), -EINVAL);
+    assert_int_equal(vase_seq_open_async(f->c[0], m, &cfg, NULL), -EINVAL);
+    assert_int_equal(vase_open_poll(NULL, &p.s), -EINVAL);
+
+    /* Given up while parked; the room comes later: admitted, and closed again by libvase.
+     * (The newcomer's room is taken again first.) */
+    struct vase_seq *more[MAX_SEQS] = {0};
+    int n_more = harness_fill(f->c[0], m, seq_cfg(0, 0), more, MAX_SEQS);
+    assert_int_equal(vase_seq_open_async(f->c[0], m, &cfg, &p.o), 0);
+    harness_wait_parked(&f->d, 1);
+    vase_open_cancel(p.o);
+    vase_open_cancel(NULL);
+    harness_close_all(seqs, n);
+    harness_close_all(more, n_more);
+    /* The reply is read by the client's next call that reads replies. */
+    double end = harness_now() + HARNESS_WAIT_MS / 1000.0;
+    while (harness_status_of(&f->d).seqs != 0 && harness_now() < end)
+        assert_int_equal(vase_ping(f->c[0]), 0);
+    harness_assert_all_free(&f->d);
+}
+
 /* What libvase refuses before anything is sent. */
 static void test_open_refusals(void **state) {
     struct harness_fixture *f = *state;
@@ -590,6 +658,7 @@ int main(void) {
                                         harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_set_budget, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_open_refusals, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_single_thread_engine, setup, harness_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,6 +109,27 @@ static void test_paged_calls(void **state) {
     assert_null(vase_seq_block_table_device(NULL));
 }
 
+/* Elastic budgets: the configuration's fields and the calls, in both libraries. */
+static void test_elastic_calls(void **state) {
+    (void)state;
+    struct vase_seq_config cfg = {
+        .params = vase_params_default(1024), .min_budget = 512, .weight = VASE_MAX_WEIGHT};
+    struct vase_open *o = NULL;
+    struct vase_seq *s = NULL;
+    assert_int_equal(VASE_MAX_WEIGHT, 1000);
+    assert_int_equal(cfg.min_budget, 512);
+    assert_int_equal(vase_seq_budget(NULL), 0);
+    assert_int_equal(vase_seq_min_budget(NULL), 0);
+    assert_int_equal(vase_seq_set_budget(NULL, 512), -EINVAL);
+    assert_int_equal(vase_seq_open_async(NULL, NULL, &cfg, &o), -EINVAL);
+    assert_null(o);
+    assert_int_equal(vase_open_poll(NULL, &s), -EINVAL);
+    assert_null(s);
+    vase_open_cancel(NULL);
+    struct vase_seq_stats st = {.budget_changes = 1};
+    assert_int_equal(st.budget_changes, 1);
+}
+
 static void test_connect_no_daemon(void **state) {
     char dir[] = "/tmp/vase-public-XXXXXX";
     struct vase_client *c = NULL;
@@ -125,11 +146,9 @@ static void test_connect_no_daemon(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_error_codes),
-        cmocka_unit_test(test_types),
-        cmocka_unit_test(test_view),
-        cmocka_unit_test(test_paged_calls),
-        cmocka_unit_test(test_connect_no_daemon),
+        cmocka_unit_test(test_error_codes), cmocka_unit_test(test_types),
+        cmocka_unit_test(test_view),        cmocka_unit_test(test_elastic_calls),
+        cmocka_unit_test(test_paged_calls), cmocka_unit_test(test_connect_no_daemon),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
