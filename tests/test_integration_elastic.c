@@ -363,7 +363,7 @@ static void test_newcomer_gives_up(void **state) {
     assert_int_equal(harness_engine_open(&f->d, "newcomer", &g, &f->c[1], &m1), 0);
     struct vase_seq *seqs[MAX_SEQS] = {0};
     int n = harness_fill(f->c[0], m0, seq_cfg(MIN_BUDGET, 0), seqs, MAX_SEQS);
-    struct harness_opener o = {.c = f->c[1], .m = m1, .cfg = seq_cfg(0, 3000)};
+    struct harness_opener o = {.c = f->c[1], .m = m1, .cfg = seq_cfg(0, 5000)};
     harness_opener_start(&o);
     harness_wait_parked(&f->d, 1);
     bool lowered = false;
@@ -421,6 +421,82 @@ static void test_plan_in_flight(void **state) {
     assert_int_equal(o.r, 0);
     assert_balanced(&f->d, seqs, n, o.s);
     assert_int_equal(vase_seq_close(o.s), 0);
+    harness_close_all(seqs, n);
+    harness_assert_all_free(&f->d);
+}
+
+struct child_opener {
+    const struct harness_daemon *d;
+    int go_fd; /* a byte once the arena is full */
+};
+
+/* The child: connects, waits for the word, then opens with a long wait (it is killed while the
+ * open waits). */
+static int run_child_opener(void *arg) {
+    struct child_opener *co = arg;
+    struct vase_geometry g = harness_geometry();
+    struct vase_client *c;
+    struct vase_model *m;
+    struct vase_seq *s;
+    char b;
+    if (harness_engine_open(co->d, "doomed-newcomer", &g, &c, &m) < 0 ||
+        read(co->go_fd, &b, 1) != 1)
+        return 2;
+    struct vase_seq_config cfg = seq_cfg(0, LONG_WAIT_MS);
+    return vase_seq_open(c, m, &cfg, &s) == 0 ? 3 : 4;
+}
+
+/* A plan asked for after the budget was lowered keeps the lower budget even when the open it
+ * made room for is gone (its client died) by the time the plan commits; that same commit gives
+ * the budget back, since nothing waits any more. */
+static void test_shrink_after_give_up(void **state) {
+    struct harness_fixture *f = *state;
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    struct child_opener co = {.d = &f->d, .go_fd = go[0]};
+    pid_t pid;
+    assert_int_equal(harness_fork(run_child_opener, &co, &pid), 0);
+    close(go[0]);
+
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m;
+    assert_int_equal(harness_engine_open(&f->d, "late", &g, &f->c[0], &m), 0);
+    assert_int_equal(harness_wait_clients(&f->d, 2, HARNESS_WAIT_MS), 0);
+    struct vase_seq *seqs[MAX_SEQS] = {0};
+    int n = harness_fill(f->c[0], m, seq_cfg(MIN_BUDGET, 0), seqs, MAX_SEQS);
+    assert_int_equal(write(go[1], "x", 1), 1);
+    close(go[1]);
+    harness_wait_parked(&f->d, 1);
+    int x = 0;
+    while (target_of(&f->d, seqs[x]) == MAX_BUDGET)
+        x++;
+    uint32_t target = target_of(&f->d, seqs[x]);
+    /* Its first request now: the plan keeps the target. Then the newcomer dies. */
+    assert_int_equal(harness_append_tokens(seqs[x], &g, 1, MAX_BUDGET + 32, true), 0);
+    decode_until(NULL, 0, planning, (void *[]){&f->d, seqs[x]});
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    int status;
+    assert_int_equal(harness_wait_pid(pid, HARNESS_WAIT_MS, &status), 0);
+    assert_int_equal(harness_wait_clients(&f->d, 1, HARNESS_WAIT_MS), 0);
+    assert_int_equal(harness_status_of(&f->d).opens_waiting, 0);
+    assert_int_equal(target_of(&f->d, seqs[x]), MAX_BUDGET);
+
+    assert_int_equal(vase_seq_wait(seqs[x]), 1);
+    assert_int_equal(vase_seq_flush(seqs[x]), 0);
+    assert_int_equal(vase_seq_len(seqs[x]), target);
+    assert_int_equal(vase_seq_budget(seqs[x]), MAX_BUDGET);
+    assert_int_equal(changes_of(&f->d, seqs[x]), 2);
+    struct vase_seq_stats st;
+    vase_seq_get_stats(seqs[x], &st);
+    assert_int_equal(st.budget_changes, 2);
+    assert_int_equal(vase_seq_capacity(seqs[x]), 12 * 64);
+    assert_balanced(&f->d, seqs, n, NULL);
+    /* Decoding on from the shorter length into the pages it took back works. */
+    assert_true(harness_append_tokens(seqs[x], &g, 1, 2 * MAX_BUDGET, false) >= 1);
+    int32_t *tokens;
+    uint32_t len;
+    assert_int_equal(harness_snapshot(seqs[x], &g, 1, &tokens, &len), 0);
+    free(tokens);
     harness_close_all(seqs, n);
     harness_assert_all_free(&f->d);
 }
@@ -654,6 +730,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_minimums_too_high, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_newcomer_gives_up, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_plan_in_flight, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_shrink_after_give_up, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_client_dies_while_shrinking, setup,
                                         harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_set_budget, setup, harness_fixture_teardown),
