@@ -724,6 +724,11 @@ check: all
 	  $(WITH_VASED) $(VASED) -- $(PYTHON) \
 	    examples/llm/harness.py --quick --out $(BUILD)/quality-quick >$(BUILD)/quality-quick.out 2>&1; \
 	  rc=$$?; tail -n 40 $(BUILD)/quality-quick.out; result $$rc "harness.py --quick"; \
+	  echo "  QUALITY examples/llm/harness.py --quick --elastic-half: budgets halved mid-document"; \
+	  $(WITH_VASED) $(VASED) -- $(PYTHON) examples/llm/harness.py --quick --elastic-half \
+	    --policies vase-attnv --out $(BUILD)/quality-elastic-quick \
+	    >$(BUILD)/quality-elastic-quick.out 2>&1; \
+	  rc=$$?; tail -n 20 $(BUILD)/quality-elastic-quick.out; result $$rc "harness.py --quick --elastic-half"; \
 	else echo "  PYTHON  not run under SANITIZE (the extension is not built)"; fi; \
 	echo "check: $$pass passed, $$fail failed"; [ $$fail = 0 ]
 

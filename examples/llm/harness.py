@@ -26,6 +26,9 @@ takes longer in all but gives each policy's wall time, model included.
 A `full` row runs through vase with a budget above the document's length: no eviction, and its
 perplexity must equal the plain cache's (the harness checks it). Output: a Markdown table and a
 CSV file, and a PNG plot of perplexity and KL against the budget, in --out.
+
+`--elastic-half` runs elastic_half.py instead of the sweep: the quality of elastic sequences whose
+budget is halved in the middle of the document, against static ones at both budgets.
 """
 
 from __future__ import annotations
@@ -74,10 +77,12 @@ class Run:
         return math.exp(sum(self.nll) / len(self.nll))
 
 
-def score_batch(net, tokens: torch.Tensor, prompt: int, cache, batch: int) -> torch.Tensor:
+def score_batch(net, tokens: torch.Tensor, prompt: int, cache, batch: int,
+                on_step=None) -> torch.Tensor:
     """Feeds tokens to every one of the `batch` sequences of cache: the prompt in one step, then
     one token per step. Returns the log-probabilities [batch, len(tokens) - prompt, vocab] of the
-    predictions of tokens prompt .. end (token i is predicted by the step that read token i - 1)."""
+    predictions of tokens prompt .. end (token i is predicted by the step that read token i - 1).
+    on_step(i), if given, runs after the step that read token i (the prompt: i = prompt - 1)."""
     n = tokens.numel()
     out = []
     with torch.no_grad():
@@ -85,10 +90,14 @@ def score_batch(net, tokens: torch.Tensor, prompt: int, cache, batch: int) -> to
         pos = torch.arange(prompt, device=tokens.device).unsqueeze(0).expand(batch, -1)
         logits = net.forward(toks, pos, cache)
         out.append(torch.log_softmax(logits[:, -1].float(), -1))
+        if on_step:
+            on_step(prompt - 1)
         for i in range(prompt, n - 1):
             t = tokens[i : i + 1].unsqueeze(0).expand(batch, -1)
             logits = net.forward(t, torch.full((batch, 1), i, device=tokens.device), cache)
             out.append(torch.log_softmax(logits[:, -1].float(), -1))
+            if on_step:
+                on_step(i)
     return torch.stack(out, dim=1)
 
 
@@ -106,24 +115,9 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
     results to runs. Returns the plain cache's perplexity on it."""
     prompt = args.prompt
     targets = tokens[prompt:]
-    t0 = time.monotonic()
-    ref = score_batch(net, tokens, prompt, llm.ContiguousCache(), 1)[0]
-    plain_seconds = time.monotonic() - t0
-    plain_nll, _, _ = compare(ref, ref, targets)
-    key = ("plain", 0, "-")
-    r = runs.setdefault(key, Run("plain", 0, "-", [], [], [], 0.0, 0.0, 0))
-    r.nll += plain_nll
-    r.top1 += [True] * len(plain_nll)
-    r.kl += [0.0] * len(plain_nll)
-    walls["plain"] = walls.get("plain", 0.0) + plain_seconds
-
+    ref, plain_nll = run_plain(net, tokens, prompt, runs, walls)
     full_budget = args.window * (tokens.numel() // args.window + 2)
-    geometry = dict(
-        layers=cfg.num_hidden_layers,
-        q_heads=cfg.num_attention_heads,
-        kv_heads=cfg.num_key_value_heads,
-        head_dim=cfg.head_dim,
-    )
+    geometry = geometry_of(cfg)
     for mode in args.modes:
         # Every policy and budget of a mode in one batch: one forward pass per token for all of
         # them. The full cache through vase runs apart: its many more slots would pad the rest.
@@ -168,6 +162,25 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
                 r.plan += plans[i]
                 r.calls += calls[i]
     return math.exp(sum(plain_nll) / len(plain_nll))
+
+
+def run_plain(net, tokens, prompt: int, runs: Dict[tuple, Run], walls: Dict[str, float]):
+    """The reference: the document through a plain cache that keeps every token. Adds it to runs
+    as ("plain", 0, "-"); returns its log-probabilities and NLL per predicted token."""
+    t0 = time.monotonic()
+    ref = score_batch(net, tokens, prompt, llm.ContiguousCache(), 1)[0]
+    walls["plain"] = walls.get("plain", 0.0) + time.monotonic() - t0
+    plain_nll, _, _ = compare(ref, ref, tokens[prompt:])
+    r = runs.setdefault(("plain", 0, "-"), Run("plain", 0, "-", [], [], [], 0.0, 0.0, 0))
+    r.nll += plain_nll
+    r.top1 += [True] * len(plain_nll)
+    r.kl += [0.0] * len(plain_nll)
+    return ref, plain_nll
+
+
+def geometry_of(cfg) -> dict:
+    return dict(layers=cfg.num_hidden_layers, q_heads=cfg.num_attention_heads,
+                kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim)
 
 
 def documents(args, tok: ByteTokenizer) -> List[torch.Tensor]:
@@ -284,6 +297,10 @@ def parse_args(argv=None):
                    help="how attention reads the cache (auto: a paged kernel when one applies)")
     p.add_argument("--batch-per-policy", action="store_true",
                    help="one batch per policy (its budgets): a wall time per policy, but slower")
+    p.add_argument("--elastic-half", action="store_true",
+                   help="instead of the sweep: per policy and budget B, static B and B/2 against "
+                        "an elastic sequence capped from B to B/2 at the document's midpoint "
+                        "(elastic_half.py; elastic.md and elastic.csv in --out)")
     p.add_argument("--quick", action="store_true",
                    help="a smoke test: one short document, small budgets, both modes")
     args = p.parse_args(argv)
@@ -318,6 +335,11 @@ def main(argv=None) -> int:
     budgets = budgets_for(args, args.doc_tokens)
     print(f"harness: {len(docs)} documents of {args.doc_tokens} tokens, prompt {args.prompt}, "
           f"window {args.window}, budgets {budgets}, policies {args.policies}, modes {args.modes}")
+    if args.elastic_half:
+        import elastic_half
+
+        with vase.connect(runtime_dir=args.runtime_dir, name="quality-harness") as client:
+            return elastic_half.main(args, net, cfg, client, docs, budgets)
     runs: Dict[tuple, Run] = {}
     walls: Dict[str, float] = {}
     t0 = time.monotonic()

@@ -51,6 +51,15 @@ def fill(seq, n):
     return sum(seq.append(1) for _ in range(n))
 
 
+def append_until(seq, done, limit, what):
+    """Appends tokens one at a time until done() holds; fails after limit tokens."""
+    for _ in range(limit):
+        if done():
+            return
+        seq.append(1)
+    assert done(), what
+
+
 def test_connect_ping_ids(daemon):
     with vase.connect(runtime_dir=daemon, name="ids", timeout_ms=2000) as c:
         assert isinstance(c, vase.Client)
@@ -208,7 +217,8 @@ def test_eviction_async(client):
         assert s.wait() is False
         assert s.stats["evictions"] == 1
         assert set(s.stats) == {"evictions", "stalls", "stall_seconds", "compact_seconds",
-                                "last_plan_seconds"}
+                                "last_plan_seconds", "budget_changes"}
+        assert s.stats["budget_changes"] == 0
 
 
 def test_table_shrinks_after_long_prompt(client):
@@ -293,6 +303,75 @@ def test_admission_wait(client):
         assert s.id > 0
 
 
+def test_elastic_open(client):
+    m = model(client)
+    with m.open("streaming", budget=128, window=32) as s:
+        assert s.budget == 128 and s.min_budget == 128  # not elastic
+        s.set_budget(128)  # its only budget
+        with pytest.raises(vase.VaseError) as e:
+            s.set_budget(64)
+        assert e.value.errno == errno.EINVAL and "min_budget 128" in str(e.value)
+    with m.open("streaming", budget=256, window=32, min_budget=64, weight=1000) as s:
+        assert s.budget == 256 and s.min_budget == 64
+    with m.open("streaming", budget=256, window=32, min_budget=None, weight=None) as s:
+        assert s.min_budget == 256
+    # min_budget: a multiple of window, above it, at most budget; weight at most 1000.
+    for kw in (dict(min_budget=32), dict(min_budget=48), dict(min_budget=288),
+               dict(min_budget=64, weight=1001)):
+        with pytest.raises(vase.VaseError) as e:
+            m.open("streaming", budget=256, window=32, **kw)
+        assert e.value.errno == errno.EINVAL, kw
+        assert ("weight" if "weight" in kw else "min_budget") in str(e.value)
+    for kw in (dict(min_budget=-1), dict(weight=-1), dict(min_budget=1 << 32)):
+        with pytest.raises(ValueError):
+            m.open("streaming", budget=256, window=32, **kw)
+    with pytest.raises(TypeError):
+        m.open("streaming", budget=256, window=32, min_budget="64")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_set_budget(client, mode):
+    m = model(client)
+    with m.open("streaming", budget=128, window=32, min_budget=64, mode=mode) as s:
+        fill(s, 200)
+        assert s.rounds > 0 and s.budget == 128 and s.capacity == 192
+        assert s.stats["budget_changes"] == 0
+        for bad in (32, 96 + 1, 160):
+            with pytest.raises(vase.VaseError) as e:
+                s.set_budget(bad)
+            assert e.value.errno == errno.EINVAL and "[min_budget 64, 128]" in str(e.value)
+        s.set_budget(64)
+        assert s.budget == 128  # until the next plan
+        # The next plan keeps 64 tokens: the budget, length and capacity drop with it.
+        rounds = s.rounds
+        append_until(s, lambda: s.budget != 128, 3 * 32, "the lower budget was not applied")
+        assert s.budget == 64
+        # Capacity: the budget, a window of new tokens and one of slack (async runs ahead).
+        assert s.rounds > rounds and s.capacity == 64 + 32 + 32
+        assert s.stats["budget_changes"] == 1
+        fill(s, 100)  # it stays there, evicting at its lower budget
+        assert s.budget == 64 and s.capacity == 128 and s.len <= 128
+        if mode == "sync":
+            assert s.len <= 64 + 32
+        # Back to 128: at a later commit, memory being free, the budget grows again.
+        s.set_budget(128)
+        rounds = s.rounds
+        append_until(s, lambda: s.budget != 64, 3 * 32, "the budget did not grow back")
+        assert s.budget == 128 and s.rounds > rounds and s.capacity == 192
+        assert s.stats["budget_changes"] == 2
+        # It holds more than a capacity of 128 (the lower budget's) could again.
+        append_until(s, lambda: s.len > 128, 3 * 32, "no more than the lower budget's capacity")
+        assert s.budget == 128
+        with pytest.raises(vase.VaseError) as e:
+            s.set_budget(48)
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(ValueError):
+            s.set_budget(-1)
+    with pytest.raises(vase.VaseError) as e:
+        s.set_budget(64)
+    assert e.value.errno == errno.EBADF
+
+
 def test_errors(client):
     m = model(client)
     with pytest.raises(vase.VaseError) as e:
@@ -331,7 +410,8 @@ def test_errors(client):
     s.close()  # idempotent
     assert s.closed
     for call in (lambda: s.append(1), s.poll, s.wait, s.flush, s.block_table,
-                 lambda: s.len, lambda: s.kv_slot(0, "k", 0)):
+                 lambda: s.len, lambda: s.kv_slot(0, "k", 0), lambda: s.budget,
+                 lambda: s.min_budget, lambda: s.set_budget(128)):
         with pytest.raises(vase.VaseError) as e:
             call()
         assert e.value.errno == errno.EBADF

@@ -13,6 +13,11 @@ zero-copy tensors that torch.from_dlpack() and numpy.from_dlpack() take as they 
             ...  # write K and V of slot s.len, then
             s.append(1)
 
+A sequence opened with min_budget below its budget is elastic (vase.h, "Elastic budgets"):
+while opens wait for room in the arena the daemon may lower its budget, never below min_budget,
+and raise it back once they are admitted; Seq.budget says the budget its plans keep now, and
+Seq.set_budget() lets the engine cap it itself. Budgets change only when a plan is applied.
+
 Every failure of libvase raises VaseError (an OSError) with its errno, vase_strerror() as
 strerror and vase_last_error()'s message; wrong Python types or values raise TypeError and
 ValueError. Names of vase enums (dtype, policy, metric, mode, kv, stats kind) are checked as the C

@@ -753,17 +753,18 @@ static PyObject *model_kv_tensor(ModelObject *self, PyObject *args, PyObject *kw
 }
 
 static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"policy", "budget",  "window", "prompt_len", "mode",
-                             "slack",  "seed",    "n_sink", "n_large",    "temperature",
-                             "rank",   "lambda_", "smooth", "metric",     "admission_wait_ms",
-                             NULL};
+    static char *kwlist[] = {"policy",     "budget",  "window", "prompt_len", "mode",
+                             "slack",      "seed",    "n_sink", "n_large",    "temperature",
+                             "rank",       "lambda_", "smooth", "metric",     "admission_wait_ms",
+                             "min_budget", "weight",  NULL};
     const char *policy = "vase-attnv", *mode = "async", *metric = NULL;
     PyObject *obudget = NULL, *owindow = NULL, *oprompt = NULL, *oslack = NULL, *oseed = NULL,
              *osink = NULL, *olarge = NULL, *otemp = NULL, *orank = NULL, *olambda = NULL,
-             *osmooth = NULL, *owait = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|sOOOsOOOOOOOOzO:open", kwlist, &policy, &obudget,
+             *osmooth = NULL, *owait = NULL, *omin = NULL, *oweight = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|sOOOsOOOOOOOOzOOO:open", kwlist, &policy, &obudget,
                                      &owindow, &oprompt, &mode, &oslack, &oseed, &osink, &olarge,
-                                     &otemp, &orank, &olambda, &osmooth, &metric, &owait))
+                                     &otemp, &orank, &olambda, &osmooth, &metric, &owait, &omin,
+                                     &oweight))
         return NULL;
     if (!obudget) {
         PyErr_SetString(PyExc_TypeError, "open() missing required argument 'budget'");
@@ -782,7 +783,9 @@ static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
         opt_u32(orank, "rank", &cfg.params.rank) < 0 ||
         opt_u32(osmooth, "smooth", &cfg.params.smooth) < 0 ||
         opt_float(otemp, "temperature", &cfg.params.temperature) < 0 ||
-        opt_float(olambda, "lambda_", &cfg.params.lambda) < 0)
+        opt_float(olambda, "lambda_", &cfg.params.lambda) < 0 ||
+        opt_u32(omin, "min_budget", &cfg.min_budget) < 0 ||
+        opt_u32(oweight, "weight", &cfg.weight) < 0)
         return NULL;
     if (oslack && oslack != Py_None) {
         if (get_int(oslack, "slack", -1, INT32_MAX, &v) < 0)
@@ -871,11 +874,16 @@ static PyMethodDef model_methods[] = {
     {"open", (PyCFunction)(void (*)(void))model_open, METH_VARARGS | METH_KEYWORDS,
      "open($self, policy='vase-attnv', budget, window=64, prompt_len=0, mode='async', slack=-1, "
      "seed=0, n_sink=None, n_large=None, temperature=None, rank=None, lambda_=None, smooth=None, "
-     "metric=None, admission_wait_ms=-1)\n--\n\nOpens a sequence (vase_seq_open); parameters "
+     "metric=None, admission_wait_ms=-1, min_budget=0, weight=0)\n--\n\nOpens a sequence "
+     "(vase_seq_open); parameters "
      "not given are vase_params_default(budget)'s. budget is required. admission_wait_ms: how "
      "long the open may wait for room when the arena is full (-1: the daemon's "
      "admission_wait_ms setting; 0: refused at once; at most 600000); the wait ends with "
-     "VaseError ENOSPC when no room was freed in time."},
+     "VaseError ENOSPC when no room was freed in time. min_budget: the least budget the daemon "
+     "may lower it to while opens wait for room (an elastic budget: a multiple of window, above "
+     "it, at most budget; 0 or None: budget, not elastic). weight: its weight when budgets are "
+     "lowered (0 or None: 1; at most 1000). An invalid min_budget or weight raises "
+     "VaseError(EINVAL)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1209,6 +1217,19 @@ SEQ_GET(len, uint32_t, PyLong_FromUnsignedLong)
 SEQ_GET(capacity, uint32_t, PyLong_FromUnsignedLong)
 SEQ_GET(position, uint64_t, PyLong_FromUnsignedLongLong)
 SEQ_GET(rounds, uint32_t, PyLong_FromUnsignedLong)
+SEQ_GET(budget, uint32_t, PyLong_FromUnsignedLong)
+SEQ_GET(min_budget, uint32_t, PyLong_FromUnsignedLong)
+
+static int do_set_budget(struct vase_seq *s, uint32_t budget) {
+    return vase_seq_set_budget(s, budget);
+}
+
+static PyObject *seq_set_budget(SeqObject *self, PyObject *arg) {
+    uint32_t budget;
+    if (get_u32(arg, "budget", &budget) < 0 || seq_call(self, do_set_budget, budget) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
 
 static PyObject *seq_get_stats(SeqObject *self, void *c) {
     (void)c;
@@ -1217,10 +1238,11 @@ static PyObject *seq_get_stats(SeqObject *self, void *c) {
     struct vase_seq_stats st = {0};
     Py_BEGIN_ALLOW_THREADS vase_seq_get_stats(self->s, &st);
     Py_END_ALLOW_THREADS seq_leave(self);
-    return Py_BuildValue("{sKsKsdsdsd}", "evictions", (unsigned long long)st.evictions, "stalls",
+    return Py_BuildValue("{sKsKsdsdsdsK}", "evictions", (unsigned long long)st.evictions, "stalls",
                          (unsigned long long)st.stalls, "stall_seconds", st.stall_seconds,
                          "compact_seconds", st.compact_seconds, "last_plan_seconds",
-                         st.last_plan_seconds);
+                         st.last_plan_seconds, "budget_changes",
+                         (unsigned long long)st.budget_changes);
 }
 
 static PyMethodDef seq_methods[] = {
@@ -1231,6 +1253,12 @@ static PyMethodDef seq_methods[] = {
      "poll($self, /)\n--\n\nApplies a ready plan without waiting. True if one was applied."},
     {"wait", (PyCFunction)seq_wait, METH_NOARGS,
      "wait($self, /)\n--\n\nWaits for the pending plan and applies it. True if one was applied."},
+    {"set_budget", (PyCFunction)seq_set_budget, METH_O,
+     "set_budget($self, budget, /)\n--\n\nCaps the budget of an elastic sequence "
+     "(vase_seq_set_budget): a multiple of window in [min_budget, the budget it was opened "
+     "with], else VaseError(EINVAL). A cap below the budget now takes effect with the next "
+     "plan; a higher one lets the budget grow back at a later commit, when memory is free. "
+     "Waits for the daemon's answer."},
     {"flush", (PyCFunction)seq_flush, METH_NOARGS,
      "flush($self, /)\n--\n\nWaits until the daemon handled everything sent for the sequence."},
     {"close", (PyCFunction)seq_close, METH_NOARGS,
@@ -1266,7 +1294,16 @@ static PyGetSetDef seq_getset[] = {
     {"capacity", (getter)seq_get_capacity, NULL, "Slots the block table holds now.", NULL},
     {"position", (getter)seq_get_position, NULL, "Tokens appended since the open.", NULL},
     {"rounds", (getter)seq_get_rounds, NULL, "Eviction rounds applied.", NULL},
-    {"stats", (getter)seq_get_stats, NULL, "vase_seq_get_stats() as a dict.", NULL},
+    {"budget", (getter)seq_get_budget, NULL,
+     "The budget its plans keep now: between min_budget and the budget it was opened with for "
+     "an elastic sequence (it changes at eviction boundaries), that budget otherwise.",
+     NULL},
+    {"min_budget", (getter)seq_get_min_budget, NULL,
+     "The least budget it accepts (its budget when it is not elastic).", NULL},
+    {"stats", (getter)seq_get_stats, NULL,
+     "vase_seq_get_stats() as a dict: evictions, stalls, stall_seconds, compact_seconds, "
+     "last_plan_seconds, budget_changes (plans that lowered the budget, commits that raised it).",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
