@@ -80,8 +80,8 @@ static uint32_t waiters(const struct vased *d, uint32_t i) {
 }
 
 static uint32_t blocks_at(const struct vased_seq *s, uint32_t budget) {
-    return vase_layout_blocks_for(
-        &s->layout, vase_layout_steady_slots(budget, s->params.window, s->slack));
+    return vase_layout_blocks_for(&s->layout,
+                                  vase_layout_steady_slots(budget, s->params.window, s->slack));
 }
 
 void vase_elastic_grow(struct vased *d, struct vased_seq *s) {
@@ -90,13 +90,12 @@ void vase_elastic_grow(struct vased *d, struct vased_seq *s) {
         return;
     struct vase_alloc *a = d->allocs[s->arena_id];
     /* The whole way, else halfway, and so on down to one window. */
-    for (uint32_t want = s->target_budget; want > now;
-         want = now + (want - now) / 2 / W * W) {
+    for (uint32_t want = s->target_budget; want > now; want = now + (want - now) / 2 / W * W) {
         uint32_t pages = blocks_at(s, want);
         if (pages > s->max_pages)
             pages = s->max_pages;
-        uint64_t bytes = pages > s->n_pages ? (uint64_t)(pages - s->n_pages) * s->layout.page_bytes
-                                            : 0;
+        uint64_t bytes =
+            pages > s->n_pages ? (uint64_t)(pages - s->n_pages) * s->layout.page_bytes : 0;
         /* A cheap look first: most commits of a full arena find no room. */
         if (bytes > a->arena_bytes - a->used_bytes)
             continue;
