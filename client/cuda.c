@@ -531,13 +531,16 @@ static cudaError_t seq_memory(struct vase__cuda_seq *cs, const struct vase__cuda
 }
 
 int vase__cuda_seq_new(struct vase__cuda_mapping *m, const uint32_t *table, size_t n_pages,
-                       size_t keep_entries, size_t scratch_bytes, struct vase__cuda_seq **ret) {
+                       size_t max_pages, size_t keep_entries, size_t scratch_bytes,
+                       struct vase__cuda_seq **ret) {
     struct call c;
-    size_t max_pages = n_pages ? n_pages : 1;
     int r;
 
-    if (!m || !ret || (!table && n_pages) || keep_entries == 0 || scratch_bytes == 0)
+    if (!m || !ret || (!table && n_pages) || keep_entries == 0 || scratch_bytes == 0 ||
+        max_pages < n_pages)
         return -EINVAL;
+    if (max_pages == 0)
+        max_pages = 1;
     struct vase__cuda_seq *cs = calloc(1, sizeof(*cs));
     if (!cs)
         return -ENOMEM;

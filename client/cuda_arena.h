@@ -41,7 +41,8 @@ int vase__cuda_sync(int device, void *stream);
 int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t n, bool to_device);
 
 /*
- * A sequence's device state: its block table, a [heads][K] keep-list scratch and the
+ * A sequence's device state: its block table (room for max_pages entries, the first n_pages
+ * copied from table), a [heads][K] keep-list scratch and the
  * compaction kernel's scratch (scratch_bytes: vase_compact_cuda_scratch_bytes() of the largest
  * move one layer's K or V can make), in one allocation made at the open, so that applying a
  * plan allocates nothing. The table is copied to the device at once (waited for); afterwards
@@ -56,7 +57,8 @@ int vase__cuda_copy(int device, void *stream, void *dst, const void *src, size_t
 struct vase__cuda_seq;
 struct vase__cuda_mapping;
 int vase__cuda_seq_new(struct vase__cuda_mapping *m, const uint32_t *table, size_t n_pages,
-                       size_t keep_entries, size_t scratch_bytes, struct vase__cuda_seq **ret);
+                       size_t max_pages, size_t keep_entries, size_t scratch_bytes,
+                       struct vase__cuda_seq **ret);
 /* The device copy of the block table. */
 const uint32_t *vase__cuda_seq_table(const struct vase__cuda_seq *cs);
 /* Copies entries [from, n) of the host block table to the device copy, on stream (ordered

@@ -49,10 +49,12 @@ const uint32_t *vase__cuda_seq_table(const struct vase__cuda_seq *cs) {
 }
 
 int vase__cuda_seq_new(struct vase__cuda_mapping *m, const uint32_t *table, size_t n_pages,
-                       size_t keep_entries, size_t scratch_bytes, struct vase__cuda_seq **ret) {
+                       size_t max_pages, size_t keep_entries, size_t scratch_bytes,
+                       struct vase__cuda_seq **ret) {
     (void)m;
     (void)table;
     (void)n_pages;
+    (void)max_pages;
     (void)keep_entries;
     (void)scratch_bytes;
     (void)ret;

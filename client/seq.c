@@ -76,27 +76,30 @@ static int close_remote(struct vase_client *c, uint32_t id) {
     return 0;
 }
 
-/* Checks a SeqLayout against what was asked and what the model's layout allows. */
+/* Checks a SeqLayout against what was asked and what the model's layout allows. An elastic open
+ * may start below its budget (not below min_budget); a daemon without elastic budgets answers
+ * with no range (0), which only a plain open fits. */
 static int check_layout(const struct vase_model *m, const struct vase_seq_config *cfg,
                         const Vase__SeqLayout *sl) {
     const struct vase_layout *l = &m->layout;
-    uint32_t keep = vase_plan_keep_count(&cfg->params);
+    uint32_t max = cfg->params.budget, W = cfg->params.window;
+    uint32_t min = cfg->min_budget ? cfg->min_budget : max;
     struct vase_plan_layout plan;
 
-    if (sl->window != cfg->params.window || sl->budget != cfg->params.budget || sl->keep != keep)
+    if (sl->window != W || (sl->max_budget ? sl->max_budget : sl->budget) != max ||
+        sl->budget < min || sl->budget > max || sl->budget % W || sl->keep != sl->budget - W)
         return -EPROTO;
-    /* A daemon without elastic budgets echoes no range: only a plain open fits it. */
-    uint32_t min = cfg->min_budget ? cfg->min_budget : cfg->params.budget;
-    if (sl->min_budget != min && !(sl->min_budget == 0 && min == sl->budget))
+    if (sl->min_budget != min && !(sl->min_budget == 0 && min == max))
         return -EPROTO;
     if (cfg->slack >= 0 && sl->slack != (uint32_t)cfg->slack)
         return -EPROTO;
-    /* Exactly the pages vase_layout.h prescribes, no more and no fewer. */
+    /* Exactly the pages vase_layout.h prescribes for the budget it starts with, no more and no
+     * fewer; the plan area is the one of the budget asked for. */
     uint32_t blocks = vase_layout_blocks_for(
         l, vase_layout_open_slots(cfg->prompt_len, sl->budget, sl->window, sl->slack));
     if (sl->n_pages != blocks || sl->capacity != (uint64_t)blocks * l->block_tokens)
         return -EPROTO;
-    if (vase_layout_plans(l, keep, &plan, NULL, 0) < 0 ||
+    if (vase_layout_plans(l, max - W, &plan, NULL, 0) < 0 ||
         sl->plans_per_page != plan.plans_per_page || sl->plan_page_bytes != plan.plan_page_bytes ||
         sl->n_plan_pages != plan.plan_pages)
         return -EPROTO;
@@ -123,20 +126,23 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
         .mode = cfg->mode,
         .budget = sl->budget,
         .min_budget = sl->min_budget ? sl->min_budget : sl->budget,
-        .max_budget = sl->budget,
+        .max_budget = cfg->params.budget,
         .window = sl->window,
         .keep = sl->keep,
         .slack = sl->slack,
         .prompt_len = cfg->prompt_len,
         .capacity = sl->capacity,
         .n_pages = sl->n_pages,
-        .max_pages = sl->n_pages,
         .n_ring_pages = sl->n_ring_pages,
         .n_plan_pages = sl->n_plan_pages,
     };
     const struct vase_layout *l = &m->layout;
     uint64_t size = l->arena_bytes;
-    vase_layout_plans(l, sl->keep, &s->plan, NULL, 0); /* checked by check_layout() */
+    uint32_t max_keep = cfg->params.budget - sl->window;
+    vase_layout_plans(l, max_keep, &s->plan, NULL, 0); /* checked by check_layout() */
+    /* The most pages it will hold: those of the budget asked for. */
+    s->max_pages = vase_layout_blocks_for(
+        l, vase_layout_open_slots(cfg->prompt_len, cfg->params.budget, sl->window, sl->slack));
     if ((r = vase__seq_copy_pages(sl->pages, sl->n_pages, l->num_blocks, &s->pages)) < 0 ||
         (r = vase__seq_copy_pages(sl->ring_pages, sl->n_ring_pages,
                                   vase_layout_units(size, l->ring_page_bytes), &s->ring_pages)) <
@@ -147,15 +153,15 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
         vase__seq_free(s);
         return r;
     }
-    /* The block table never holds more pages than at the open, so neither does its device
-     * copy; and no move of one layer's K or V is larger than the capacity at the open: the new
-     * length K + len - n is at most len, n below len. */
+    /* The block table never holds more pages than those of the budget asked for, so neither
+     * does its device copy; and no move of one layer's K or V is larger than their capacity:
+     * the new length K + len - n is at most len, n below len. */
     size_t row_bytes = (size_t)l->head_dim * vase_dtype_size(l->dtype);
+    uint32_t most = s->max_pages * l->block_tokens;
     if (vase__arena_on_device(m->arena) &&
         (r = vase__cuda_seq_new(
-             m->arena->mapping, s->pages, sl->n_pages, (size_t)l->kv_heads * sl->keep,
-             vase_compact_cuda_scratch_bytes(l->kv_heads, row_bytes, sl->capacity, sl->capacity),
-             &s->cuda)) < 0) {
+             m->arena->mapping, s->pages, sl->n_pages, s->max_pages, (size_t)l->kv_heads * max_keep,
+             vase_compact_cuda_scratch_bytes(l->kv_heads, row_bytes, most, most), &s->cuda)) < 0) {
         vase__seq_free(s);
         return r;
     }

@@ -255,8 +255,11 @@ struct vase_seq_config {
  * give up budget to it, if they are elastic); a single-threaded engine uses
  * vase_seq_open_async() instead. *ret is owned by the client.
  *
- * Elastic budgets. A sequence opened with cfg->min_budget below cfg->params.budget is elastic:
- * while opens wait for room in its arena, the daemon may lower its budget, never below
+ * Elastic budgets. A sequence opened with cfg->min_budget below cfg->params.budget is elastic.
+ * When its budget does not fit, it is admitted at once at a lower budget that does (not below
+ * min_budget; vase_seq_budget() and vase_seq_capacity() say which) and grows later; only when
+ * min_budget does not fit either does the open wait or fail. While opens wait for room in its
+ * arena, the daemon may lower its budget, never below
  * min_budget (how much: the daemon's elastic_policy and each sequence's weight). The engine
  * learns it with the next plan: that plan keeps the lower budget, its compaction applies it, and
  * its commit releases the pages the sequence no longer needs (capacity and block table shrink).

@@ -275,6 +275,7 @@ static void send_layout(struct vased *d, const struct vase_reply_to *p, struct v
     sl.plan_page_bytes = s->plan.plan_page_bytes;
     sl.window = s->params.window;
     sl.budget = s->params.budget;
+    sl.max_budget = s->max_budget;
     sl.slack = s->slack;
     sl.min_budget = s->min_budget;
     sl.weight = s->weight;
@@ -294,12 +295,12 @@ static int admission_wait_from(const struct vased *d, const Vase__OpenSeq *o, ui
 }
 
 /* Whether a refusal with -ENOSPC can end by waiting: the sequence fits the whole arena. Its
- * footprint in *ret_bytes. */
+ * footprint (at its min_budget: what admits it) in *ret_bytes. */
 static bool could_fit(const struct vase_alloc *a, const struct vased_model *m,
                       const struct vased_seq_request *req, uint64_t *ret_bytes) {
     struct vased_seq_footprint fp;
     char msg[8];
-    if (vase_registry_footprint(&m->layout, req, &fp, msg, sizeof(msg)) < 0)
+    if (vase_registry_footprint_at(&m->layout, req, req->min_budget, &fp, msg, sizeof(msg)) < 0)
         return false;
     *ret_bytes = fp.bytes;
     return fp.bytes <= a->arena_bytes;

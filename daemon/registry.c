@@ -20,6 +20,7 @@
 
 #include "alloc.h"
 #include "evictor.h"
+#include "elastic.h"
 #include "registry.h"
 
 int vase_registry_new(struct vase_registry **ret) {
@@ -229,8 +230,14 @@ int vase_registry_get_seq(const struct vase_registry *reg, const struct vased_cl
 
 int vase_registry_footprint(const struct vase_layout *l, const struct vased_seq_request *req,
                             struct vased_seq_footprint *ret, char *msg, size_t msg_size) {
+    return vase_registry_footprint_at(l, req, req->params.budget, ret, msg, msg_size);
+}
+
+int vase_registry_footprint_at(const struct vase_layout *l, const struct vased_seq_request *req,
+                               uint32_t budget, struct vased_seq_footprint *ret, char *msg,
+                               size_t msg_size) {
     uint32_t W = req->params.window;
-    uint64_t slots = vase_layout_open_slots(req->prompt_len, req->params.budget, W, req->slack);
+    uint64_t slots = vase_layout_open_slots(req->prompt_len, budget, W, req->slack);
     *ret = (struct vased_seq_footprint){.kv_pages = vase_layout_blocks_for(l, slots)};
     if (slots > UINT32_MAX || (uint64_t)ret->kv_pages * l->block_tokens > UINT32_MAX) {
         snprintf(msg, msg_size, "the sequence's capacity does not fit 32 bits");
@@ -261,43 +268,17 @@ uint64_t vase_registry_seq_bytes(const struct vased_seq *s) {
            (uint64_t)s->n_plan_pages * s->plan.plan_page_bytes;
 }
 
-int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
-                           struct vased_client *c, struct vased_model *m,
-                           const struct vased_seq_request *req, uint32_t max_seqs,
-                           uint64_t byte_quota, struct vased_seq **ret, char *msg,
-                           size_t msg_size) {
+/* One all-or-nothing reservation of a sequence's pages at budget: its KV pages for that
+ * budget, the ring, and the plan area of the budget it asked for (into s's arrays, sized for
+ * that). 0, -ENOSPC, -EDQUOT, -ENOMEM, -EINVAL; the reason in msg. */
+static int reserve_at(struct vase_alloc *alloc, struct vased_client *c, const struct vased_model *m,
+                      const struct vased_seq_request *req, uint32_t budget, uint64_t byte_quota,
+                      struct vased_seq *s, struct vased_seq_footprint *ret, char *msg,
+                      size_t msg_size) {
     struct vased_seq_footprint fp;
-    int r;
-
-    msg[0] = '\0';
-    if (c->n_seqs >= max_seqs) {
-        snprintf(msg, msg_size, "the client has max_seqs_per_client (%u) sequences open", max_seqs);
-        return -EDQUOT;
-    }
-    r = vase_registry_footprint(&m->layout, req, &fp, msg, msg_size);
+    int r = vase_registry_footprint_at(&m->layout, req, budget, &fp, msg, msg_size);
     if (r < 0)
         return r;
-    if (fp.bytes > alloc->arena_bytes) {
-        snprintf(msg, msg_size,
-                 "the sequence needs %llu bytes, more than the whole arena (%llu bytes)",
-                 (unsigned long long)fp.bytes, (unsigned long long)alloc->arena_bytes);
-        return -ENOSPC;
-    }
-
-    struct vased_seq *s = calloc(1, sizeof(*s));
-    if (!s)
-        return -ENOMEM;
-    s->pages = malloc((size_t)fp.kv_pages * sizeof(uint32_t));
-    s->ring_pages = malloc((size_t)(fp.ring_pages ? fp.ring_pages : 1) * sizeof(uint32_t));
-    s->plan_pages = malloc((size_t)fp.plan.plan_pages * sizeof(uint32_t));
-    s->scores = calloc(m->layout.layers, sizeof(float *));
-    s->scores_len = calloc(m->layout.layers, sizeof(uint32_t));
-    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
-        r = -ENOMEM;
-        goto free_seq;
-    }
-
-    /* One reservation for everything: the sequence exists whole or not at all. */
     struct vase_alloc_req parts[3] = {
         {.unit = m->layout.page_bytes, .n = fp.kv_pages, .ret = s->pages},
         {.unit = m->layout.ring_page_bytes, .n = fp.ring_pages, .ret = s->ring_pages},
@@ -316,8 +297,65 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
                  "%llu bytes in granules no model holds)",
                  (unsigned long long)fp.bytes, (unsigned long long)vase_alloc_free_bytes(alloc),
                  (unsigned long long)alloc->arena_bytes);
+    *ret = fp;
+    return r;
+}
+
+int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
+                           struct vased_client *c, struct vased_model *m,
+                           const struct vased_seq_request *req, uint32_t max_seqs,
+                           uint64_t byte_quota, struct vased_seq **ret, char *msg,
+                           size_t msg_size) {
+    struct vased_seq_footprint fp, most;
+    int r;
+
+    msg[0] = '\0';
+    if (c->n_seqs >= max_seqs) {
+        snprintf(msg, msg_size, "the client has max_seqs_per_client (%u) sequences open", max_seqs);
+        return -EDQUOT;
+    }
+    r = vase_registry_footprint(&m->layout, req, &most, msg, msg_size);
+    if (r < 0)
+        return r;
+    uint32_t max = req->params.budget, min = req->min_budget ? req->min_budget : max;
+    r = vase_registry_footprint_at(&m->layout, req, min, &fp, msg, msg_size);
+    if (r < 0)
+        return r;
+    if (fp.bytes > alloc->arena_bytes) {
+        snprintf(msg, msg_size,
+                 "the sequence needs %llu bytes, more than the whole arena (%llu bytes)",
+                 (unsigned long long)fp.bytes, (unsigned long long)alloc->arena_bytes);
+        return -ENOSPC;
+    }
+
+    struct vased_seq *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->pages = malloc((size_t)most.kv_pages * sizeof(uint32_t));
+    s->ring_pages = malloc((size_t)(most.ring_pages ? most.ring_pages : 1) * sizeof(uint32_t));
+    s->plan_pages = malloc((size_t)most.plan.plan_pages * sizeof(uint32_t));
+    s->scores = calloc(m->layout.layers, sizeof(float *));
+    s->scores_len = calloc(m->layout.layers, sizeof(uint32_t));
+    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
+        r = -ENOMEM;
+        goto free_seq;
+    }
+
+    /* One reservation for everything: the sequence exists whole or not at all. An elastic one
+     * that does not fit its budget takes the most that fits of a few budgets down to its
+     * min_budget (a quarter of the range at a time), and grows later (elastic.h). */
+    uint32_t W = req->params.window, budget = max, step = (max - min) / 4 / W * W;
+    if (step == 0)
+        step = W;
+    for (;;) {
+        r = reserve_at(alloc, c, m, req, budget, byte_quota, s, &fp, msg, msg_size);
+        if (r == 0 || budget == min || (r != -ENOSPC && r != -EDQUOT))
+            break;
+        budget = budget - min > step ? budget - step : min;
+    }
     if (r < 0)
         goto free_seq;
+    msg[0] = '\0';
 
     s->id = reg->next_seq_id++;
     s->client = c;
@@ -326,9 +364,9 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     s->layers = m->layout.layers;
     s->kv_heads = m->layout.kv_heads;
     s->policy = req->policy;
-    s->params = req->params;
-    s->keep = vase_plan_keep_count(&req->params);
     s->max_params = req->params;
+    s->params = vase_elastic_params(&req->params, budget);
+    s->keep = vase_plan_keep_count(&s->params);
     s->max_budget = s->cap_budget = s->target_budget = req->params.budget;
     s->min_budget = req->min_budget ? req->min_budget : req->params.budget;
     s->weight = req->weight ? req->weight : 1;
@@ -338,11 +376,12 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     s->seed = req->seed;
     s->layout = m->layout;
     s->plan = fp.plan;
-    s->n_pages = s->max_pages = fp.kv_pages;
+    s->n_pages = fp.kv_pages;
+    s->max_pages = most.kv_pages;
     s->n_ring_pages = fp.ring_pages;
     s->n_plan_pages = fp.plan.plan_pages;
     s->capacity = fp.kv_pages * m->layout.block_tokens;
-    s->acc_stride = s->capacity;
+    s->acc_stride = most.kv_pages * m->layout.block_tokens;
     s->state = VASED_SEQ_IDLE;
 
     s->next = c->seqs;

@@ -170,11 +170,17 @@ struct vased_seq_footprint {
 /* The footprint of a sequence for a model. -EINVAL with the reason in msg. */
 int vase_registry_footprint(const struct vase_layout *l, const struct vased_seq_request *req,
                             struct vased_seq_footprint *ret, char *msg, size_t msg_size);
+/* The same at budget (the KV pages of that budget; the plan area of the one asked for). */
+int vase_registry_footprint_at(const struct vase_layout *l, const struct vased_seq_request *req,
+                               uint32_t budget, struct vased_seq_footprint *ret, char *msg,
+                               size_t msg_size);
 
 /*
  * Opens a sequence: one all-or-nothing reservation of its KV, ring and plan pages in alloc,
- * charged to c in bytes (quota 0: none). -EDQUOT (sequence or byte quota), -ENOSPC (arena
- * full), -EINVAL (layout), -ENOMEM; the reason in msg. Nothing is held on failure.
+ * charged to c in bytes (quota 0: none). An elastic request (min_budget below its budget) that
+ * does not fit takes a lower budget that does, not below min_budget (params.budget of the
+ * sequence then; max_budget is the one asked for). -EDQUOT (sequence or byte quota), -ENOSPC
+ * (arena full), -EINVAL (layout), -ENOMEM; the reason in msg. Nothing is held on failure.
  */
 int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
                            struct vased_client *c, struct vased_model *m,

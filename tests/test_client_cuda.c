@@ -529,8 +529,8 @@ static void test_compact(void **state) {
     /* The block table goes to the device once, at the open, and is the host's. The sequence's
      * memory comes from the mapping's pool, and the open waits for libvase's own stream only. */
     size_t scratch = vase_compact_cuda_scratch_bytes(HKV, D * sizeof(float), LEN, LEN);
-    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, n_pages, (size_t)HKV * K, scratch, &cs),
-                     0);
+    assert_int_equal(
+        vase__cuda_seq_new(a.mapping, pages, n_pages, n_pages, (size_t)HKV * K, scratch, &cs), 0);
     vase__cuda_seq_set_stream(cs, &stream_obj);
     assert_int_equal(mock_cuda.copies_h2d, 1);
     assert_int_equal(mock_cuda.pool_mallocs, 1);
@@ -606,22 +606,27 @@ static void test_compact(void **state) {
 
     /* A scratch smaller than a layer's move: the kernel refuses, nothing moves. */
     cs = NULL;
-    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, n_pages, (size_t)HKV * K, 256, &cs), 0);
+    assert_int_equal(
+        vase__cuda_seq_new(a.mapping, pages, n_pages, n_pages, (size_t)HKV * K, 256, &cs), 0);
     assert_int_equal(vase__cuda_compact(cs, &stream_obj, &cc, false), -EPROTO);
     cs = vase__cuda_seq_free(cs);
 
     mock_cuda.fail_pool_malloc = true;
-    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, n_pages, (size_t)HKV * K, scratch, &cs),
-                     -ENOMEM);
+    assert_int_equal(
+        vase__cuda_seq_new(a.mapping, pages, n_pages, n_pages, (size_t)HKV * K, scratch, &cs),
+        -ENOMEM);
     assert_null(cs);
     assert_int_equal(mock_cuda.last_error, cudaSuccess);
     assert_int_equal(mock_cuda_live_events(), 0);
     mock_cuda.fail_pool_malloc = false;
-    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, n_pages, 0, scratch, &cs), -EINVAL);
-    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, n_pages, 1, 0, &cs), -EINVAL);
-    assert_int_equal(vase__cuda_seq_new(a.mapping, NULL, n_pages, 1, scratch, &cs), -EINVAL);
-    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, n_pages, 1, scratch, NULL), -EINVAL);
-    assert_int_equal(vase__cuda_seq_new(NULL, pages, n_pages, 1, scratch, &cs), -EINVAL);
+    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, n_pages, n_pages, 0, scratch, &cs),
+                     -EINVAL);
+    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, n_pages, n_pages, 1, 0, &cs), -EINVAL);
+    assert_int_equal(vase__cuda_seq_new(a.mapping, NULL, n_pages, n_pages, 1, scratch, &cs),
+                     -EINVAL);
+    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, n_pages, n_pages, 1, scratch, NULL),
+                     -EINVAL);
+    assert_int_equal(vase__cuda_seq_new(NULL, pages, n_pages, n_pages, 1, scratch, &cs), -EINVAL);
     assert_null(cs);
     free(host);
     arena_done(&a);
@@ -640,7 +645,7 @@ static void test_seq_memory_without_pools(void **state) {
     ipc_arena(&a, 0, 0);
     assert_int_equal(vase__cuda_map(&a, 1, msg, sizeof(msg)), 0);
     assert_int_equal(mock_cuda.pools_created, 0);
-    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 2, 4, 4096, &cs), 0);
+    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 2, 2, 4, 4096, &cs), 0);
     assert_int_equal(mock_cuda.mallocs, 2); /* the daemon's arena, and the sequence's */
     assert_int_equal(mock_cuda.pool_mallocs, 0);
     assert_memory_equal(vase__cuda_seq_table(cs), pages, sizeof(pages));
@@ -655,7 +660,7 @@ static void test_seq_memory_without_pools(void **state) {
     ipc_arena(&a, 0, 0);
     assert_int_equal(vase__cuda_map(&a, 2, msg, sizeof(msg)), 0);
     assert_int_equal(mock_cuda.last_error, cudaSuccess); /* libvase's own failure, cleared */
-    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 2, 4, 4096, &cs), 0);
+    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 2, 2, 4, 4096, &cs), 0);
     assert_int_equal(mock_cuda.pool_mallocs, 0);
     assert_int_equal(mock_cuda.mallocs, 3);
     assert_null(vase__cuda_seq_free(cs));
@@ -674,8 +679,11 @@ static void test_seq_table_grows(void **state) {
 
     ipc_arena(&a, 0, 0);
     assert_int_equal(vase__cuda_map(&a, 1, msg, sizeof(msg)), 0);
-    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 4, 4, 4096, &cs), 0);
-    /* Shrunk to two pages, then grown back to four on other pages. */
+    /* Opened with two pages and room for four (an elastic open below its budget). */
+    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 4, 2, 4, 4096, &cs), -EINVAL);
+    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 2, 4, 4, 4096, &cs), 0);
+    assert_memory_equal(vase__cuda_seq_table(cs), pages, 2 * sizeof(uint32_t));
+    /* Grown to four pages, on other pages than the host's first table had. */
     uint32_t grown[4] = {3, 4, 9, 11};
     unsigned syncs = mock_cuda.stream_syncs;
     assert_int_equal(vase__cuda_seq_set_table(cs, &stream_obj, grown, 2, 4), 0);
@@ -710,7 +718,7 @@ static void test_compact_stream_ordered(void **state) {
     assert_int_equal(vase__cuda_map(&a, 1, msg, sizeof(msg)), 0);
     write_first_k_plans(&plan, plan_pages);
     size_t scratch = vase_compact_cuda_scratch_bytes(HKV, D * sizeof(float), LEN, LEN);
-    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 8, (size_t)HKV * K, scratch, &cs), 0);
+    assert_int_equal(vase__cuda_seq_new(a.mapping, pages, 8, 8, (size_t)HKV * K, scratch, &cs), 0);
     struct vase__cuda_compact cc = {.layout = &lay,
                                     .arena_base = a.map,
                                     .pages = pages,
@@ -935,8 +943,8 @@ static void test_cycle_stream_ordered(void **state) {
     assert_int_equal(vase_layout_plans(&m.layout, K, &s->plan, NULL, 0), 0);
     write_first_k_plans(&s->plan, s->plan_pages);
     size_t scratch = vase_compact_cuda_scratch_bytes(HKV, D * sizeof(float), 8 * B, 8 * B);
-    assert_int_equal(vase__cuda_seq_new(a.mapping, s->pages, 8, (size_t)HKV * K, scratch, &s->cuda),
-                     0);
+    assert_int_equal(
+        vase__cuda_seq_new(a.mapping, s->pages, 8, 8, (size_t)HKV * K, scratch, &s->cuda), 0);
     c.seqs = s;
     assert_int_equal(vase_seq_set_stream(s, &stream_obj), 0);
     assert_int_equal(vase_seq_set_ordering(s, VASE_ORDER_STREAM), 0);

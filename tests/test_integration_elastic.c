@@ -693,6 +693,62 @@ static void test_single_thread_engine(void **state) {
     harness_assert_all_free(&f->d);
 }
 
+/* An elastic open that does not fit its budget is admitted at once at a lower one that fits
+ * (not below min_budget: a quarter of its range at a time), and grows to its budget once memory
+ * is free. A plain open in the same place is refused. */
+static void test_admitted_below_budget(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m;
+    assert_int_equal(harness_engine_open(&f->d, "squeezed", &g, &f->c[0], &m), 0);
+    /* Plain sequences fill the arena; one of them makes way for a smaller one, which leaves
+     * room for 6 to 11 pages: an elastic sequence's minimum, not its budget. */
+    struct vase_seq *seqs[MAX_SEQS] = {0};
+    int n = harness_fill(f->c[0], m, seq_cfg(0, 0), seqs, MAX_SEQS);
+    assert_int_equal(vase_seq_close(seqs[0]), 0);
+    struct vase_seq_config six = harness_seq_config(VASE_POLICY_STREAMING, 320, 32, 0, 0);
+    assert_int_equal(vase_seq_open(f->c[0], m, &six, &seqs[0]), 0);
+    uint64_t free_pages = harness_status_of(&f->d).bytes_free / HARNESS_PAGE_BYTES;
+    assert_true(free_pages >= 6 && free_pages < 12);
+    struct vase_seq *s = NULL;
+    struct vase_seq_config cfg = seq_cfg(0, 0);
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), -ENOSPC);
+    cfg.min_budget = MIN_BUDGET;
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), 0);
+    /* Budgets tried: 704, 608, 512, 416, 320; the first whose pages fit. */
+    uint32_t want = MAX_BUDGET;
+    while ((want + 64 + 63) / 64 > free_pages)
+        want -= 96;
+    if (want < MIN_BUDGET)
+        want = MIN_BUDGET;
+    assert_int_equal(vase_seq_budget(s), want);
+    assert_int_equal(vase_seq_capacity(s), (want + 64 + 63) / 64 * 64);
+    assert_true(want < MAX_BUDGET);
+    Vase__Envelope *e = info_of(&f->d, s);
+    assert_int_equal(e->seq_info->max_budget, MAX_BUDGET);
+    assert_int_equal(e->seq_info->target_budget, MAX_BUDGET);
+    assert_int_equal(e->seq_info->budget, want);
+    vase__envelope__free_unpacked(e, NULL);
+    assert_balanced(&f->d, seqs, n, s);
+    /* It evicts from the lower budget on (growing into what little room there is). */
+    assert_true(harness_append_tokens(s, &g, 1, 2 * want, false) >= 1);
+    assert_true(vase_seq_budget(s) >= want && vase_seq_budget(s) < MAX_BUDGET);
+    assert_balanced(&f->d, seqs, n, s);
+    harness_close_all(seqs, n);
+    struct vase_seq *one[1] = {s};
+    decode_until(one, 1, all_at, &(struct budgets){.seqs = one, .n = 1, .want = MAX_BUDGET});
+    assert_int_equal(vase_seq_flush(s), 0);
+    assert_int_equal(vase_seq_capacity(s), 12 * 64);
+    assert_true(harness_append_tokens(s, &g, 1, 2 * MAX_BUDGET, false) >= 1);
+    int32_t *tokens;
+    uint32_t len;
+    assert_int_equal(harness_snapshot(s, &g, 1, &tokens, &len), 0);
+    free(tokens);
+    assert_balanced(&f->d, one, 1, NULL);
+    assert_int_equal(vase_seq_close(s), 0);
+    harness_assert_all_free(&f->d);
+}
+
 /* What libvase refuses before anything is sent. */
 static void test_open_refusals(void **state) {
     struct harness_fixture *f = *state;
@@ -734,6 +790,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_client_dies_while_shrinking, setup,
                                         harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_set_budget, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_admitted_below_budget, setup,
+                                        harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_open_refusals, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_single_thread_engine, setup, harness_fixture_teardown),
     };
