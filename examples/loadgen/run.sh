@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     --granule-bytes=*) granule=${1#--granule-bytes=} ;;
     --) shift; break ;;
     -h | --help)
-        sed -n '3,19p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '4,18p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
