@@ -710,6 +710,9 @@ check: all
 	  result $$rc "the README's engine"; \
 	if [ "$(BUILD)" = build ]; then echo "  README  the elastic budgets example"; \
 	  tests/readme_elastic.sh; result $$? "the README's elastic budgets example"; fi; \
+	echo "  LOADGEN examples/loadgen/run.sh --quick: static and elastic budgets, private daemon"; \
+	  BUILD=$(BUILD) PYTHON=$(PYTHON) examples/loadgen/run.sh --quick >$(BUILD)/loadgen-quick.out 2>&1; \
+	  rc=$$?; tail -n 25 $(BUILD)/loadgen-quick.out; result $$rc "examples/loadgen/run.sh --quick"; \
 	if [ -z "$(SANITIZE)" ]; then \
 	  echo "  PYTHON  tests/python (pytest, python3 -X dev)"; \
 	  PYTHONPATH=$(CURDIR)/client/python $(PYTHON) -X dev -m pytest -q -p no:cacheprovider \
