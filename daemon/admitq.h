@@ -54,6 +54,8 @@ void vase_admitq_unlink(struct vase_admitq *q, struct vase_admit_wait *prev,
 uint32_t vase_admitq_drop_client(struct vase_admitq *q, uint32_t client_id);
 /* Entries of client_id. */
 uint32_t vase_admitq_count_client(const struct vase_admitq *q, uint32_t client_id);
+/* Entries for arena_id. */
+uint32_t vase_admitq_count_arena(const struct vase_admitq *q, uint32_t arena_id);
 /* Unlinks and returns the first entry whose deadline is at or before now (the caller owns it),
  * NULL if none. */
 struct vase_admit_wait *vase_admitq_pop_expired(struct vase_admitq *q, double now);

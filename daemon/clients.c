@@ -200,8 +200,12 @@ static void drop_client(struct vased *d, struct vased_client *c) {
     uint32_t waiting = 0, held = 0;
     bool hold = vase_drain_must_hold(d, c);
     uint32_t parked = vase_admitq_drop_client(&d->admitq, c->id);
-    if (parked)
+    if (parked) {
         log_debug("Client %u: %u opens waiting for room dropped.", c->id, parked);
+        /* Those behind them are tried again at the next retry. */
+        for (uint32_t i = 0; i < VASED_MAX_ARENAS; i++)
+            d->admit_free_seen[i] = UINT64_MAX;
+    }
     vase_publish_client(d, c, false);
     while (c->seqs) {
         struct vased_seq *s = c->seqs;

@@ -396,12 +396,14 @@ static int handle_evict_commit(struct vased *d, struct vased_client *c,
                                 req->new_len, run->len, s->capacity, K, N);
 
     compact_stats(s, run, (uint32_t)len_now);
-    /* The plan's budget is the sequence's from now on; lowered, it releases pages here, and a
-     * sequence below its target may take pages back (elastic.h). */
+    /* The plan's budget is the sequence's from now on; lowered, it releases pages here. A
+     * sequence below its target may take pages back (elastic.h), but not at a commit that
+     * released some: the reply's table would then differ from the engine's where the released
+     * pages were, and the engine may still hold them until it reads the reply. */
     vase_elastic_committed(d, s, run->params.budget, run->round);
     uint64_t used = d->allocs[s->arena_id]->used_bytes;
     int r = release_surplus(d, s, req->new_len);
-    if (r >= 0)
+    if (r == 0)
         vase_elastic_grow(d, s);
 
     Vase__EvictPlan ep;

@@ -71,12 +71,8 @@ void vase_elastic_committed(struct vased *d, struct vased_seq *s, uint32_t budge
     set_budget(d, s, budget, budget < s->cap_budget ? "make-room" : "cap", round);
 }
 
-/* Opens waiting for room in arena i. */
 static uint32_t waiters(const struct vased *d, uint32_t i) {
-    uint32_t n = 0;
-    for (const struct vase_admit_wait *w = d->admitq.head; w; w = w->next)
-        n += w->arena_id == i;
-    return n;
+    return vase_admitq_count_arena(&d->admitq, i);
 }
 
 static uint32_t blocks_at(const struct vased_seq *s, uint32_t budget) {

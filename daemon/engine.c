@@ -369,9 +369,18 @@ static int handle_open_seq(struct vased *d, struct vased_client *c, const struct
     struct vased_seq *s;
     char why[256];
     struct vase_alloc *a = d->allocs[m->arena_id];
-    r = vase_registry_open_seq(d->reg, a, c, m, &req, d->cfg.max_seqs_per_client,
-                               d->cfg.max_bytes_per_client, &s, why, sizeof(why));
+    uint32_t ahead = vase_admitq_count_arena(&d->admitq, m->arena_id);
     uint64_t bytes;
+    if (ahead && c->n_seqs < d->cfg.max_seqs_per_client && could_fit(a, m, &req, &bytes)) {
+        /* Opens wait for this arena already: nothing overtakes them, not even into memory that
+         * is free now (it may be the room being made for them). */
+        snprintf(why, sizeof(why), "%u earlier opens wait for room in arena %u", ahead,
+                 m->arena_id);
+        r = -ENOSPC;
+    } else {
+        r = vase_registry_open_seq(d->reg, a, c, m, &req, d->cfg.max_seqs_per_client,
+                                   d->cfg.max_bytes_per_client, &s, why, sizeof(why));
+    }
     if (r == -ENOSPC && wait_ms > 0 && could_fit(a, m, &req, &bytes))
         return park_open(d, c, p, m, &req, bytes, wait_ms, why[0] ? why : strerror(-r));
     if (r < 0)
@@ -446,6 +455,9 @@ void vase_engine_admit_retry(struct vased *d) {
 void vase_engine_admit_expire(struct vased *d, double now) {
     struct vase_admit_wait *w;
     while ((w = vase_admitq_pop_expired(&d->admitq, now))) {
+        /* The next retry tries the arena's first waiter again, though no memory changed: the
+         * one that expired may have been what held it back. */
+        d->admit_free_seen[w->arena_id] = UINT64_MAX;
         struct vase_reply_to p = wait_reply_to(w);
         log_debug("Client %u: parked open refused after %u ms.", w->client_id, w->wait_ms);
         vase_reply_error(d, &p, ENOSPC,

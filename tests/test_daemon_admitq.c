@@ -74,6 +74,10 @@ static void test_drop_client(void **state) {
     assert_int_equal(vase_admitq_count_client(&q, 7), 3);
     assert_int_equal(vase_admitq_count_client(&q, 8), 1);
     assert_int_equal(vase_admitq_count_client(&q, 5), 0);
+    q.head->arena_id = 2;
+    assert_int_equal(vase_admitq_count_arena(&q, 2), 1);
+    assert_int_equal(vase_admitq_count_arena(&q, 0), 4);
+    assert_int_equal(vase_admitq_count_arena(&q, 1), 0);
     /* Head, middle and tail entries of client 7 go; the others keep their order. */
     assert_int_equal(vase_admitq_drop_client(&q, 7), 3);
     assert_queue(&q, (double[]){21, 23}, 2);

@@ -231,7 +231,7 @@ static void test_fifo(void **state) {
 
     /* Large: 20 KV pages, more than one closed sequence leaves free. Small: one like those. */
     struct harness_opener large = {.c = f->c[1], .m = m1, .cfg = seq_of(20, LONG_WAIT_MS)};
-    struct harness_opener small = {.c = f->c[2], .m = m2, .cfg = seq_of(8, LONG_WAIT_MS)};
+    struct harness_opener small = {.c = f->c[2], .m = m2, .cfg = seq_of(8, 20000)};
     harness_opener_start(&large);
     harness_wait_parked(&f->d, 1);
     harness_opener_start(&small);
@@ -253,6 +253,72 @@ static void test_fifo(void **state) {
     harness_assert_all_free(&f->d);
 }
 
+/* A new open never overtakes opens that wait for its arena, not even into memory that is free
+ * now: without a wait it is refused, with one it waits behind them. */
+static void test_no_overtaking(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m0, *m1, *m2;
+    assert_int_equal(harness_engine_open(&f->d, "fill", &g, &f->c[0], &m0), 0);
+    assert_int_equal(harness_engine_open(&f->d, "large", &g, &f->c[1], &m1), 0);
+    assert_int_equal(harness_engine_open(&f->d, "small", &g, &f->c[2], &m2), 0);
+    struct vase_seq *seqs[64] = {0};
+    int n = harness_fill(f->c[0], m0, seq_of(12, 0), seqs, 64);
+    assert_true(n >= 3);
+    struct harness_opener large = {.c = f->c[1], .m = m1, .cfg = seq_of(20, LONG_WAIT_MS)};
+    harness_opener_start(&large);
+    harness_wait_parked(&f->d, 1);
+    /* Room for a small one, not for the large one. */
+    assert_int_equal(vase_seq_close(seqs[0]), 0);
+    seqs[0] = NULL;
+    assert_true(harness_status_of(&f->d).bytes_free >= 9 * (uint64_t)HARNESS_PAGE_BYTES);
+    struct vase_seq *s = NULL;
+    struct vase_seq_config now = seq_of(8, 0);
+    assert_int_equal(vase_seq_open(f->c[2], m2, &now, &s), -ENOSPC);
+    assert_non_null(strstr(vase_last_error(f->c[2]), "earlier opens wait for room"));
+    struct harness_opener small = {.c = f->c[2], .m = m2, .cfg = seq_of(8, LONG_WAIT_MS)};
+    harness_opener_start(&small);
+    harness_wait_parked(&f->d, 2);
+
+    harness_close_all(seqs, n);
+    harness_opener_join(&large);
+    harness_opener_join(&small);
+    assert_int_equal(large.r, 0);
+    assert_int_equal(small.r, 0);
+    assert_true(vase_seq_id(large.s) < vase_seq_id(small.s));
+    assert_int_equal(vase_seq_close(large.s), 0);
+    assert_int_equal(vase_seq_close(small.s), 0);
+    harness_assert_all_free(&f->d);
+}
+
+/* The first waiter's wait passes: the one behind it, which fits, is admitted then, not at the
+ * end of its own wait. */
+static void test_expired_head_unblocks(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m0, *m1, *m2;
+    assert_int_equal(harness_engine_open(&f->d, "fill", &g, &f->c[0], &m0), 0);
+    assert_int_equal(harness_engine_open(&f->d, "large", &g, &f->c[1], &m1), 0);
+    assert_int_equal(harness_engine_open(&f->d, "small", &g, &f->c[2], &m2), 0);
+    struct vase_seq *seqs[64] = {0};
+    int n = harness_fill(f->c[0], m0, seq_of(12, 0), seqs, 64);
+    struct harness_opener large = {.c = f->c[1], .m = m1, .cfg = seq_of(20, 2000)};
+    struct harness_opener small = {.c = f->c[2], .m = m2, .cfg = seq_of(8, 20000)};
+    harness_opener_start(&large);
+    harness_wait_parked(&f->d, 1);
+    harness_opener_start(&small);
+    harness_wait_parked(&f->d, 2);
+    assert_int_equal(vase_seq_close(seqs[0]), 0);
+    seqs[0] = NULL;
+    harness_opener_join(&large);
+    assert_int_equal(large.r, -ENOSPC);
+    harness_opener_join(&small);
+    assert_int_equal(small.r, 0);
+    assert_int_equal(vase_seq_close(small.s), 0);
+    harness_close_all(seqs, n);
+    harness_assert_all_free(&f->d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_admitted_after_close, setup, harness_fixture_teardown),
@@ -260,6 +326,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_no_wait, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_waiter_dies, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_fifo, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_no_overtaking, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_expired_head_unblocks, setup,
+                                        harness_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
