@@ -104,7 +104,8 @@ const struct vase_setting vase_settings[] = {
      "ENOSPC; 0: refused at once."},
     {"elastic_policy", VASE_SETTING_ELASTIC_POLICY, OFF(elastic_policy), 0, 1, "proportional", true,
      "How the daemon lowers the budgets of elastic sequences (opened with min_budget below "
-     "budget) to make room for waiting opens: proportional: every elastic sequence of the arena "
+     "budget) to make room for waiting opens, first among the sequences of the first waiting "
+     "open's page size, then among all of the arena's: proportional: every elastic sequence "
      "keeps the same fraction of its budget times its weight (water-filling), none below its "
      "min_budget; priority: sequences of the lowest weight go down to their min_budget first, "
      "proportionally among them, before a higher weight gives anything."},

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "admitq.h"
 #include "alloc.h"
@@ -153,7 +154,7 @@ static int collect(const struct vased *d, uint32_t i, struct vased_seq ***ret_se
 /* The bytes the waiting opens of arena i need beyond its room for them: the first one's, and
  * the later ones' while all of them could be made room for. 0 when none waits. */
 static uint64_t deficit_of(const struct vased *d, uint32_t i, const struct vase_balance_seq *b,
-                           size_t n) {
+                           size_t n, uint64_t *ret_page_bytes) {
     const struct vase_alloc *a = d->allocs[i];
     const struct vase_admit_wait *first = NULL;
     for (const struct vase_admit_wait *w = d->admitq.head; w && !first; w = w->next)
@@ -161,6 +162,7 @@ static uint64_t deficit_of(const struct vased *d, uint32_t i, const struct vase_
             first = w;
     if (!first)
         return 0;
+    *ret_page_bytes = first->page_bytes;
     /* Room for its pages: free granules, and the holes of its own page size. */
     uint64_t room = vase_alloc_free_bytes(a) +
                     (uint64_t)vase_alloc_class_holes(a, first->page_bytes) * first->page_bytes;
@@ -186,8 +188,27 @@ static void rebalance_arena(struct vased *d, uint32_t i) {
         log_oom();
         return;
     }
-    uint64_t deficit = deficit_of(d, i, b, n);
-    int r = vase_balance(b, n, deficit, (enum vase_elastic_policy)d->cfg.elastic_policy);
+    uint64_t unit = 0;
+    uint64_t deficit = deficit_of(d, i, b, n, &unit);
+    enum vase_elastic_policy policy = (enum vase_elastic_policy)d->cfg.elastic_policy;
+    /* First only the sequences of the first waiting open's page size: the pages they release
+     * are room for its KV pages at once, where other sizes free room only as whole granules
+     * empty. When they cannot cover the deficit, all of them. */
+    struct vase_balance_seq *same = deficit ? calloc(n ? n : 1, sizeof(*same)) : NULL;
+    int r = -ENOSPC;
+    if (same) {
+        for (size_t k = 0; k < n; k++) {
+            same[k] = b[k];
+            if (seqs[k]->layout.page_bytes != unit)
+                same[k].min = same[k].cap;
+        }
+        r = vase_balance(same, n, deficit, policy);
+        if (r >= 0)
+            memcpy(b, same, n * sizeof(*b));
+        free(same);
+    }
+    if (r < 0)
+        r = vase_balance(b, n, deficit, policy);
     if (r == -ENOSPC)
         log_debug("Arena %u: the waiting opens need %llu more bytes than the minimums of the "
                   "elastic sequences can free; waiting for closes.",

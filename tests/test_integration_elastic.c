@@ -755,6 +755,43 @@ static void test_admitted_below_budget(void **state) {
     harness_assert_all_free(&f->d);
 }
 
+/* Room for a waiting open is made first by the sequences of its page size, whose released pages
+ * it can use at once: the sequences of a model with smaller pages keep their budgets while
+ * those can cover it. */
+static void test_same_page_size_first(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry(), g_small = harness_geometry();
+    g_small.block_tokens = 32; /* pages of 32 KiB */
+    struct vase_model *m, *m_small, *m_new;
+    assert_int_equal(harness_engine_open(&f->d, "big-pages", &g, &f->c[0], &m), 0);
+    assert_int_equal(vase_model_register(f->c[0], &g_small, &m_small), 0);
+    assert_int_equal(harness_engine_open(&f->d, "newcomer", &g, &f->c[1], &m_new), 0);
+    struct vase_seq *big[3], *small[MAX_SEQS] = {0};
+    struct vase_seq_config cfg = seq_cfg(MIN_BUDGET, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &big[i]), 0);
+    int n = harness_fill(f->c[0], m_small, cfg, small, MAX_SEQS);
+    assert_true(n >= 1);
+    struct harness_opener o = {.c = f->c[1], .m = m_new, .cfg = seq_cfg(0, LONG_WAIT_MS)};
+    harness_opener_start(&o);
+    harness_wait_parked(&f->d, 1);
+    bool lowered = false;
+    for (int i = 0; i < 3; i++)
+        lowered |= target_of(&f->d, big[i]) < MAX_BUDGET;
+    assert_true(lowered);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(target_of(&f->d, small[i]), MAX_BUDGET);
+    decode_until(big, 3, opener_done, &o);
+    harness_opener_join(&o);
+    assert_int_equal(o.r, 0);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(changes_of(&f->d, small[i]), 0);
+    assert_int_equal(vase_seq_close(o.s), 0);
+    harness_close_all(big, 3);
+    harness_close_all(small, n);
+    harness_assert_all_free(&f->d);
+}
+
 /* What libvase refuses before anything is sent. */
 static void test_open_refusals(void **state) {
     struct harness_fixture *f = *state;
@@ -798,6 +835,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_set_budget, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_admitted_below_budget, setup,
                                         harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_same_page_size_first, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_open_refusals, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_single_thread_engine, setup, harness_fixture_teardown),
     };
