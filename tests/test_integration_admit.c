@@ -214,6 +214,20 @@ static void test_waiter_dies(void **state) {
     harness_assert_all_free(&f->d);
 }
 
+/* Closes seqs[0 .. n): both parked opens are admitted, the first one first, and leave. */
+static void admitted_in_order(const struct harness_daemon *d, struct vase_seq **seqs, int n,
+                              struct harness_opener *first, struct harness_opener *second) {
+    harness_close_all(seqs, n);
+    harness_opener_join(first);
+    harness_opener_join(second);
+    assert_int_equal(first->r, 0);
+    assert_int_equal(second->r, 0);
+    assert_true(vase_seq_id(first->s) < vase_seq_id(second->s));
+    assert_int_equal(vase_seq_close(first->s), 0);
+    assert_int_equal(vase_seq_close(second->s), 0);
+    harness_assert_all_free(d);
+}
+
 /* Two parked opens, a large one first: a close that makes room for the small one only admits
  * neither (nothing overtakes the first waiter); once the large one fits, it is admitted first. */
 static void test_fifo(void **state) {
@@ -242,28 +256,28 @@ static void test_fifo(void **state) {
     seqs[0] = NULL;
     assert_int_equal(harness_status_of(&f->d).opens_waiting, 2);
 
-    harness_close_all(seqs, n);
-    harness_opener_join(&large);
-    harness_opener_join(&small);
-    assert_int_equal(large.r, 0);
-    assert_int_equal(small.r, 0);
-    assert_true(vase_seq_id(large.s) < vase_seq_id(small.s));
-    assert_int_equal(vase_seq_close(large.s), 0);
-    assert_int_equal(vase_seq_close(small.s), 0);
-    harness_assert_all_free(&f->d);
+    admitted_in_order(&f->d, seqs, n, &large, &small);
+}
+
+/* Three engines: c[0] "fill", which fills the arena with sequences of 12 KV pages (into seqs,
+ * the number returned), c[1] "large" and c[2] "small", whose models go to *m0, *m1, *m2. */
+static int fill_large_small(struct harness_fixture *f, struct vase_model **m0,
+                            struct vase_model **m1, struct vase_model **m2,
+                            struct vase_seq **seqs) {
+    struct vase_geometry g = harness_geometry();
+    assert_int_equal(harness_engine_open(&f->d, "fill", &g, &f->c[0], m0), 0);
+    assert_int_equal(harness_engine_open(&f->d, "large", &g, &f->c[1], m1), 0);
+    assert_int_equal(harness_engine_open(&f->d, "small", &g, &f->c[2], m2), 0);
+    return harness_fill(f->c[0], *m0, seq_of(12, 0), seqs, 64);
 }
 
 /* A new open never overtakes opens that wait for its arena, not even into memory that is free
  * now: without a wait it is refused, with one it waits behind them. */
 static void test_no_overtaking(void **state) {
     struct harness_fixture *f = *state;
-    struct vase_geometry g = harness_geometry();
     struct vase_model *m0, *m1, *m2;
-    assert_int_equal(harness_engine_open(&f->d, "fill", &g, &f->c[0], &m0), 0);
-    assert_int_equal(harness_engine_open(&f->d, "large", &g, &f->c[1], &m1), 0);
-    assert_int_equal(harness_engine_open(&f->d, "small", &g, &f->c[2], &m2), 0);
     struct vase_seq *seqs[64] = {0};
-    int n = harness_fill(f->c[0], m0, seq_of(12, 0), seqs, 64);
+    int n = fill_large_small(f, &m0, &m1, &m2, seqs);
     assert_true(n >= 3);
     struct harness_opener large = {.c = f->c[1], .m = m1, .cfg = seq_of(20, LONG_WAIT_MS)};
     harness_opener_start(&large);
@@ -280,28 +294,16 @@ static void test_no_overtaking(void **state) {
     harness_opener_start(&small);
     harness_wait_parked(&f->d, 2);
 
-    harness_close_all(seqs, n);
-    harness_opener_join(&large);
-    harness_opener_join(&small);
-    assert_int_equal(large.r, 0);
-    assert_int_equal(small.r, 0);
-    assert_true(vase_seq_id(large.s) < vase_seq_id(small.s));
-    assert_int_equal(vase_seq_close(large.s), 0);
-    assert_int_equal(vase_seq_close(small.s), 0);
-    harness_assert_all_free(&f->d);
+    admitted_in_order(&f->d, seqs, n, &large, &small);
 }
 
 /* The first waiter's wait passes: the one behind it, which fits, is admitted then, not at the
  * end of its own wait. */
 static void test_expired_head_unblocks(void **state) {
     struct harness_fixture *f = *state;
-    struct vase_geometry g = harness_geometry();
     struct vase_model *m0, *m1, *m2;
-    assert_int_equal(harness_engine_open(&f->d, "fill", &g, &f->c[0], &m0), 0);
-    assert_int_equal(harness_engine_open(&f->d, "large", &g, &f->c[1], &m1), 0);
-    assert_int_equal(harness_engine_open(&f->d, "small", &g, &f->c[2], &m2), 0);
     struct vase_seq *seqs[64] = {0};
-    int n = harness_fill(f->c[0], m0, seq_of(12, 0), seqs, 64);
+    int n = fill_large_small(f, &m0, &m1, &m2, seqs);
     struct harness_opener large = {.c = f->c[1], .m = m1, .cfg = seq_of(20, 2000)};
     struct harness_opener small = {.c = f->c[2], .m = m2, .cfg = seq_of(8, 20000)};
     harness_opener_start(&large);

@@ -79,6 +79,30 @@ static void assert_balanced(const struct harness_daemon *d, struct vase_seq **a,
     assert_int_equal(harness_status_of(d).bytes_pages, held);
 }
 
+/* The rows of every slot of s are those of the tokens (salt 1) written there: compactions
+ * moved whole rows and nothing else wrote them. */
+static void assert_intact(const struct vase_seq *s) {
+    struct vase_geometry g = harness_geometry();
+    int32_t *tokens;
+    uint32_t len;
+    assert_int_equal(harness_snapshot(s, &g, 1, &tokens, &len), 0);
+    free(tokens);
+}
+
+/* Two engines on the harness model: c[0] as name, whose model is *ret_m0, and the newcomer's
+ * c[1], whose model is *ret_m1; then c[0] fills the arena with sequences of min_budget (from
+ * seqs[first] on, after those already there). The number c[0] opened. */
+static int two_engines(struct harness_fixture *f, const char *name, uint32_t min_budget,
+                       struct vase_model **ret_m0, struct vase_model **ret_m1,
+                       struct vase_seq **seqs, int first) {
+    struct vase_geometry g = harness_geometry();
+    assert_int_equal(harness_engine_open(&f->d, name, &g, &f->c[0], ret_m0), 0);
+    assert_int_equal(harness_engine_open(&f->d, "newcomer", &g, &f->c[1], ret_m1), 0);
+    if (first < 0)
+        return 0;
+    return harness_fill(f->c[0], *ret_m0, seq_cfg(min_budget, 0), seqs + first, MAX_SEQS - first);
+}
+
 typedef bool (*until_fn)(void *arg);
 
 /* Decodes every open sequence of seqs, a window of tokens each per round, until done(arg). */
@@ -223,10 +247,7 @@ static void test_shrink_then_grow_back(void **state) {
             vase_seq_get_stats(seqs[i], &ss);
             assert_true(ss.budget_changes >= 1);
             /* Compacted to the lower budget, the rows are still the tokens'. */
-            int32_t *tokens;
-            uint32_t len;
-            assert_int_equal(harness_snapshot(seqs[i], &g, 1, &tokens, &len), 0);
-            free(tokens);
+            assert_intact(seqs[i]);
         }
     }
     assert_true(shrunk >= 1);
@@ -249,10 +270,7 @@ static void test_shrink_then_grow_back(void **state) {
     assert_int_equal(st.seqs_shrunk, 0);
     assert_balanced(&f->d, seqs, n, NULL);
     expect_budget_event(ev, vase_seq_id(seqs[x]), "grow", 0);
-    int32_t *tokens;
-    uint32_t len;
-    assert_int_equal(harness_snapshot(seqs[x], &g, 1, &tokens, &len), 0);
-    free(tokens);
+    assert_intact(seqs[x]);
     harness_close_all(seqs, n);
     harness_assert_all_free(&f->d);
     assert_null(vase_admin_events_free(ev));
@@ -280,11 +298,9 @@ static uint32_t target_of(const struct harness_daemon *d, const struct vase_seq 
  * when its wait passes and nobody's budget moved. */
 static void test_not_elastic_never_moves(void **state) {
     struct harness_fixture *f = *state;
-    struct vase_geometry g = harness_geometry();
     struct vase_model *m0, *m1;
-    assert_int_equal(harness_engine_open(&f->d, "mixed", &g, &f->c[0], &m0), 0);
-    assert_int_equal(harness_engine_open(&f->d, "newcomer", &g, &f->c[1], &m1), 0);
     struct vase_seq *seqs[MAX_SEQS] = {0};
+    two_engines(f, "mixed", 0, &m0, &m1, seqs, -1);
     struct vase_seq_config plain = seq_cfg(0, 0);
     assert_int_equal(vase_seq_open(f->c[0], m0, &plain, &seqs[0]), 0);
     assert_int_equal(vase_seq_open(f->c[0], m0, &plain, &seqs[1]), 0);
@@ -328,13 +344,10 @@ static void test_not_elastic_never_moves(void **state) {
  * lowering them (nothing is changed for anyone), and it is refused when its wait passes. */
 static void test_minimums_too_high(void **state) {
     struct harness_fixture *f = *state;
-    struct vase_geometry g = harness_geometry();
     struct vase_model *m0, *m1;
-    assert_int_equal(harness_engine_open(&f->d, "stubborn", &g, &f->c[0], &m0), 0);
-    assert_int_equal(harness_engine_open(&f->d, "newcomer", &g, &f->c[1], &m1), 0);
     struct vase_seq *seqs[MAX_SEQS] = {0};
     /* min_budget 640 keeps 11 of the 12 pages: a few sequences free far less than 12 pages. */
-    int n = harness_fill(f->c[0], m0, seq_cfg(640, 0), seqs, MAX_SEQS);
+    int n = two_engines(f, "stubborn", 640, &m0, &m1, seqs, 0);
     assert_true(n >= 3 && n < 8);
     struct harness_opener o = {.c = f->c[1], .m = m1, .cfg = seq_cfg(0, 3000)};
     harness_opener_start(&o);
@@ -359,10 +372,8 @@ static void test_newcomer_gives_up(void **state) {
     struct harness_fixture *f = *state;
     struct vase_geometry g = harness_geometry();
     struct vase_model *m0, *m1;
-    assert_int_equal(harness_engine_open(&f->d, "idle", &g, &f->c[0], &m0), 0);
-    assert_int_equal(harness_engine_open(&f->d, "newcomer", &g, &f->c[1], &m1), 0);
     struct vase_seq *seqs[MAX_SEQS] = {0};
-    int n = harness_fill(f->c[0], m0, seq_cfg(MIN_BUDGET, 0), seqs, MAX_SEQS);
+    int n = two_engines(f, "idle", MIN_BUDGET, &m0, &m1, seqs, 0);
     struct harness_opener o = {.c = f->c[1], .m = m1, .cfg = seq_cfg(0, 5000)};
     harness_opener_start(&o);
     harness_wait_parked(&f->d, 1);
@@ -400,10 +411,8 @@ static void test_plan_in_flight(void **state) {
     struct harness_fixture *f = *state;
     struct vase_geometry g = harness_geometry();
     struct vase_model *m0, *m1;
-    assert_int_equal(harness_engine_open(&f->d, "inflight", &g, &f->c[0], &m0), 0);
-    assert_int_equal(harness_engine_open(&f->d, "newcomer", &g, &f->c[1], &m1), 0);
     struct vase_seq *seqs[MAX_SEQS] = {0};
-    int n = harness_fill(f->c[0], m0, seq_cfg(MIN_BUDGET, 0), seqs, MAX_SEQS);
+    int n = two_engines(f, "inflight", MIN_BUDGET, &m0, &m1, seqs, 0);
     /* Up to the first request of seqs[0], which the daemon has taken before the open parks. */
     assert_int_equal(harness_append_tokens(seqs[0], &g, 1, MAX_BUDGET + 32, true), 0);
     decode_until(NULL, 0, planning, (void *[]){&f->d, seqs[0]});
@@ -499,10 +508,7 @@ static void test_shrink_after_give_up(void **state) {
     assert_int_equal(vase_seq_capacity(seqs[x]), 12 * 64);
     assert_balanced(&f->d, seqs, n, NULL);
     assert_true(harness_append_tokens(seqs[x], &g, 1, 2 * MAX_BUDGET, false) >= 1);
-    int32_t *tokens;
-    uint32_t len;
-    assert_int_equal(harness_snapshot(seqs[x], &g, 1, &tokens, &len), 0);
-    free(tokens);
+    assert_intact(seqs[x]);
     harness_close_all(seqs, n);
     harness_assert_all_free(&f->d);
 }
@@ -620,10 +626,7 @@ static void test_set_budget(void **state) {
     assert_balanced(&f->d, one, 1, plain);
     /* The pages it took back work like the others. */
     assert_true(harness_append_tokens(s, &g, 1, 2 * MAX_BUDGET, false) >= 1);
-    int32_t *tokens;
-    uint32_t len;
-    assert_int_equal(harness_snapshot(s, &g, 1, &tokens, &len), 0);
-    free(tokens);
+    assert_intact(s);
     assert_int_equal(vase_seq_close(s), 0);
     assert_int_equal(vase_seq_close(plain), 0);
     harness_assert_all_free(&f->d);
@@ -746,10 +749,7 @@ static void test_admitted_below_budget(void **state) {
     assert_int_equal(vase_seq_flush(s), 0);
     assert_int_equal(vase_seq_capacity(s), 12 * 64);
     assert_true(harness_append_tokens(s, &g, 1, 2 * MAX_BUDGET, false) >= 1);
-    int32_t *tokens;
-    uint32_t len;
-    assert_int_equal(harness_snapshot(s, &g, 1, &tokens, &len), 0);
-    free(tokens);
+    assert_intact(s);
     assert_balanced(&f->d, one, 1, NULL);
     assert_int_equal(vase_seq_close(s), 0);
     harness_assert_all_free(&f->d);
