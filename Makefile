@@ -32,11 +32,13 @@ endif
 # Besides the libraries: python3 and python3-numpy run the vector generator (python3-dev,
 # libdlpack-dev, python3-torch and python3-pytest build and test the Python package), systemd gives the
 # tools of check-systemd (systemd-analyze, systemd-sysusers, systemd-tmpfiles), and procps the
-# /bin/kill that vased.service names (systemd-analyze verify wants it to exist).
+# /bin/kill that vased.service names (systemd-analyze verify wants it to exist); scdoc writes
+# the man pages and man-db's man renders them in make check (both optional for a build).
 DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
                 libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
                 python3 python3-numpy valgrind systemd procps clang-format \
-                python3-dev python3-torch python3-pytest python3-matplotlib libdlpack-dev
+                python3-dev python3-torch python3-pytest python3-matplotlib libdlpack-dev \
+                scdoc man-db
 
 # DEPS_PREFIX=DIR builds against packages unpacked into DIR (`dpkg-deb -x PKG.deb DIR`, as on a
 # machine without apt or network): their headers and libraries come from DIR/usr/include and
@@ -395,7 +397,7 @@ $(LIBVASE_A): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS) $(
 
 $(LIBVASE_SO): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS) $(LIBVASE_CUDA_OBJS)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libvase.so.0 -o $@ $^ $(LIBVASE_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(LIBVASE_SONAME) -o $@ $^ $(LIBVASE_LIBS)
 
 # The public headers of libvase, and nothing else, staged in one directory: what an engine
 # compiles against (-I$(PUBLIC_INCLUDE)), and what an installation would copy. vase.h needs
@@ -656,6 +658,184 @@ bench-service: $(VASED) $(BENCH_SERVICE)
 
 # ---- end run, demo, systemd ----
 
+# ---- install, man pages, deb ----
+#
+# make install [PREFIX=/usr/local] [DESTDIR=]: vased and vasectl in BINDIR (vased.service's
+# ExecStart names $(BINDIR)/vased: /usr/bin/vased with PREFIX=/usr, as the unit in systemd/
+# says); libvase.so.$(VERSION) with its SONAME link libvase.so.$(LIBVASE_SOVERSION) and the
+# link libvase.so, libvase.a and vase.pc in LIBDIR; the public headers in $(INCLUDEDIR)/vase;
+# the unit, sysusers and tmpfiles files under $(LIBDIR)/ (systemd reads both /usr/lib and
+# /usr/local/lib); the man pages (when scdoc is installed); the Python package; and
+# /etc/vase/vased.conf only if there is none: an operator's copy is never overwritten.
+# `make uninstall` removes the same files, and vased.conf only while it is the default.
+# `make deb` packages `make install PREFIX=/usr` (build/vase_VERSION_ARCH.deb). The version is
+# the daemon's (VASED_VERSION of daemon/state.h); the SONAME changes only when the ABI breaks.
+
+VERSION := $(shell sed -n 's/^\#define VASED_VERSION "\(.*\)"$$/\1/p' daemon/state.h 2>/dev/null)
+LIBVASE_SOVERSION := 0
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+DOCDIR ?= $(PREFIX)/share/doc/vase
+SYSCONFDIR ?= /etc
+PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
+UNITDIR ?= $(LIBDIR)/systemd/system
+SYSUSERSDIR ?= $(LIBDIR)/sysusers.d
+TMPFILESDIR ?= $(LIBDIR)/tmpfiles.d
+
+# ---- man pages (man/*.scd; vased.conf(5) generated from `vased --dump-config`) ----
+
+MAN_DIR := $(BUILD)/man
+MAN_PAGES := $(MAN_DIR)/vased.8 $(MAN_DIR)/vasectl.1 $(MAN_DIR)/libvase.3 $(MAN_DIR)/vased.conf.5
+HAVE_SCDOC := $(if $(shell command -v scdoc 2>/dev/null),1,0)
+
+$(MAN_DIR)/%: man/%.scd | $(DEPS_STAMP)
+	$(call say,SCDOC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)scdoc <$< >$@.tmp && mv $@.tmp $@
+
+$(MAN_DIR)/vased.conf.5: man/vased.conf.5.awk $(VASED)
+	$(call say,SCDOC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)env -u VASE_RUNTIME_DIR -u RUNTIME_DIRECTORY $(VASED) --config=/dev/null --dump-config \
+	  >$@.dump && awk -f $< $@.dump >$@.scd && scdoc <$@.scd >$@.tmp && mv $@.tmp $@
+
+ifeq ($(HAVE_SCDOC),1)
+man: $(MAN_PAGES)
+all: man
+else
+MAN_PAGES :=
+man:
+	@echo "  SKIP    man pages: no scdoc (make deps installs it)"
+all: man
+endif
+
+# ---- pkg-config ----
+
+# Rewritten on every make, replaced only when its text changes (another PREFIX, LIBDIR, ...).
+VASE_PC := $(BUILD)/vase.pc
+$(VASE_PC): FORCE | $(DEPS_STAMP)
+	$(Q)printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
+	  'Name: vase' 'Description: Client library of vased, the vase KV-cache daemon' \
+	  'Version: $(VERSION)' 'Requires: libprotobuf-c' 'Requires.private: libzmq' \
+	  'Cflags: -I$${includedir}/vase' 'Libs: -L$${libdir} -lvase' \
+	  'Libs.private: -lm $(strip $(LIBVASE_CUDA_LIBS))' >$@.tmp
+	$(Q)if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
+
+# ---- install, uninstall ----
+
+INSTALL ?= install
+PY_FILES := $(wildcard client/python/vase/*.py client/python/vase/*.pyi client/python/vase/py.typed)
+INSTALL_DEPS := $(VASED) $(VASECTL) $(LIBVASE_SO) $(LIBVASE_A) $(PUBLIC_STAMP) $(VASE_PC) \
+                $(MAN_PAGES)
+LIBVASE_FILE := libvase.so.$(VERSION)
+LIBVASE_SONAME := libvase.so.$(LIBVASE_SOVERSION)
+D := $(DESTDIR)
+
+install: $(INSTALL_DEPS)
+	$(call say,INSTALL,$(D)$(PREFIX))
+	$(Q)$(INSTALL) -d $(D)$(BINDIR) $(D)$(LIBDIR)/pkgconfig $(D)$(INCLUDEDIR)/vase $(D)$(UNITDIR) \
+	  $(D)$(SYSUSERSDIR) $(D)$(TMPFILESDIR) $(D)$(SYSCONFDIR)/vase $(D)$(DOCDIR)
+	$(Q)$(INSTALL) -m 755 $(VASED) $(VASECTL) $(D)$(BINDIR)/
+	$(Q)$(INSTALL) -m 644 $(LIBVASE_SO) $(D)$(LIBDIR)/$(LIBVASE_FILE)
+	$(Q)ln -sf $(LIBVASE_FILE) $(D)$(LIBDIR)/$(LIBVASE_SONAME)
+	$(Q)ln -sf $(LIBVASE_SONAME) $(D)$(LIBDIR)/libvase.so
+	$(Q)$(INSTALL) -m 644 $(LIBVASE_A) $(D)$(LIBDIR)/
+	$(Q)$(INSTALL) -m 644 $(VASE_PC) $(D)$(LIBDIR)/pkgconfig/
+	$(Q)$(INSTALL) -m 644 $(addprefix $(PUBLIC_INCLUDE)/,$(notdir $(PUBLIC_HEADERS))) \
+	  $(D)$(INCLUDEDIR)/vase/
+	$(Q)sed 's|^ExecStart=/usr/bin/vased |ExecStart=$(BINDIR)/vased |' systemd/vased.service \
+	  >$(D)$(UNITDIR)/vased.service && chmod 644 $(D)$(UNITDIR)/vased.service
+	$(Q)$(INSTALL) -m 644 systemd/vase.sysusers $(D)$(SYSUSERSDIR)/vase.conf
+	$(Q)$(INSTALL) -m 644 systemd/vase.tmpfiles $(D)$(TMPFILESDIR)/vase.conf
+	$(Q)[ -e $(D)$(SYSCONFDIR)/vase/vased.conf ] || \
+	  $(INSTALL) -m 644 systemd/vased.conf $(D)$(SYSCONFDIR)/vase/vased.conf
+	$(Q)$(INSTALL) -m 644 README.md $(D)$(DOCDIR)/
+	$(Q)for p in $(MAN_PAGES); do s=$${p##*.}; \
+	  $(INSTALL) -d $(D)$(MANDIR)/man$$s && $(INSTALL) -m 644 $$p $(D)$(MANDIR)/man$$s/ || exit 1; \
+	done
+	$(Q)$(INSTALL) -d $(D)$(PYTHONDIR)/vase && $(INSTALL) -m 644 $(PY_FILES) $(D)$(PYTHONDIR)/vase/
+	$(Q)if [ -f $(PY_EXT) ]; then $(INSTALL) -m 644 $(PY_EXT) $(D)$(PYTHONDIR)/vase/; fi
+
+# Every file install may have written (man pages whether or not they were built), vased.conf
+# only while it is the default one, then the directories of ours that are left empty.
+INSTALLED_FILES = $(addprefix $(BINDIR)/,vased vasectl) \
+  $(addprefix $(LIBDIR)/,$(LIBVASE_FILE) $(LIBVASE_SONAME) libvase.so libvase.a pkgconfig/vase.pc) \
+  $(addprefix $(INCLUDEDIR)/vase/,$(notdir $(PUBLIC_HEADERS))) $(UNITDIR)/vased.service \
+  $(SYSUSERSDIR)/vase.conf $(TMPFILESDIR)/vase.conf $(DOCDIR)/README.md \
+  $(MANDIR)/man8/vased.8 $(MANDIR)/man1/vasectl.1 $(MANDIR)/man3/libvase.3 \
+  $(MANDIR)/man5/vased.conf.5 \
+  $(addprefix $(PYTHONDIR)/vase/,$(notdir $(PY_FILES) $(PY_EXT)))
+
+uninstall:
+	$(call say,REMOVE,$(D)$(PREFIX))
+	$(Q)rm -f $(addprefix $(D),$(INSTALLED_FILES))
+	$(Q)rm -rf $(D)$(PYTHONDIR)/vase/__pycache__
+	$(Q)if cmp -s systemd/vased.conf $(D)$(SYSCONFDIR)/vase/vased.conf; then \
+	  rm -f $(D)$(SYSCONFDIR)/vase/vased.conf; \
+	elif [ -e $(D)$(SYSCONFDIR)/vase/vased.conf ]; then \
+	  echo "  KEEP    $(D)$(SYSCONFDIR)/vase/vased.conf (edited)"; fi
+	$(Q)rmdir $(D)$(INCLUDEDIR)/vase $(D)$(DOCDIR) $(D)$(PYTHONDIR)/vase \
+	  $(D)$(SYSCONFDIR)/vase 2>/dev/null || true
+
+# ---- deb ----
+#
+# `make deb`: the tree `make install PREFIX=/usr` writes, staged in DEB_ROOT, with man pages
+# compressed, the copyright file and a control file; dpkg-deb builds it with root as the owner
+# of every file. vased.conf is a conffile (dpkg keeps an edited copy). The scripts of packaging/deb/
+# create the user and /etc/vase (systemd-sysusers, systemd-tmpfiles) and enable and start
+# vased.service as debhelper's would, where those tools exist.
+DEB_ARCH = $(shell dpkg --print-architecture 2>/dev/null)
+DEB_ROOT := $(BUILD)/deb
+DEB := $(BUILD)/vase_$(VERSION)_$(DEB_ARCH).deb
+# Who the package names as its maintainer, and the date of its changelog entry (the last
+# commit's, so that two builds of one commit give the same package).
+DEB_MAINTAINER ?= vase developers <vase@localhost>
+DEB_DATE = $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),0)
+# The libraries vased, vasectl and libvase link, by their Debian 12 packages.
+DEB_DEPENDS := libc6, libzmq5, libprotobuf-c1, libsystemd0, libinih1, libopenblas0-pthread, \
+               systemd
+
+deb: $(INSTALL_DEPS)
+	$(Q)rm -rf $(DEB_ROOT)
+	$(Q)$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DEB_ROOT)) PREFIX=/usr
+	$(Q)rm -f $(DEB_ROOT)/usr/share/doc/vase/README.md
+	$(Q)if [ -d $(DEB_ROOT)/usr/share/man ]; then gzip -9n $(DEB_ROOT)/usr/share/man/man*/*; fi
+	$(Q)install -m 644 README.md $(DEB_ROOT)/usr/share/doc/vase/README.md
+	$(Q)install -m 644 LICENSE $(DEB_ROOT)/usr/share/doc/vase/copyright
+	$(Q)printf 'vase (%s) unstable; urgency=medium\n\n  * Release %s.\n\n -- %s  %s\n' \
+	  '$(VERSION)' '$(VERSION)' '$(DEB_MAINTAINER)' "$$(date -R -u -d @$(DEB_DATE))" | \
+	  gzip -9n >$(DEB_ROOT)/usr/share/doc/vase/changelog.gz
+	$(Q)strip --remove-section=.comment --remove-section=.note $(DEB_ROOT)/usr/bin/vased \
+	  $(DEB_ROOT)/usr/bin/vasectl
+	$(Q)strip --remove-section=.comment --remove-section=.note --strip-unneeded \
+	  $(DEB_ROOT)/usr/lib/$(LIBVASE_FILE) $(wildcard $(DEB_ROOT)/usr/lib/python3/dist-packages/vase/*.so)
+	$(Q)install -d $(DEB_ROOT)/DEBIAN
+	$(Q)install -m 755 packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm $(DEB_ROOT)/DEBIAN/
+	$(Q)echo /etc/vase/vased.conf >$(DEB_ROOT)/DEBIAN/conffiles
+	$(Q)echo 'activate-noawait ldconfig' >$(DEB_ROOT)/DEBIAN/triggers
+	$(Q)echo 'libvase $(LIBVASE_SOVERSION) vase (>= $(VERSION))' >$(DEB_ROOT)/DEBIAN/shlibs
+	$(Q)sed -e 's/@VERSION@/$(VERSION)/' -e 's/@ARCH@/$(DEB_ARCH)/' -e 's/@MAINTAINER@/$(DEB_MAINTAINER)/' \
+	  -e 's/@DEPENDS@/$(strip $(DEB_DEPENDS))/' \
+	  -e "s/@SIZE@/$$(du -sk --exclude=DEBIAN $(DEB_ROOT) | cut -f1)/" packaging/deb/control.in \
+	  >$(DEB_ROOT)/DEBIAN/control
+	$(Q)cd $(DEB_ROOT) && find . -path ./DEBIAN -prune -o -type f -printf '%P\n' | sort | \
+	  xargs md5sum >DEBIAN/md5sums
+	$(call say,DPKG,$(DEB))
+	$(Q)dpkg-deb --build --root-owner-group $(DEB_ROOT) $(DEB) >/dev/null
+
+# The install and uninstall rules, the pkg-config file against the staged tree, the man pages
+# and the package's contents (tests/test_install.sh).
+check-install: all
+	$(Q)MAKE="$(MAKE)" BUILD=$(BUILD) tests/test_install.sh
+
+.PHONY: man install uninstall deb check-install
+
+# ---- end install, man pages, deb ----
+
 # ---- generic rules --------------------------------------------------------------------
 
 $(BUILD)/kernels/%.o: kernels/%.c | $(DEPS_STAMP)
@@ -693,6 +873,8 @@ check: all
 	  echo "  TEST    $$t"; $(TEST_WRAPPER) $$t; result $$? $$t; \
 	done; \
 	echo "  SETUP   tests/test_setup.sh"; tests/test_setup.sh; result $$? tests/test_setup.sh; \
+	echo "  INSTALL tests/test_install.sh"; MAKE="$(MAKE)" BUILD=$(BUILD) tests/test_install.sh; \
+	  result $$? tests/test_install.sh; \
 	echo "  VECTORS $(VECTORS)"; \
 	if [ -d "$(VECTORS)" ]; then $(TEST_WRAPPER) $(RUN_VECTORS) $$(ls -d $(VECTORS)/*/); result $$? "vectors $(VECTORS)"; \
 	  $(TEST_WRAPPER) $(RUN_VECTORS) --block=$(VECTOR_BLOCKS) $$(ls -d $(VECTORS)/*/); result $$? "vectors $(VECTORS) --block=$(VECTOR_BLOCKS)"; \

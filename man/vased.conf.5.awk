@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: MIT
+#
+# vased.conf.5.awk: turns `vased --config=/dev/null --dump-config` (every setting of the
+# daemon's settings table, its description, bounds and default) into the scdoc source of
+# vased.conf(5), so that the manual page cannot drift from the table. The page's fixed text is
+# here; every setting and the [arena NAME] description come from the dump. `make man` runs it.
+#
+# The dump: a header comment, "[vased]", then per setting a blank line, its description as
+# "# " comment lines, "# (BOUNDS; default "D"[; runtime])" and "name = value"; then a
+# "# ---- Further arenas ... ----" comment, its text and an indented example ("#   ...").
+
+# Text taken from the dump: scdoc's markup characters are escaped.
+function esc(s) {
+    gsub(/\\/, "\\\\", s)
+    gsub(/\*/, "\\*", s)
+    gsub(/_/, "\\_", s)
+    return s
+}
+
+BEGIN {
+    print "vased.conf(5)"
+    print ""
+    print "# NAME"
+    print ""
+    print "vased.conf - configuration of vased, the vase KV-cache daemon"
+    print ""
+    print "# SYNOPSIS"
+    print ""
+    print "_/etc/vase/vased.conf_"
+    print ""
+    print "# DESCRIPTION"
+    print ""
+    print "An INI file read by *vased*(8) at start and again on SIGHUP (*systemctl reload vased*)."
+    print "Settings are *key = value* lines of the section *[vased]*; lines starting with *#* are"
+    print "comments. Every key belongs to a section and is given once. An unknown section,"
+    print "an unknown key, a key given twice or a value out of bounds is refused: vased does not"
+    print "start, and a reload keeps the running configuration."
+    print ""
+    print "Every setting may also be given on vased's command line as *--name=value* (with *-* or"
+    print "*\\_* in the name); the command line wins over the file. Settings marked _runtime_ are"
+    print "re-read on SIGHUP and may be changed with *vasectl config set*; the others need a"
+    print "restart. *vased --dump-config* prints the configuration in effect as a complete file;"
+    print "the default file is that output."
+    print ""
+    print "# SETTINGS OF [vased]"
+    print ""
+}
+
+/^\[vased\]$/ {
+    section = "vased"
+    next
+}
+/^# ---- Further arenas/ {
+    section = "arenas"
+    print "# FURTHER ARENAS: [arena NAME] SECTIONS"
+    print ""
+    next
+}
+
+section == "vased" && /^# \(.*\)$/ {
+    kind = substr($0, 4, length($0) - 4)
+    next
+}
+section == "vased" && /^# / {
+    desc = desc (desc == "" ? "" : " ") substr($0, 3)
+    next
+}
+section == "vased" && /^[a-z_]+ =/ {
+    name = $1
+    printf "*%s*\n", esc(name)
+    printf "\t%s\n\n", esc(desc)
+    printf "\t(%s)\n\n", esc(kind)
+    desc = ""; kind = ""
+    n++
+    next
+}
+section == "arenas" && /^#   / {
+    if (!example) {
+        if (text != "")
+            print esc(text) "\n"
+        print "```"
+        example = 1
+    }
+    print substr($0, 5)
+    next
+}
+section == "arenas" && /^# / {
+    text = text (text == "" ? "" : " ") substr($0, 3)
+    next
+}
+
+END {
+    if (n == 0 || !example) {
+        print "vased.conf.5.awk: no settings or no arena example in the dump" > "/dev/stderr"
+        exit 1
+    }
+    print "```"
+    print ""
+    print "# FILES"
+    print ""
+    print "_/etc/vase/vased.conf_"
+    print "\tThe configuration read by the vased.service unit (*--config=*). Installed only"
+    print "\twhen absent, so an edited copy survives *make install*; the Debian package marks it"
+    print "\ta conffile."
+    print ""
+    print "# SEE ALSO"
+    print ""
+    print "*vased*(8), *vasectl*(1), *libvase*(3)"
+}
