@@ -14,21 +14,16 @@
 #include "../client/vasectl_json.c"
 #include "../client/vasectl_print.c"
 
+/* Exact below 10000, then one decimal; 999950 is "1.0M", never "1000.0k". */
 static void test_fmt_count(void **state) {
     (void)state;
     static const struct {
         uint64_t n;
         const char *want;
     } cases[] = {
-        {0, "0"},
-        {9999, "9999"},
-        {10000, "10.0k"},
-        {12345, "12.3k"},
-        {999949, "999.9k"},
-        {999950, "1.0M"}, /* never "1000.0k": it moves up a unit */
-        {4567890, "4.6M"},
-        {7000000000ULL, "7.0G"},
-        {UINT64_MAX, "18.4E"},
+        {0, "0"},          {9999, "9999"},          {10000, "10.0k"},
+        {12345, "12.3k"},  {999949, "999.9k"},      {999950, "1.0M"},
+        {4567890, "4.6M"}, {7000000000ULL, "7.0G"}, {UINT64_MAX, "18.4E"},
     };
     char b[32];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -41,9 +36,9 @@ static void test_fmt_ms(void **state) {
         double s;
         const char *want;
     } cases[] = {
-        {0, "0.000 ms"},          {-1, "0.000 ms"},        {0.000123, "0.123 ms"},
-        {0.0009996, "1.00 ms"},   {0.0012345, "1.23 ms"},  {0.009996, "10.0 ms"},
-        {0.012345, "12.3 ms"},    {0.09996, "100 ms"},     {1.2346, "1235 ms"},
+        {0, "0.000 ms"},        {-1, "0.000 ms"},       {0.000123, "0.123 ms"},
+        {0.0009996, "1.00 ms"}, {0.0012345, "1.23 ms"}, {0.009996, "10.0 ms"},
+        {0.012345, "12.3 ms"},  {0.09996, "100 ms"},    {1.2346, "1235 ms"},
     };
     char b[32];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
