@@ -14,10 +14,10 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,11 +190,15 @@ static int parse_argv(int argc, char *argv[]) {
             arg_count = v;
             break;
         case ':':
-            return fail(-EINVAL, "option '%s' needs a value " HINT, argv[optind - 1]);
+            return fail(-EINVAL, "option '%s' needs a value " HINT, argv[at]);
         case '?':
-            if (optopt)
+            /* argv[at] is the argument getopt was reading: "--name[=value]" or "-xyz". */
+            if (strncmp(argv[at], "--", 2) != 0)
                 return fail(-EINVAL, "unknown option '-%c' " HINT, optopt);
-            return fail(-EINVAL, "unknown option '%s' " HINT, argv[optind - 1]);
+            if (optopt)
+                return fail(-EINVAL, "option '%.*s' takes no value " HINT,
+                            (int)strcspn(argv[at], "="), argv[at]);
+            return fail(-EINVAL, "unknown option '%s' " HINT, argv[at]);
         default:
             return -EINVAL;
         }

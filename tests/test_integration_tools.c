@@ -302,6 +302,12 @@ static void test_vasectl_config(void **state) {
     assert_int_equal(vasectl(f, (const char *const[]){"--json", "--no-such-flag", NULL}), 2);
     assert_json_line(f->p.out);
     assert_non_null(strstr(f->p.out, "unknown option '--no-such-flag'"));
+    assert_int_equal(vasectl(f, (const char *const[]){"--json=yes", "status", NULL}), 2);
+    assert_non_null(strstr(f->p.out, "option '--json' takes no value"));
+    assert_int_equal(vasectl(f, (const char *const[]){"--json", "-hz", NULL}), 0);
+    assert_non_null(strstr(f->p.out, "Usage:"));
+    assert_int_equal(vasectl(f, (const char *const[]){"--json", "-zh", NULL}), 2);
+    assert_non_null(strstr(f->p.out, "unknown option '-z'"));
 
     /* Usage errors exit 2 before talking to anyone, with a pointer to the help. */
     assert_int_equal(vasectl(f, (const char *const[]){"frobnicate", NULL}), 2);
