@@ -7,7 +7,9 @@
  * monitoring tool would use. It holds no session and maps no memory: access to the socket files
  * is the permission. This file parses the command line and runs the commands; the output is
  * vasectl_print.c's (tables for people) and vasectl_json.c's (--json: one JSON document per
- * command, one per line for events, produced from the protobuf descriptors).
+ * command, one per line for events, produced from the protobuf descriptors). Its errors go to
+ * stderr, as "vasectl: MESSAGE" lines, or under --json as one JSON object each,
+ * {"error":"MESSAGE","errno":N} (N the positive errno or vase code).
  */
 
 #include <errno.h>
@@ -15,6 +17,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,10 @@
 #include "vasectl.h"
 
 #define DEFAULT_TIMEOUT_MS 5000
+/* vasectl is released with vased: the same version (a test compares their --version). */
+#define VASECTL_VERSION "0.1.0"
+/* What every usage error ends with. */
+#define HINT "(try 'vasectl --help')"
 
 static const char *arg_runtime_dir = NULL;
 static bool arg_json = false;
@@ -52,6 +59,26 @@ static int parse_ll(const char *s, long long min, long long max, long long *ret)
     return 0;
 }
 
+/* Reports an error on stderr: a "vasectl: " line, or under --json one JSON object. Returns
+ * -abs(error), so that callers can return it. */
+static int fail(int error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int error, const char *fmt, ...) {
+    int e = error < 0 ? -error : error;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    if (arg_json) {
+        fputs("{\"error\":", stderr);
+        vasectl_json_string(stderr, msg, strlen(msg));
+        fprintf(stderr, ",\"errno\":%d}\n", e);
+    } else
+        fprintf(stderr, "vasectl: %s\n", msg);
+    return -e;
+}
+
 static void help(void) {
     printf("Usage: %s [OPTIONS] COMMAND\n"
            "\n"
@@ -70,9 +97,11 @@ static void help(void) {
            "\n"
            "Options:\n"
            "  -h --help              show this help\n"
+           "     --version           show vasectl's version and its protocol version\n"
            "     --runtime-dir=DIR   vased's runtime directory (default: $VASE_RUNTIME_DIR,\n"
            "                         else /run/vase if it exists, else ./run)\n"
-           "     --json              print JSON instead of tables\n"
+           "     --json              print JSON instead of tables (errors too: one object\n"
+           "                         {\"error\": MESSAGE, \"errno\": N} on stderr)\n"
            "     --timeout=MS        bound on each wait for the daemon (default %d)\n"
            "     --count=N           events: stop after N events\n"
            "\n"
@@ -100,9 +129,10 @@ static bool value_due(void) {
  * of config set can be taken as it is, and "--" makes every later argument a word.
  */
 static int parse_argv(int argc, char *argv[]) {
-    enum { ARG_RUNTIME_DIR = 0x100, ARG_JSON, ARG_TIMEOUT, ARG_COUNT };
+    enum { ARG_RUNTIME_DIR = 0x100, ARG_JSON, ARG_TIMEOUT, ARG_COUNT, ARG_VERSION };
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, ARG_VERSION},
         {"runtime-dir", required_argument, NULL, ARG_RUNTIME_DIR},
         {"json", no_argument, NULL, ARG_JSON},
         {"timeout", required_argument, NULL, ARG_TIMEOUT},
@@ -112,13 +142,16 @@ static int parse_argv(int argc, char *argv[]) {
     bool options_ended = false;
     long long v;
 
+    /* Errors are reported here (as JSON under --json), not by getopt. */
+    opterr = 0;
+
     while (optind < argc) {
         if (options_ended || value_due()) {
             add_word(argv[optind++]);
             continue;
         }
         int at = optind;
-        int c = getopt_long(argc, argv, "+h", options, NULL);
+        int c = getopt_long(argc, argv, "+:h", options, NULL);
         if (c < 0) {
             /* A word, or "--" (which getopt steps over). */
             if (optind > at)
@@ -131,10 +164,12 @@ static int parse_argv(int argc, char *argv[]) {
         case 'h':
             help();
             return 0;
+        case ARG_VERSION:
+            printf("vasectl %s (protocol %d)\n", VASECTL_VERSION, VASE_PROTOCOL_VERSION);
+            return 0;
         case ARG_RUNTIME_DIR:
             if (!*optarg) {
-                fprintf(stderr, "vasectl: --runtime-dir must not be empty\n");
-                return -EINVAL;
+                return fail(-EINVAL, "--runtime-dir must not be empty");
             }
             arg_runtime_dir = optarg;
             break;
@@ -143,28 +178,33 @@ static int parse_argv(int argc, char *argv[]) {
             break;
         case ARG_TIMEOUT:
             if (parse_ll(optarg, 1, INT_MAX, &v) < 0) {
-                fprintf(stderr, "vasectl: invalid --timeout '%s': expected milliseconds, 1 .. %d\n",
-                        optarg, INT_MAX);
-                return -EINVAL;
+                return fail(-EINVAL, "invalid --timeout '%s': expected milliseconds, 1 .. %d",
+                            optarg, INT_MAX);
             }
             arg_timeout_ms = (int)v;
             break;
         case ARG_COUNT:
             if (parse_ll(optarg, 0, LLONG_MAX, &v) < 0) {
-                fprintf(stderr, "vasectl: invalid --count '%s': expected a number >= 0\n", optarg);
-                return -EINVAL;
+                return fail(-EINVAL, "invalid --count '%s': expected a number >= 0", optarg);
             }
             arg_count = v;
             break;
+        case ':':
+            return fail(-EINVAL, "option '%s' needs a value " HINT, argv[at]);
         case '?':
-            return -EINVAL; /* getopt_long has said what is wrong */
+            /* argv[at] is the argument getopt was reading: "--name[=value]" or "-xyz". */
+            if (strncmp(argv[at], "--", 2) != 0)
+                return fail(-EINVAL, "unknown option '-%c' " HINT, optopt);
+            if (optopt)
+                return fail(-EINVAL, "option '%.*s' takes no value " HINT,
+                            (int)strcspn(argv[at], "="), argv[at]);
+            return fail(-EINVAL, "unknown option '%s' " HINT, argv[at]);
         default:
             return -EINVAL;
         }
     }
     if (arg_n_command == 0) {
-        fprintf(stderr, "vasectl: no command given (try --help)\n");
-        return -EINVAL;
+        return fail(-EINVAL, "no command given " HINT);
     }
     return 1;
 }
@@ -176,13 +216,11 @@ static int report(struct vase_admin *a, const char *what, int r) {
     const char *why = vase_admin_last_error(a);
 
     if (r == -ETIMEDOUT)
-        fprintf(stderr, "vasectl: cannot reach vased at %s: no reply within %d ms\n",
-                vase_admin_path(a), vase_admin_timeout(a));
-    else if (*why)
-        fprintf(stderr, "vasectl: %s: %s (%s)\n", what, why, vase_strerror(r));
-    else
-        fprintf(stderr, "vasectl: %s: %s\n", what, vase_strerror(r));
-    return r;
+        return fail(r, "cannot reach vased at %s: no reply within %d ms", vase_admin_path(a),
+                    vase_admin_timeout(a));
+    if (*why)
+        return fail(r, "%s: %s (%s)", what, why, vase_strerror(r));
+    return fail(r, "%s: %s", what, vase_strerror(r));
 }
 
 static int ctl_open(struct vase_admin **ret) {
@@ -193,13 +231,13 @@ static int ctl_open(struct vase_admin **ret) {
         &(struct vase_admin_options){.runtime_dir = arg_runtime_dir, .timeout_ms = arg_timeout_ms},
         &a);
     if (r < 0) {
-        fprintf(stderr, "vasectl: runtime directory name too long\n");
+        fail(r, "runtime directory name too long");
         return r;
     }
     r = vase_admin_connect(a);
     if (r < 0) {
-        fprintf(stderr, "vasectl: cannot reach vased at %s: %s\n", vase_admin_path(a),
-                r == -ENOTSOCK ? "not a socket" : vase_strerror(r));
+        fail(r, "cannot reach vased at %s: %s", vase_admin_path(a),
+             r == -ENOTSOCK ? "not a socket" : vase_strerror(r));
         vase_admin_free(a);
         return r;
     }
@@ -263,9 +301,9 @@ static int cmd_status(struct vase_admin *a) {
     }
     printf("vased %s, incarnation %016" PRIx64 ", up %s\n", s->version, s->incarnation,
            vasectl_fmt_duration(s->uptime_seconds, b1, sizeof(b1)));
-    printf("clients %" PRIu32 ", sequences %" PRIu32 ", evictions %" PRIu64 " (%" PRIu32
-           " in flight)\n",
-           s->clients, s->seqs, s->evictions_total, s->evictions_in_flight);
+    printf("clients %" PRIu32 ", sequences %" PRIu32 ", evictions %s (%" PRIu32 " in flight)\n",
+           s->clients, s->seqs, vasectl_fmt_count(s->evictions_total, b2, sizeof(b2)),
+           s->evictions_in_flight);
     if (s->clients_draining)
         printf("draining %" PRIu32 " dead clients, holding %s until their processes are gone\n",
                s->clients_draining, vasectl_fmt_bytes(s->bytes_draining, b2, sizeof(b2)));
@@ -280,8 +318,12 @@ static int cmd_status(struct vase_admin *a) {
     printf("plans queued %" PRIu32 " (%" PRIu32 " clients waiting, served in turn), "
            "running %" PRIu32 "\n",
            s->plans_queued, s->clients_waiting, s->plans_running);
-    printf("requests %" PRIu64 ", errors %" PRIu64 ", stats messages %" PRIu64 "\n\n",
-           s->requests_total, s->errors_total, s->stats_messages_total);
+    char n1[32], n2[32], n3[32], n4[32];
+    printf("requests %s, errors %s (engines) and %s (administrative), stats messages %s\n\n",
+           vasectl_fmt_count(s->requests_total, n1, sizeof(n1)),
+           vasectl_fmt_count(s->errors_total, n2, sizeof(n2)),
+           vasectl_fmt_count(s->admin_errors_total, n3, sizeof(n3)),
+           vasectl_fmt_count(s->stats_messages_total, n4, sizeof(n4)));
     for (size_t i = 0; i < s->n_arenas && r == 0; i++)
         r = add_arena_row(&t, s->arenas[i]);
     if (r == 0 && s->n_arenas)
@@ -292,7 +334,7 @@ out:
     vasectl_table_free(&t);
     protobuf_c_message_free_unpacked(&s->base, NULL);
     if (r < 0)
-        fprintf(stderr, "vasectl: status: %s\n", vase_strerror(r));
+        fail(r, "status: %s", vase_strerror(r));
     return r;
 }
 
@@ -341,7 +383,7 @@ out:
     vasectl_table_free(&t);
     protobuf_c_message_free_unpacked(&cr->base, NULL);
     if (r < 0)
-        fprintf(stderr, "vasectl: clients: %s\n", vase_strerror(r));
+        fail(r, "clients: %s", vase_strerror(r));
     return r;
 }
 
@@ -356,14 +398,27 @@ static int add_budget(struct table *t, const Vase__SeqInfo *s) {
     return vasectl_table_add(t, "%" PRIu32 "%s%s", s->budget, range, target);
 }
 
+/* A sequence's model for people: "NAME (ID)", or the id alone when it has no name (an orphan's
+ * model is gone). A client chose the name: no terminal control sequences from it. */
+static const char *model_label(const Vase__SeqInfo *s, char *buf, size_t size) {
+    char name[4 * 256 + 1];
+    if (!s->model_name || !*s->model_name)
+        snprintf(buf, size, "%" PRIu32, s->model_id);
+    else {
+        vase_admin_escape(s->model_name, name, sizeof(name));
+        snprintf(buf, size, "%s (%" PRIu32 ")", name, s->model_id);
+    }
+    return buf;
+}
+
 static int add_seq_row(struct table *t, const Vase__SeqInfo *s) {
-    char b[32];
+    char b[32], n1[32], n2[32], model[4 * 256 + 32];
     int r;
 
     if ((r = vasectl_table_add(t, "%" PRIu32, s->seq_id)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->client_id)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->arena_id)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, s->model_id)) < 0 ||
+        (r = vasectl_table_add(t, "%s", model_label(s, model, sizeof(model)))) < 0 ||
         (r = vasectl_table_add(t, "%s", s->policy)) < 0 ||
         (r = vasectl_table_add(t, "%s", vasectl_mode_name(s->mode))) < 0 ||
         (r = add_budget(t, s)) < 0 || (r = vasectl_table_add(t, "%" PRIu32, s->window)) < 0 ||
@@ -371,17 +426,17 @@ static int add_seq_row(struct table *t, const Vase__SeqInfo *s) {
         (r = vasectl_table_add(t, "%" PRIu32, s->capacity)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->pages)) < 0 ||
         (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(s->bytes, b, sizeof(b)))) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, s->rounds)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu64, s->position)) < 0 ||
+        (r = vasectl_table_add(t, "%s", vasectl_fmt_count(s->rounds, n1, sizeof(n1)))) < 0 ||
+        (r = vasectl_table_add(t, "%s", vasectl_fmt_count(s->position, n2, sizeof(n2)))) < 0 ||
         (r = vasectl_table_add(t, "%s", s->state)) < 0)
         return r;
-    return vasectl_table_add(t, "%.3f ms", s->last_plan_seconds * 1e3);
+    return vasectl_table_add(t, "%s", vasectl_fmt_ms(s->last_plan_seconds, b, sizeof(b)));
 }
 
 static int cmd_seqs(struct vase_admin *a, uint32_t client_id) {
     Vase__SeqsReply *sr;
     struct table t = {.ncols = 16,
-                      .headers = {">ID", ">CLIENT", ">ARENA", ">MODEL", "POLICY", "MODE", ">BUDGET",
+                      .headers = {">ID", ">CLIENT", ">ARENA", "MODEL", "POLICY", "MODE", ">BUDGET",
                                   ">WINDOW", ">LEN", ">CAPACITY", ">PAGES", ">MEMORY", ">ROUNDS",
                                   ">POSITION", "STATE", ">LAST PLAN"}};
     int r;
@@ -405,7 +460,7 @@ out:
     vasectl_table_free(&t);
     protobuf_c_message_free_unpacked(&sr->base, NULL);
     if (r < 0)
-        fprintf(stderr, "vasectl: seqs: %s\n", vase_strerror(r));
+        fail(r, "seqs: %s", vase_strerror(r));
     return r;
 }
 
@@ -422,7 +477,8 @@ static int cmd_seq(struct vase_admin *a, uint32_t id) {
     else {
         printf("sequence    %" PRIu32 "\n", s->seq_id);
         printf("client      %" PRIu32 "\n", s->client_id);
-        printf("model       %" PRIu32 "\n", s->model_id);
+        char model[4 * 256 + 32];
+        printf("model       %s\n", model_label(s, model, sizeof(model)));
         printf("policy      %s (%s)\n", s->policy, vasectl_mode_name(s->mode));
         printf("budget      %" PRIu32 ", window %" PRIu32 "\n", s->budget, s->window);
         if (s->min_budget && s->min_budget < s->max_budget)
@@ -470,7 +526,7 @@ static int print_config(const Vase__ConfigReply *cr, bool single) {
     if (r == 0)
         vasectl_table_print(&t);
     else
-        fprintf(stderr, "vasectl: config: %s\n", vase_strerror(r));
+        fail(r, "config: %s", vase_strerror(r));
     vasectl_table_free(&t);
     return r;
 }
@@ -518,9 +574,8 @@ static int cmd_events(struct vase_admin *a) {
 
     r = vase_admin_events_subscribe(a, &ev);
     if (r == -ENOENT || r == -EACCES || r == -ENOTSOCK) {
-        fprintf(stderr, "vasectl: cannot reach vased at %s/events.sock: %s\n",
-                vase_admin_runtime_dir(a), r == -ENOTSOCK ? "not a socket" : vase_strerror(r));
-        return r;
+        return fail(r, "cannot reach vased at %s/events.sock: %s", vase_admin_runtime_dir(a),
+                    r == -ENOTSOCK ? "not a socket" : vase_strerror(r));
     }
     if (r < 0)
         return report(a, "events", r);
@@ -537,7 +592,7 @@ static int cmd_events(struct vase_admin *a) {
         if (k == -EINTR || k == 0)
             continue;
         if (k == -EBADMSG) {
-            fprintf(stderr, "vasectl: events: dropped a malformed event\n");
+            fail(k, "events: dropped a malformed event");
             continue;
         }
         if (k < 0) {
@@ -555,9 +610,7 @@ static int cmd_events(struct vase_admin *a) {
 static int parse_id(const char *what, const char *s, uint32_t *ret) {
     long long v;
     if (parse_ll(s, 0, UINT32_MAX, &v) < 0) {
-        fprintf(stderr, "vasectl: invalid %s '%s': expected a number 0 .. %u\n", what, s,
-                UINT32_MAX);
-        return -EINVAL;
+        return fail(-EINVAL, "invalid %s '%s': expected a number 0 .. %u", what, s, UINT32_MAX);
     }
     *ret = (uint32_t)v;
     return 0;
@@ -584,16 +637,13 @@ static int check_words(uint32_t *ret_id) {
         ok = (n >= 1 && strcmp(args[0], "get") == 0 && n <= 2) ||
              (n == 3 && strcmp(args[0], "set") == 0);
     else {
-        fprintf(stderr, "vasectl: unknown command '%s' (try --help)\n", cmd);
-        return -EINVAL;
+        return fail(-EINVAL, "unknown command '%s' " HINT, cmd);
     }
     if (!ok) {
-        fprintf(stderr, "vasectl: wrong arguments for '%s' (try --help)\n", cmd);
-        return -EINVAL;
+        return fail(-EINVAL, "wrong arguments for '%s' " HINT, cmd);
     }
     if (arg_count >= 0 && strcmp(cmd, "events") != 0) {
-        fprintf(stderr, "vasectl: --count applies to 'events' only\n");
-        return -EINVAL;
+        return fail(-EINVAL, "--count applies to 'events' only");
     }
     return 0;
 }
@@ -635,13 +685,17 @@ static int run(void) {
     r = dispatch(a, id);
     vase_admin_free(a);
     if (fflush(stdout) != 0 && r == 0) {
-        fprintf(stderr, "vasectl: cannot write output: %s\n", strerror(errno));
-        r = -EIO;
+        int e = errno ? errno : EIO;
+        r = fail(-e, "cannot write output: %s", strerror(e));
     }
     return r < 0 ? 1 : 0;
 }
 
 int main(int argc, char *argv[]) {
+    /* --json anywhere before "--" makes even a usage error found before it JSON. */
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--json") == 0)
+            arg_json = true;
     int r = parse_argv(argc, argv);
     if (r <= 0)
         return r < 0 ? 2 : 0;

@@ -37,9 +37,13 @@ void vasectl_table_print(const struct table *t);
 /* Frees the cells (not t). */
 void vasectl_table_free(struct table *t);
 
-/* "512 B", "1.5 GiB"; "3d 04h 05m", "1.5s": into buf, which is returned. */
+/* "512 B", "1.5 GiB"; "3d 04h 05m", "1.5s"; counts exact below 10000, then "12.3k", "4.6M",
+ * "7.0G", "1.2T"; seconds as milliseconds with three significant digits, "0.123 ms", "12.3 ms",
+ * "123 ms", "1234 ms": into buf, which is returned. */
 const char *vasectl_fmt_bytes(uint64_t b, char *buf, size_t size);
 const char *vasectl_fmt_duration(double s, char *buf, size_t size);
+const char *vasectl_fmt_count(uint64_t n, char *buf, size_t size);
+const char *vasectl_fmt_ms(double s, char *buf, size_t size);
 /* "sync" or "async". */
 const char *vasectl_mode_name(Vase__Mode m);
 

@@ -106,6 +106,37 @@ const char *vasectl_fmt_duration(double s, char *buf, size_t size) {
     return buf;
 }
 
+const char *vasectl_fmt_count(uint64_t n, char *buf, size_t size) {
+    static const char *const units[] = {"", "k", "M", "G", "T", "P", "E"};
+    if (n < 10000) {
+        snprintf(buf, size, "%" PRIu64, n);
+        return buf;
+    }
+    double v = (double)n;
+    unsigned u = 0;
+    /* 999950 would print as "1000.0k": such a value moves up a unit. */
+    while (v >= 999.95 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(buf, size, "%.1f%s", v, units[u]);
+    return buf;
+}
+
+const char *vasectl_fmt_ms(double s, char *buf, size_t size) {
+    double ms = s >= 0 ? s * 1e3 : 0;
+    /* Rounded first, so that 9.996 ms prints "10.0 ms", not "10.00 ms". */
+    if (round(ms * 1000) / 1000 < 1)
+        snprintf(buf, size, "%.3f ms", ms);
+    else if (round(ms * 100) / 100 < 10)
+        snprintf(buf, size, "%.2f ms", ms);
+    else if (round(ms * 10) / 10 < 100)
+        snprintf(buf, size, "%.1f ms", ms);
+    else
+        snprintf(buf, size, "%.0f ms", ms);
+    return buf;
+}
+
 const char *vasectl_mode_name(Vase__Mode m) {
     return m == VASE__MODE__MODE_SYNC ? "sync" : "async";
 }

@@ -61,6 +61,7 @@ static int handle_status(struct vased *d, const struct vase_reply_to *p,
     sr.stats_messages_total = d->stats_messages_total;
     sr.requests_total = d->requests_total;
     sr.errors_total = d->errors_total;
+    sr.admin_errors_total = d->admin_errors_total;
     sr.evictions_in_flight = d->evictions_in_flight;
     struct vase_evictor_counts q;
     vase_evictor_get_counts(d->evictor, &q);

@@ -308,6 +308,7 @@ static int handle_frame(struct vased *d, const void *id, size_t id_len, const vo
     struct vased_client *c = vase_registry_find_token(d->reg, id, id_len);
     uint64_t lost;
     p.request_id = e->request_id;
+    p.admin = vase_control_is_admin(e->body_case);
     if (vase_control_check_peer(e, d->incarnation, c != NULL, c ? &c->last_client_seq : NULL, &lost,
                                 &err) < 0) {
         reply_control_error(d, &p, &err);

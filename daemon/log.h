@@ -2,9 +2,11 @@
 #pragma once
 
 /*
- * The daemon's logger: one line per message on stderr, prefixed with "<N>" (the syslog
- * priority) so that journald files it at the right level. The logger is the one piece of
- * process-wide state besides the arg_* values of main.c.
+ * The daemon's logger: one line per message on stderr. When stderr is journald's stream, each
+ * line starts with "<N>" (the syslog priority) so that journald files it at the right level and
+ * adds the time itself; anywhere else (a terminal, a file, a pipe) it starts with the local time
+ * and the level, "2026-12-02 02:48:01.123 info: ". The logger is the one piece of process-wide
+ * state besides the arg_* values of main.c.
  */
 
 #include <errno.h>
@@ -18,8 +20,16 @@ int vase_log_get_max_level(void);
 int vase_log_level_from_string(const char *s);
 /* "emerg" .. "debug"; NULL outside 0..7. */
 const char *vase_log_level_to_string(int level);
-/* When false (the default under a terminal), the "<N>" prefixes are left out. */
-void vase_log_set_prefix(bool on);
+/* true: "<N>" priority prefixes (for journald); false (the default): a timestamp and the level. */
+void vase_log_set_journal(bool on);
+/*
+ * Whether fd is the stream journald reads: systemd sets JOURNAL_STREAM="DEVICE:INODE" for a
+ * service whose stderr goes to the journal, and only an fd whose fstat() has that device and
+ * inode is that stream (the variable is inherited by children whose stderr may point elsewhere).
+ * journal_stream is the variable's value, NULL when unset. false on any mismatch or malformed
+ * value.
+ */
+bool vase_log_is_journal_stream(const char *journal_stream, int fd);
 
 /*
  * Logs fmt at level. error is a negative or positive errno value or 0; when it is not 0,

@@ -50,8 +50,8 @@ int main(int argc, char **argv) {
     struct vase_config cfg = {0};
     int r;
 
-    /* journald (and any non-terminal) reads the <N> priority prefixes. */
-    vase_log_set_prefix(!isatty(STDERR_FILENO));
+    /* journald reads <N> priority prefixes and stamps the time; elsewhere the logger does. */
+    vase_log_set_journal(vase_log_is_journal_stream(getenv("JOURNAL_STREAM"), STDERR_FILENO));
 
     r = vase_cmdline_parse(argc, argv, &cmd);
     if (r < 0)

@@ -50,6 +50,8 @@ void vase_publish_seq_info(const struct vased_seq *s, Vase__SeqInfo *ret) {
     ret->seq_id = s->id;
     ret->client_id = s->client ? s->client->id : 0;
     ret->model_id = s->model ? s->model->id : 0;
+    /* An orphan (its model unregistered with its client) has no name. */
+    ret->model_name = s->model && s->model->name ? s->model->name : (char *)"";
     ret->policy = (char *)vase_policy_to_string(s->policy);
     ret->mode = s->mode == VASE__MODE__MODE_SYNC ? VASE__MODE__MODE_SYNC : VASE__MODE__MODE_ASYNC;
     ret->budget = s->params.budget;

@@ -4,7 +4,8 @@
  * Replies on the control socket. Every reply echoes the request id of the frame it answers and
  * carries the daemon's incarnation; sending never blocks the main loop (ROUTER_MANDATORY is off
  * and the socket has a bounded send timeout), so a peer that vanished or stopped reading costs a
- * dropped reply, nothing more. Error replies are counted in errors_total.
+ * dropped reply, nothing more. Error replies are counted: those to administrative requests in
+ * admin_errors_total (an operator's typo is not an engine failure), the rest in errors_total.
  */
 
 #include <errno.h>
@@ -20,6 +21,13 @@
 #include "reply.h"
 #include "state.h"
 #include "wire.h"
+
+static void count_error(struct vased *d, const struct vase_reply_to *p) {
+    if (p->admin)
+        d->admin_errors_total++;
+    else
+        d->errors_total++;
+}
 
 /* A reply that cannot be packed for want of memory still gets an answer, an ENOMEM Error small
  * enough to pack on the stack, so that the peer is not left waiting for its timeout. */
@@ -39,7 +47,7 @@ static void send_enomem(struct vased *d, const struct vase_reply_to *p) {
     if (len > sizeof(buf))
         return;
     vase__envelope__pack(&e, buf);
-    d->errors_total++;
+    count_error(d, p);
     if (zmq_send(d->router, p->id, p->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
         zmq_send(d->router, buf, len, ZMQ_DONTWAIT) < 0)
         log_debug("Dropped an out-of-memory reply: %s", zmq_strerror(zmq_errno()));
@@ -78,7 +86,7 @@ int vase_reply_error(struct vased *d, const struct vase_reply_to *p, int code, c
     err.message = msg;
     e.body_case = VASE__ENVELOPE__BODY_ERROR;
     e.error = &err;
-    d->errors_total++;
+    count_error(d, p);
     log_debug("Error reply %d to request %llu: %s", code, (unsigned long long)p->request_id, msg);
     vase_reply_send(d, p, &e);
     return -code;

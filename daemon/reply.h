@@ -23,6 +23,7 @@ struct vase_reply_to {
     const void *id;
     size_t id_len;
     uint64_t request_id;
+    bool admin;        /* an administrative request: its errors count in admin_errors_total */
     bool cred_known;   /* false: the transport did not say (never on ipc) */
     struct ucred cred; /* the kernel's, for the connection the frame came over */
 };
@@ -32,7 +33,8 @@ struct vase_reply_to {
 int vase_reply_send(struct vased *d, const struct vase_reply_to *to, Vase__Envelope *e);
 
 /* Sends an Error with code (a positive errno or vase code) and the formatted message, and counts
- * it. Returns -code, so a handler can return it. */
+ * it (in admin_errors_total when to->admin, else errors_total). Returns -code, so a handler can
+ * return it. */
 int vase_reply_error(struct vased *d, const struct vase_reply_to *to, int code, const char *fmt,
                      ...) __attribute__((format(printf, 4, 5)));
 

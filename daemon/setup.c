@@ -41,13 +41,19 @@
  * The main thread's id, for forward_signal(). Libraries may start threads before main() runs
  * (OpenBLAS does, from a constructor) with every signal unblocked; the kernel may hand them a
  * process-directed SIGTERM, whose default action would kill us. Their copy of the signal is
- * redirected to the main thread, which blocks it, so it waits for the signalfd.
+ * redirected to the main thread, which blocks it, so it waits for the signalfd. It goes with its
+ * siginfo, so that the log still names who sent it (a SIGHUP reload is an administrative change).
  */
 static volatile pid_t main_tid;
 
-static void forward_signal(int sig) {
+static void forward_signal(int sig, siginfo_t *si, void *context) {
+    (void)context;
     int saved = errno;
-    if (main_tid > 0)
+    /* The kernel lets a thread other than the leader queue a signal with a sender's pid and uid
+     * only as SI_QUEUE; the sender's are what the main thread reads. */
+    siginfo_t copy = *si;
+    copy.si_code = SI_QUEUE;
+    if (main_tid > 0 && syscall(SYS_rt_tgsigqueueinfo, getpid(), main_tid, sig, &copy) < 0)
         syscall(SYS_tgkill, getpid(), main_tid, sig);
     errno = saved;
 }
@@ -63,7 +69,7 @@ static int setup_signals(struct vased *d) {
     if (pthread_sigmask(SIG_BLOCK, &mask, NULL) != 0)
         return log_error_errno(-EINVAL, "Cannot block signals.");
     main_tid = gettid();
-    struct sigaction sa = {.sa_handler = forward_signal, .sa_flags = SA_RESTART};
+    struct sigaction sa = {.sa_sigaction = forward_signal, .sa_flags = SA_RESTART | SA_SIGINFO};
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGINT, &sa, NULL) < 0 ||
         sigaction(SIGHUP, &sa, NULL) < 0)

@@ -109,7 +109,9 @@ struct vased {
     double last_watchdog, last_stats;
     char last_status[256];
 
-    uint64_t evictions_total, stats_messages_total, requests_total, errors_total;
+    uint64_t evictions_total, stats_messages_total, requests_total;
+    /* Error replies: to engine requests (and unreadable frames), and to administrative ones. */
+    uint64_t errors_total, admin_errors_total;
     uint32_t evictions_in_flight;
 };
 

@@ -125,7 +125,8 @@ static void on_signal(struct vased *d) {
             begin_shutdown(d);
             break;
         case SIGHUP:
-            log_info("SIGHUP: reloading the configuration.");
+            log_notice("SIGHUP from uid %u (pid %d): reloading the configuration.",
+                       (unsigned)si.ssi_uid, (int)si.ssi_pid);
             reload(d);
             break;
         default:

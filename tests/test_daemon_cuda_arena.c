@@ -385,6 +385,5 @@ int main(void) {
         cmocka_unit_test(test_vased_refuses),
     };
     vase_log_set_max_level(LOG_ERR);
-    vase_log_set_prefix(false);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

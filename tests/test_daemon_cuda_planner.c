@@ -363,6 +363,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sticky_stops_daemon, plan_setup, plan_teardown),
     };
     vase_log_set_max_level(LOG_ERR);
-    vase_log_set_prefix(false);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

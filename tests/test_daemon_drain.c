@@ -397,6 +397,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_free_while_draining, setup, teardown),
     };
     vase_log_set_max_level(LOG_ERR);
-    vase_log_set_prefix(false);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

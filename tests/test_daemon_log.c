@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 
-/* The logger's escaping of control characters and the per-source rate limit. */
+/* The logger's escaping of control characters, its two line formats (journald's priority
+ * prefixes, or a timestamp and the level) and the per-source rate limit. */
 
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -47,10 +53,108 @@ static void test_ratelimit(void **state) {
     assert_int_equal(suppressed, 0);
 }
 
+/* Runs log_info and log_warning_errno with stderr sent to a fresh file and returns what they
+ * wrote (in buf). */
+static const char *capture(char *buf, size_t size, bool journal) {
+    char path[] = "/tmp/vase-test-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+    vase_log_set_journal(journal);
+    log_info("hello %d", 42);
+    assert_int_equal(log_warning_errno(-ENOENT, "gone: %m"), -ENOENT);
+    fflush(stderr);
+    vase_log_set_journal(false);
+    assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+    close(saved);
+    ssize_t n = pread(fd, buf, size - 1, 0);
+    assert_true(n >= 0);
+    buf[n] = '\0';
+    close(fd);
+    return buf;
+}
+
+static void test_journal_format(void **state) {
+    (void)state;
+    char buf[512];
+    assert_string_equal(capture(buf, sizeof(buf), true),
+                        "<6>hello 42\n<4>gone: No such file or directory\n");
+}
+
+/* "2026-12-02 02:48:01.123 info: hello 42": the local time to the millisecond, then the level. */
+static void test_timestamp_format(void **state) {
+    (void)state;
+    char buf[512], level[16], msg[64];
+    int y, mo, d, h, mi, s, ms, used = 0;
+    const char *p = capture(buf, sizeof(buf), false);
+    for (int line = 0; line < 2; line++) {
+        assert_int_equal(sscanf(p, "%4d-%2d-%2d %2d:%2d:%2d.%3d %15[a-z]: %63[^\n]\n%n", &y, &mo,
+                                &d, &h, &mi, &s, &ms, level, msg, &used),
+                         9);
+        assert_true(y >= 2024 && mo >= 1 && mo <= 12 && d >= 1 && d <= 31 && h <= 23 && mi <= 59 &&
+                    s <= 60 && ms >= 0 && ms <= 999);
+        /* Fixed widths: "YYYY-MM-DD HH:MM:SS.mmm " is 24 characters. */
+        assert_int_equal(p[4], '-');
+        assert_int_equal(p[19], '.');
+        assert_int_equal(p[23], ' ');
+        assert_string_equal(level, line == 0 ? "info" : "warning");
+        assert_string_equal(msg, line == 0 ? "hello 42" : "gone: No such file or directory");
+        p += used;
+    }
+    assert_string_equal(p, "");
+}
+
+/* Only an fd whose device and inode are JOURNAL_STREAM's is journald's stream. */
+static void test_journal_stream(void **state) {
+    (void)state;
+    int fds[2];
+    struct stat st, other;
+    char env[64];
+    assert_int_equal(pipe(fds), 0);
+    assert_int_equal(fstat(fds[1], &st), 0);
+    snprintf(env, sizeof(env), "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    assert_true(vase_log_is_journal_stream(env, fds[1]));
+    /* The inherited variable of a process whose stderr now goes elsewhere. */
+    int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(fstat(fd, &other), 0);
+    assert_true(other.st_ino != st.st_ino || other.st_dev != st.st_dev);
+    assert_false(vase_log_is_journal_stream(env, fd));
+    snprintf(env, sizeof(env), "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino + 1);
+    assert_false(vase_log_is_journal_stream(env, fds[1]));
+    snprintf(env, sizeof(env), "%llu:%llu", (unsigned long long)st.st_dev + 1,
+             (unsigned long long)st.st_ino);
+    assert_false(vase_log_is_journal_stream(env, fds[1]));
+    /* Unset, malformed or trailing garbage. */
+    assert_false(vase_log_is_journal_stream(NULL, fds[1]));
+    snprintf(env, sizeof(env), "%llu:%llux", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    assert_false(vase_log_is_journal_stream(env, fds[1]));
+    snprintf(env, sizeof(env), "%llu", (unsigned long long)st.st_ino);
+    assert_false(vase_log_is_journal_stream(env, fds[1]));
+    assert_false(vase_log_is_journal_stream("", fds[1]));
+    assert_false(vase_log_is_journal_stream(":", fds[1]));
+    assert_false(vase_log_is_journal_stream("-1:-1", fds[1]));
+    /* A closed fd is nobody's stream. */
+    close(fds[0]);
+    close(fds[1]);
+    snprintf(env, sizeof(env), "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    assert_false(vase_log_is_journal_stream(env, fds[1]));
+    close(fd);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_escape),
-        cmocka_unit_test(test_ratelimit),
+        cmocka_unit_test(test_escape),         cmocka_unit_test(test_ratelimit),
+        cmocka_unit_test(test_journal_format), cmocka_unit_test(test_timestamp_format),
+        cmocka_unit_test(test_journal_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

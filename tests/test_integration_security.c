@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -229,6 +230,22 @@ static void test_settings_need_authority(void **state) {
     assert_int_equal(config_set(&f->d, "max_clients", "12"), 0);
     assert_int_equal(
         log_count(&f->d, "Setting max_clients changed from \"64\" to \"12\" by uid 0", false), 1);
+
+    /* A reload names who sent SIGHUP, then each setting it changed, old and new. */
+    char conf[sizeof(f->d.dir) + 16], who[64];
+    snprintf(conf, sizeof(conf), "%s/vased.conf", f->d.dir);
+    FILE *cf = fopen(conf, "w");
+    assert_non_null(cf);
+    fputs("[vased]\nmax_clients = 20\n", cf);
+    assert_int_equal(fclose(cf), 0);
+    assert_int_equal(kill(f->d.pid, SIGHUP), 0);
+    snprintf(who, sizeof(who), "<5>SIGHUP from uid %u (pid %d): reloading", (unsigned)getuid(),
+             (int)getpid());
+    assert_true(log_wait(&f->d, "Reload: max_clients = 20 (was 12).", 10000));
+    if (log_count(&f->d, who, true) != 1) {
+        harness_daemon_dump_log(&f->d);
+        fail_msg("no line starting \"%s\"", who);
+    }
 }
 
 static int admin_group_part(const struct harness_daemon *d, void *arg) {

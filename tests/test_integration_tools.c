@@ -152,6 +152,7 @@ static void test_vasectl_status(void **state) {
     assert_json_line(out);
     assert_int_equal(json_number(out, "seq_id"), vase_seq_id(s));
     assert_non_null(strstr(out, "\"snapkv\""));
+    assert_non_null(strstr(out, "\"model_name\":\"harness-small\""));
     assert_int_equal(json_number(out, "budget"), 128);
     assert_int_equal(json_number(out, "capacity"), 192);
     assert_int_equal(json_number(out, "pages"), 3);
@@ -162,6 +163,13 @@ static void test_vasectl_status(void **state) {
     assert_non_null(strstr(out, "plans queued 0 (0 clients waiting, served in turn), running 0"));
     out = vasectl_ok(f, (const char *const[]){"seqs", NULL});
     assert_non_null(strstr(out, "snapkv"));
+    /* The model by name, with its id. */
+    if (!strstr(out, "  harness-small (1)  "))
+        fail_msg("no model name in\n%s", out);
+    char seq_id[16];
+    snprintf(seq_id, sizeof(seq_id), "%u", vase_seq_id(s));
+    out = vasectl_ok(f, (const char *const[]){"seq", seq_id, NULL});
+    assert_non_null(strstr(out, "model       harness-small (1)\n"));
     out = vasectl_ok(f, (const char *const[]){"clients", NULL});
     assert_non_null(strstr(out, "STATE"));
     assert_non_null(strstr(out, "tools-engine  connected"));
@@ -274,11 +282,62 @@ static void test_vasectl_config(void **state) {
     assert_int_equal(harness_config_set(&f->h.d, "granule_bytes", "128K"), -EPERM);
     assert_int_equal(harness_config_set(&f->h.d, "max_clients", "0"), -ERANGE);
     assert_int_equal(harness_config_set(&f->h.d, "stats_interval", "soon"), -EINVAL);
+    /* Eight refusals, all an operator's: none counts as an engine's error. */
+    out = vasectl_ok(f, (const char *const[]){"--json", "status", NULL});
+    assert_int_equal(json_number(out, "admin_errors_total"), 8);
+    assert_int_equal(json_number(out, "errors_total"), 0);
+    assert_int_equal(vasectl(f, (const char *const[]){"seq", "4000000", NULL}), 1);
+    out = vasectl_ok(f, (const char *const[]){"status", NULL});
+    assert_non_null(strstr(out, "errors 0 (engines) and 9 (administrative)"));
 
-    /* Usage errors exit 2 before talking to anyone. */
+    /* Under --json an error is one JSON object too, with its errno. */
+    assert_int_equal(
+        vasectl(f, (const char *const[]){"--json", "config", "set", "no_such_key", "1", NULL}), 1);
+    assert_json_line(f->p.out);
+    assert_non_null(strstr(f->p.out, "{\"error\":\"config set no_such_key: "));
+    assert_int_equal(json_number(f->p.out, "errno"), ENOENT);
+    assert_int_equal(vasectl(f, (const char *const[]){"frobnicate", "--json", NULL}), 2);
+    assert_json_line(f->p.out);
+    assert_int_equal(json_number(f->p.out, "errno"), EINVAL);
+    assert_int_equal(vasectl(f, (const char *const[]){"--json", "--no-such-flag", NULL}), 2);
+    assert_json_line(f->p.out);
+    assert_non_null(strstr(f->p.out, "unknown option '--no-such-flag'"));
+    assert_int_equal(vasectl(f, (const char *const[]){"--json=yes", "status", NULL}), 2);
+    assert_non_null(strstr(f->p.out, "option '--json' takes no value"));
+    assert_int_equal(vasectl(f, (const char *const[]){"--json", "-hz", NULL}), 0);
+    assert_non_null(strstr(f->p.out, "Usage:"));
+    assert_int_equal(vasectl(f, (const char *const[]){"--json", "-zh", NULL}), 2);
+    assert_non_null(strstr(f->p.out, "unknown option '-z'"));
+
+    /* Usage errors exit 2 before talking to anyone, with a pointer to the help. */
     assert_int_equal(vasectl(f, (const char *const[]){"frobnicate", NULL}), 2);
+    assert_string_equal(f->p.out, "vasectl: unknown command 'frobnicate' (try 'vasectl --help')\n");
+    assert_int_equal(vasectl(f, (const char *const[]){"--frobnicate", "status", NULL}), 2);
+    assert_string_equal(f->p.out,
+                        "vasectl: unknown option '--frobnicate' (try 'vasectl --help')\n");
+    assert_int_equal(vasectl(f, (const char *const[]){"-z", NULL}), 2);
+    assert_string_equal(f->p.out, "vasectl: unknown option '-z' (try 'vasectl --help')\n");
+    assert_int_equal(vasectl(f, (const char *const[]){"status", "--timeout", NULL}), 2);
+    assert_string_equal(f->p.out,
+                        "vasectl: option '--timeout' needs a value (try 'vasectl --help')\n");
     assert_int_equal(vasectl(f, (const char *const[]){"config", "set", "x", NULL}), 2);
     assert_int_equal(vasectl(f, (const char *const[]){"--count=1", "status", NULL}), 2);
+}
+
+/* vasectl --version names its version, the daemon's (they are released together), and the
+ * protocol version of the libvase it was built with. */
+static void test_vasectl_version(void **state) {
+    struct fixture *f = *state;
+    char path[PATH_MAX], want[64];
+    assert_int_equal(harness_program("vased", path, sizeof(path)), 0);
+    struct harness_proc p = {.out_fd = -1};
+    assert_int_equal(
+        harness_run(&p, (const char *const[]){path, "--version", NULL}, NULL, HARNESS_RUN_MS), 0);
+    char version[32];
+    assert_int_equal(sscanf(p.out, "vased %31s", version), 1);
+    harness_proc_free(&p);
+    snprintf(want, sizeof(want), "vasectl %s (protocol %d)\n", version, VASE_PROTOCOL_VERSION);
+    assert_string_equal(vasectl_ok(f, (const char *const[]){"--version", NULL}), want);
 }
 
 /* The VALUE of config set is taken as it is, also when it looks like an option (a negative
@@ -409,6 +468,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_vasectl_elastic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_config_negative, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vasectl_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_events, setup_quiet, teardown),
         cmocka_unit_test_setup_teardown(test_replay_engine, setup, teardown),
     };

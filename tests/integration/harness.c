@@ -161,10 +161,10 @@ int harness_program(const char *name, char *buf, size_t size) {
     return 0;
 }
 
-/* The environment of a child: ours without systemd's notification variables (a daemon under
- * test must not talk to the service manager the tests may run under), plus extra if given.
- * Built before fork(), since a child of a threaded process may only do async-signal-safe
- * work. */
+/* The environment of a child: ours without systemd's notification variables and journal
+ * stream (a daemon under test must not talk to the service manager the tests may run under),
+ * plus extra ("NAME=value", replacing ours) if given. Built before fork(), since a child of a
+ * threaded process may only do async-signal-safe work. */
 static char **child_env(const char *extra) {
     size_t n = 0;
     while (environ[n])
@@ -172,12 +172,13 @@ static char **child_env(const char *extra) {
     char **env = calloc(n + 2, sizeof(*env));
     if (!env)
         return NULL;
-    size_t o = 0;
+    size_t o = 0, name = extra ? strcspn(extra, "=") + 1 : 0;
     for (size_t i = 0; i < n; i++) {
         if (strncmp(environ[i], "NOTIFY_SOCKET=", 14) == 0 ||
-            strncmp(environ[i], "WATCHDOG_", 9) == 0 || strncmp(environ[i], "LISTEN_", 7) == 0)
+            strncmp(environ[i], "WATCHDOG_", 9) == 0 || strncmp(environ[i], "LISTEN_", 7) == 0 ||
+            strncmp(environ[i], "JOURNAL_STREAM=", 15) == 0)
             continue;
-        if (extra && strncmp(environ[i], "VASE_RUNTIME_DIR=", 17) == 0)
+        if (extra && strncmp(environ[i], extra, name) == 0)
             continue;
         env[o++] = environ[i];
     }
@@ -565,6 +566,7 @@ int harness_status(const struct harness_daemon *d, struct harness_status *ret) {
             .seqs = s->seqs,
             .evictions_total = s->evictions_total,
             .errors_total = s->errors_total,
+            .admin_errors_total = s->admin_errors_total,
             .stats_messages_total = s->stats_messages_total,
             .opens_waiting = s->opens_waiting,
             .budget_shrinks_total = s->budget_shrinks_total,
@@ -737,7 +739,18 @@ int harness_daemon_start(struct harness_daemon *d, const char *const *args) {
     int log_fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (log_fd < 0)
         return -errno;
-    char **env = child_env(NULL);
+    /* The log file stands for journald's stream, as systemd would name it: the daemon writes
+     * "<N>" priority prefixes, which the tests look for. */
+    struct stat log_st;
+    char journal[80];
+    if (fstat(log_fd, &log_st) < 0) {
+        r = -errno;
+        close(log_fd);
+        return r;
+    }
+    snprintf(journal, sizeof(journal), "JOURNAL_STREAM=%llu:%llu",
+             (unsigned long long)log_st.st_dev, (unsigned long long)log_st.st_ino);
+    char **env = child_env(journal);
     if (!env) {
         close(log_fd);
         return -ENOMEM;

@@ -190,7 +190,8 @@ struct harness_status {
     uint64_t bytes_total, bytes_free, bytes_pages; /* arena 0 (ArenaStatus) */
     uint32_t clients, seqs;
     uint64_t evictions_total, errors_total, stats_messages_total;
-    uint32_t opens_waiting; /* OpenSeq requests parked for room */
+    uint64_t admin_errors_total; /* refused administrative requests */
+    uint32_t opens_waiting;      /* OpenSeq requests parked for room */
     uint64_t budget_shrinks_total, budget_grows_total, bytes_reclaiming; /* elastic budgets */
     uint32_t seqs_shrunk;
 };

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+
+/* vasectl's numbers for people: byte counts, counts and milliseconds rounded to a few digits. */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+/* vasectl's own files, compiled into the test: they are not part of libvase, which the client
+ * tests link. */
+#include "../client/vasectl_json.c"
+#include "../client/vasectl_print.c"
+
+/* Exact below 10000, then one decimal; 999950 is "1.0M", never "1000.0k". */
+static void test_fmt_count(void **state) {
+    (void)state;
+    static const struct {
+        uint64_t n;
+        const char *want;
+    } cases[] = {
+        {0, "0"},          {9999, "9999"},          {10000, "10.0k"},
+        {12345, "12.3k"},  {999949, "999.9k"},      {999950, "1.0M"},
+        {4567890, "4.6M"}, {7000000000ULL, "7.0G"}, {UINT64_MAX, "18.4E"},
+    };
+    char b[32];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_string_equal(vasectl_fmt_count(cases[i].n, b, sizeof(b)), cases[i].want);
+}
+
+static void test_fmt_ms(void **state) {
+    (void)state;
+    static const struct {
+        double s;
+        const char *want;
+    } cases[] = {
+        {0, "0.000 ms"},        {-1, "0.000 ms"},       {0.000123, "0.123 ms"},
+        {0.0009996, "1.00 ms"}, {0.0012345, "1.23 ms"}, {0.009996, "10.0 ms"},
+        {0.012345, "12.3 ms"},  {0.09996, "100 ms"},    {1.2346, "1235 ms"},
+    };
+    char b[32];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_string_equal(vasectl_fmt_ms(cases[i].s, b, sizeof(b)), cases[i].want);
+    /* Bytes, the third kind of number vasectl rounds. */
+    assert_string_equal(vasectl_fmt_bytes(512, b, sizeof(b)), "512 B");
+    assert_string_equal(vasectl_fmt_bytes(1536, b, sizeof(b)), "1.5 KiB");
+    assert_string_equal(vasectl_fmt_bytes(3ULL << 30, b, sizeof(b)), "3.0 GiB");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fmt_count),
+        cmocka_unit_test(test_fmt_ms),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
