@@ -221,9 +221,19 @@ static void rebalance_arena(struct vased *d, uint32_t i) {
 
 void vase_elastic_rebalance(struct vased *d) {
     bool queue_changed = d->admitq.gen != d->elastic_gen;
+    bool waiting_before = false;
+    for (uint32_t i = 0; i < d->n_arenas; i++)
+        waiting_before |= d->elastic_waiting[i];
+    /* The common case, on every turn of the main loop: nothing waits, nothing did. */
+    if (!d->admitq.n && !waiting_before)
+        return;
+    /* One pass over the queue for every arena's waiters. */
+    bool waits[VASED_MAX_ARENAS] = {false};
+    for (const struct vase_admit_wait *w = d->admitq.head; w; w = w->next)
+        waits[w->arena_id] = true;
     for (uint32_t i = 0; i < d->n_arenas; i++) {
         uint64_t used = d->allocs[i]->used_bytes;
-        bool waiting = waiters(d, i) > 0;
+        bool waiting = waits[i];
         /* No one waits and no one did: every target is at its cap already. */
         bool stale = waiting ? queue_changed || d->elastic_dirty || used != d->elastic_used[i]
                              : d->elastic_waiting[i];
