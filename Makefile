@@ -33,12 +33,14 @@ endif
 # libdlpack-dev, python3-torch and python3-pytest build and test the Python package), systemd gives the
 # tools of check-systemd (systemd-analyze, systemd-sysusers, systemd-tmpfiles), and procps the
 # /bin/kill that vased.service names (systemd-analyze verify wants it to exist); scdoc writes
-# the man pages and man-db's man renders them in make check (both optional for a build).
+# the man pages and man-db's man renders them in make check (both optional for a build);
+# libmicrohttpd-dev serves vased's metrics, and prometheus gives the promtool that make check
+# runs on a scrape of them (a test tool only).
 DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
                 libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
                 python3 python3-numpy valgrind systemd procps clang-format \
                 python3-dev python3-torch python3-pytest python3-matplotlib libdlpack-dev \
-                scdoc man-db
+                scdoc man-db libmicrohttpd-dev prometheus
 
 # DEPS_PREFIX=DIR builds against packages unpacked into DIR (`dpkg-deb -x PKG.deb DIR`, as on a
 # machine without apt or network): their headers and libraries come from DIR/usr/include and
@@ -71,9 +73,10 @@ define DEPS_PROBE_SH
 printf '%s\n' '#include <stdarg.h>' '#include <stddef.h>' '#include <stdint.h>' \
   '#include <setjmp.h>' '#include <cmocka.h>' '#include <zmq.h>' \
   '#include <protobuf-c/protobuf-c.h>' '#include <systemd/sd-daemon.h>' '#include <ini.h>' \
+  '#include <microhttpd.h>' \
   'int main(void) { return 0; }' >$(DEPS_PROBE).c && \
 $(CC) $(DEPS_CFLAGS) -o $(DEPS_PROBE) $(DEPS_PROBE).c $(LDFLAGS) \
-  -lcmocka -lzmq -lprotobuf-c -lsystemd -linih >$(DEPS_PROBE).log 2>&1 && \
+  -lcmocka -lzmq -lprotobuf-c -lsystemd -linih -lmicrohttpd >$(DEPS_PROBE).log 2>&1 && \
 $(PROTOC_C) --version >>$(DEPS_PROBE).log 2>&1
 endef
 
@@ -329,7 +332,7 @@ $(DAEMON_CUDA_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(MOCK_CUDA_OBJ) \
                       $(BUILD)/libvased.a $(CUDA_HOST_OBJS) $(KERNEL_LIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) \
-	  $(INIH_LIBS) $(BLAS_LIBS) -lm
+	  $(INIH_LIBS) $(MHD_LIBS) $(BLAS_LIBS) -lm
 
 # The eviction cycle of test_client_cuda talks to a daemon faked at the channel.
 CLIENT_CHAN_WRAPS := $(foreach f,send wait drain answered drop call,-Wl,--wrap=vase__chan_$(f)) \
@@ -377,6 +380,7 @@ ZMQ_LIBS := -lzmq
 PROTOBUF_LIBS := -lprotobuf-c
 SYSTEMD_LIBS := -lsystemd
 INIH_LIBS := -linih
+MHD_LIBS := -lmicrohttpd
 
 # ---- client/: libvase and vasectl --------------------------------------------------------
 
@@ -471,7 +475,7 @@ DAEMON_SRCS := $(filter-out $(CUDA_ARENA_EXCLUDED),$(wildcard daemon/*.c))
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
 DAEMON_LIB := $(BUILD)/libvased.a
 VASED := $(BUILD)/vased
-DAEMON_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) $(INIH_LIBS) $(BLAS_LIBS) -lm \
+DAEMON_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) $(INIH_LIBS) $(MHD_LIBS) $(BLAS_LIBS) -lm \
                $(DAEMON_CUDA_LIBS)
 
 # Everything but main() goes into an archive the unit tests link against.
@@ -797,7 +801,7 @@ DEB_MAINTAINER ?= vase developers <vase@localhost>
 DEB_DATE = $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),0)
 # The libraries vased, vasectl and libvase link, by their Debian 12 packages.
 DEB_DEPENDS := libc6, libzmq5, libprotobuf-c1, libsystemd0, libinih1, libopenblas0-pthread, \
-               systemd
+               libmicrohttpd12, systemd
 
 deb: $(INSTALL_DEPS)
 	$(Q)rm -rf $(DEB_ROOT)

@@ -164,6 +164,9 @@ static int send_commit(struct vase_seq *s, uint32_t round, uint32_t new_len) {
     ec.seq_id = s->id;
     ec.round = round;
     ec.new_len = new_len;
+    ec.stalls = s->stats.stalls;
+    ec.stall_seconds = s->stats.stall_seconds;
+    ec.compact_seconds = s->stats.compact_seconds;
     e.body_case = VASE__ENVELOPE__BODY_EVICT_COMMIT;
     e.evict_commit = &ec;
     int r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));

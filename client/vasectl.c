@@ -318,6 +318,8 @@ static int cmd_status(struct vase_admin *a) {
     printf("plans queued %" PRIu32 " (%" PRIu32 " clients waiting, served in turn), "
            "running %" PRIu32 "\n",
            s->plans_queued, s->clients_waiting, s->plans_running);
+    if (s->metrics_address && *s->metrics_address)
+        printf("metrics http://%s/metrics\n", s->metrics_address);
     char n1[32], n2[32], n3[32], n4[32];
     printf("requests %s, errors %s (engines) and %s (administrative), stats messages %s\n\n",
            vasectl_fmt_count(s->requests_total, n1, sizeof(n1)),
@@ -495,6 +497,8 @@ static int cmd_seq(struct vase_admin *a, uint32_t id) {
         printf("position    %" PRIu64 "\n", s->position);
         printf("rounds      %" PRIu32 ", last plan %.3f ms\n", s->rounds,
                s->last_plan_seconds * 1e3);
+        printf("engine      %" PRIu64 " stalls (%.3f s waiting for plans), %.3f s compacting\n",
+               s->stalls, s->stall_seconds, s->compact_seconds);
         printf("state       %s\n", s->state);
     }
     protobuf_c_message_free_unpacked(&s->base, NULL);

@@ -19,6 +19,7 @@
 #include "elastic.h"
 #include "evictor.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "publish.h"
 #include "registry.h"
 #include "reply.h"
@@ -62,6 +63,8 @@ static int handle_status(struct vased *d, const struct vase_reply_to *p,
     sr.requests_total = d->requests_total;
     sr.errors_total = d->errors_total;
     sr.admin_errors_total = d->admin_errors_total;
+    sr.metrics_address =
+        d->metrics_http ? (char *)vase_metrics_http_address(d->metrics_http) : (char *)"";
     sr.evictions_in_flight = d->evictions_in_flight;
     struct vase_evictor_counts q;
     vase_evictor_get_counts(d->evictor, &q);

@@ -91,6 +91,11 @@ const struct vase_setting vase_settings[] = {
      "Threads computing eviction plans; 0: one per CPU."},
     {"stats_interval", VASE_SETTING_U32, OFF(stats_interval), 0, 86400, "10", true,
      "Seconds between STATUS= updates and pressure events; 0: only on changes."},
+    {"metrics_address", VASE_SETTING_STRING, OFF(metrics_address), 0, 0, "127.0.0.1:9464", false,
+     "Where the Prometheus metrics are served over HTTP (GET /metrics): HOST:PORT with an IPv4 "
+     "address, or an IPv6 one in brackets ([::1]:9464); port 0 takes a free port (vasectl "
+     "status shows it); off: no endpoint. Not authenticated: keep it on a loopback or "
+     "otherwise trusted address."},
     {"shutdown_timeout", VASE_SETTING_U32, OFF(shutdown_timeout), 0, 600, "10", true,
      "Seconds a clean shutdown waits for plans being computed."},
     {"log_level", VASE_SETTING_LOG_LEVEL, OFF(log_level), 0, 7, "info", true,

@@ -56,6 +56,7 @@ struct vase_config {
     uint64_t max_message_bytes;
     uint32_t evictor_threads;
     uint32_t stats_interval;
+    char *metrics_address; /* "off": no metrics endpoint (metrics_http.h) */
     uint32_t shutdown_timeout;
     int log_level;
     int32_t default_slack;

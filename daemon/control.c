@@ -300,15 +300,21 @@ static int handle_frame(struct vased *d, const void *id, size_t id_len, const vo
     Vase__Envelope *e = NULL;
 
     d->requests_total++;
-    if (extra_frames)
+    if (extra_frames) {
+        d->metrics.requests[0]++;
         return vase_reply_error(d, &p, EBADMSG, "a control message is one frame; got several");
-    if (vase_control_unpack(buf, len, d->cfg.max_message_bytes, &e, &err) < 0)
+    }
+    if (vase_control_unpack(buf, len, d->cfg.max_message_bytes, &e, &err) < 0) {
+        d->metrics.requests[0]++;
         return reply_control_error(d, &p, &err);
+    }
 
     struct vased_client *c = vase_registry_find_token(d->reg, id, id_len);
     uint64_t lost;
     p.request_id = e->request_id;
     p.admin = vase_control_is_admin(e->body_case);
+    p.body = e->body_case;
+    d->metrics.requests[vase_metrics_msg_index(e->body_case)]++;
     if (vase_control_check_peer(e, d->incarnation, c != NULL, c ? &c->last_client_seq : NULL, &lost,
                                 &err) < 0) {
         reply_control_error(d, &p, &err);

@@ -19,11 +19,13 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "clients.h"
 #include "arena.h"
 #include "elastic.h"
 #include "cycle.h"
 #include "evictor.h"
 #include "log.h"
+#include "metrics.h"
 #include "publish.h"
 #include "registry.h"
 #include "reply.h"
@@ -303,8 +305,10 @@ void vase_cycle_plan_done(struct vased *d, struct vase_plan_run *run) {
     /* The reply goes to whoever asked; the run's copy of its routing id dies with the run. */
     uint8_t id[sizeof(run->routing_id)];
     memcpy(id, run->routing_id, run->routing_id_len);
-    struct vase_reply_to p = {
-        .id = id, .id_len = run->routing_id_len, .request_id = run->request_id};
+    struct vase_reply_to p = {.id = id,
+                              .id_len = run->routing_id_len,
+                              .request_id = run->request_id,
+                              .body = VASE__ENVELOPE__BODY_EVICT_REQUEST};
 
     if (run->error) {
         int r = run->error;
@@ -327,6 +331,7 @@ void vase_cycle_plan_done(struct vased *d, struct vase_plan_run *run) {
     s->state = VASED_SEQ_PLAN_READY;
     s->last_plan_seconds = run->seconds;
     d->evictions_total++;
+    vase_metrics_observe_plan(&d->metrics, run->policy, run->seconds);
 
     Vase__EvictPlan ep;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
@@ -371,6 +376,39 @@ static int release_surplus(struct vased *d, struct vased_seq *s, uint32_t new_le
     return r;
 }
 
+/*
+ * The engine's cumulative counters of s as the commit reports them (EvictCommit 4-6), untrusted:
+ * taken only when finite, non-negative and none below the last accepted ones; their increase
+ * goes to the metrics of s's policy. A report that is not taken changes nothing (the commit
+ * goes on) and is logged once per sequence.
+ */
+static void take_engine_report(struct vased *d, struct vased_client *c, struct vased_seq *s,
+                               const Vase__EvictCommit *req) {
+    double stall = req->stall_seconds, compact = req->compact_seconds;
+    if (!isfinite(stall) || !isfinite(compact) || stall < s->engine_stall_seconds ||
+        compact < s->engine_compact_seconds || req->stalls < s->engine_stalls) {
+        d->metrics.engine_reports_ignored++;
+        if (!s->engine_report_logged && vase_clients_log_ok(c))
+            log_notice("Client %u: the commit of sequence %u reports stalls %llu, stall_seconds "
+                       "%g, compact_seconds %g: not finite, negative or below the last ones "
+                       "(%llu, %g, %g); not counted.",
+                       c->id, s->id, (unsigned long long)req->stalls, stall, compact,
+                       (unsigned long long)s->engine_stalls, s->engine_stall_seconds,
+                       s->engine_compact_seconds);
+        s->engine_report_logged = true;
+        return;
+    }
+    if ((unsigned)s->policy < _VASE_POLICY_MAX) {
+        struct vase_metrics_policy *mp = &d->metrics.policy[s->policy];
+        mp->engine_stalls += req->stalls - s->engine_stalls;
+        mp->engine_stall_seconds += stall - s->engine_stall_seconds;
+        mp->engine_compact_seconds += compact - s->engine_compact_seconds;
+    }
+    s->engine_stalls = req->stalls;
+    s->engine_stall_seconds = stall;
+    s->engine_compact_seconds = compact;
+}
+
 static int handle_evict_commit(struct vased *d, struct vased_client *c,
                                const struct vase_reply_to *p, const Vase__EvictCommit *req) {
     struct vased_seq *s = vase_reply_own_seq(d, c, p, req->seq_id);
@@ -395,6 +433,7 @@ static int handle_evict_commit(struct vased *d, struct vased_client *c,
                                 "len between the request's %u and the capacity %u (K %u, N %u)",
                                 req->new_len, run->len, s->capacity, K, N);
 
+    take_engine_report(d, c, s, req);
     compact_stats(s, run, (uint32_t)len_now);
     /* The plan's budget is the sequence's from now on; lowered, it releases pages here. A
      * sequence below its target may take pages back (elastic.h), but not at a commit that

@@ -345,8 +345,8 @@ static int park_open(struct vased *d, struct vased_client *c, const struct vase_
     return 0;
 }
 
-static int handle_open_seq(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
-                           const Vase__OpenSeq *o) {
+static int open_seq(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
+                    const Vase__OpenSeq *o) {
     struct vased_model *m;
     int r = vase_registry_get_model(d->reg, c, o->model_id, &m);
     if (r == -ENOENT)
@@ -390,12 +390,22 @@ static int handle_open_seq(struct vased *d, struct vased_client *c, const struct
     return 0;
 }
 
+/* An open, its refusal counted by reason (metrics). */
+static int handle_open_seq(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
+                           const Vase__OpenSeq *o) {
+    int r = open_seq(d, c, p, o);
+    if (r < 0)
+        d->metrics.refusals[vase_metrics_refusal_of(r)]++;
+    return r;
+}
+
 static struct vase_reply_to wait_reply_to(const struct vase_admit_wait *w) {
     return (struct vase_reply_to){.id = w->routing_id,
                                   .id_len = w->routing_id_len,
                                   .request_id = w->request_id,
                                   .cred_known = w->cred_known,
-                                  .cred = w->cred};
+                                  .cred = w->cred,
+                                  .body = VASE__ENVELOPE__BODY_OPEN_SEQ};
 }
 
 /* Tries a parked open once more. 1 admitted, 0 still no room (it stays parked), or < 0 refused
@@ -440,7 +450,10 @@ void vase_engine_admit_retry(struct vased *d) {
             continue;
         }
         tried[w->arena_id] = true;
-        if (retry_open(d, w) == 0) {
+        int r = retry_open(d, w);
+        if (r < 0)
+            d->metrics.refusals[vase_metrics_refusal_of(r)]++;
+        if (r == 0) {
             blocked |= bit;
             d->admit_free_seen[w->arena_id] = a->used_bytes;
             prev = w;
@@ -460,6 +473,7 @@ void vase_engine_admit_expire(struct vased *d, double now) {
         d->admit_free_seen[w->arena_id] = UINT64_MAX;
         struct vase_reply_to p = wait_reply_to(w);
         log_debug("Client %u: parked open refused after %u ms.", w->client_id, w->wait_ms);
+        d->metrics.refusals[VASE_METRICS_REFUSAL_TIMEOUT]++;
         vase_reply_error(d, &p, ENOSPC,
                          "cannot open the sequence: not enough free memory in the arena; waited "
                          "%u ms (admission_wait_ms) and no room was freed in time",

@@ -20,6 +20,7 @@ struct vase_events {
     void *pub;
     uint64_t incarnation;
     uint64_t seq;
+    uint64_t dropped; /* events numbered but not sent */
 };
 
 int vase_events_new(void *zmq_ctx, const char *endpoint, uint64_t incarnation,
@@ -71,19 +72,27 @@ int vase_events_publish(struct vase_events *ev, const char *topic, Vase__Event *
 
     size_t len = vase__event__get_packed_size(e);
     void *buf = malloc(len ? len : 1);
-    if (!buf)
+    if (!buf) {
+        ev->dropped++;
         return -ENOMEM;
+    }
     vase__event__pack(e, buf);
     int r = 0;
     if (zmq_send(ev->pub, topic, strlen(topic), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
         zmq_send(ev->pub, buf, len, ZMQ_DONTWAIT) < 0)
         r = -zmq_errno();
     free(buf);
-    if (r < 0)
+    if (r < 0) {
+        ev->dropped++;
         log_debug_errno(r, "Dropped a %s event: %m", topic);
+    }
     return r;
 }
 
 uint64_t vase_events_count(const struct vase_events *ev) {
     return ev->seq;
+}
+
+uint64_t vase_events_dropped(const struct vase_events *ev) {
+    return ev->dropped;
 }

@@ -21,3 +21,6 @@ struct vase_events *vase_events_free(struct vase_events *ev);
  * (PUB drops for slow subscribers). 0 or -errno. */
 int vase_events_publish(struct vase_events *ev, const char *topic, Vase__Event *e);
 uint64_t vase_events_count(const struct vase_events *ev);
+/* Events numbered but not sent (out of memory, or the socket refused them); ZeroMQ's own drops
+ * for a slow subscriber are not seen here (the subscriber sees a gap in event_seq). */
+uint64_t vase_events_dropped(const struct vase_events *ev);

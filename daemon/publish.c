@@ -72,6 +72,9 @@ void vase_publish_seq_info(const struct vased_seq *s, Vase__SeqInfo *ret) {
     ret->target_budget = s->target_budget;
     ret->weight = s->weight;
     ret->budget_changes = s->budget_changes;
+    ret->stalls = s->engine_stalls;
+    ret->stall_seconds = s->engine_stall_seconds;
+    ret->compact_seconds = s->engine_compact_seconds;
 }
 
 void vase_publish_seq(struct vased *d, const struct vased_seq *s, bool open) {

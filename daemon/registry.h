@@ -103,6 +103,11 @@ struct vased_seq {
     enum vased_seq_state state;
     struct vase_plan_run *run; /* the in-flight or ready plan */
     double last_plan_seconds;
+    /* What its engine reported with its last accepted commit (EvictCommit fields 4-6,
+     * cumulative): exported, never acted on. */
+    uint64_t engine_stalls;
+    double engine_stall_seconds, engine_compact_seconds;
+    bool engine_report_logged; /* a report that was not taken has been logged */
     /* h2o accumulators [layers][kv_heads][acc_stride], allocated at the first ACC_ADD;
      * acc_stride is the capacity at open (capacity only shrinks). */
     float *acc;

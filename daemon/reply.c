@@ -23,10 +23,14 @@
 #include "wire.h"
 
 static void count_error(struct vased *d, const struct vase_reply_to *p) {
-    if (p->admin)
+    unsigned type = vase_metrics_msg_index(p->body);
+    if (p->admin) {
         d->admin_errors_total++;
-    else
+        d->metrics.admin_errors[type]++;
+    } else {
         d->errors_total++;
+        d->metrics.engine_errors[type]++;
+    }
 }
 
 /* A reply that cannot be packed for want of memory still gets an answer, an ENOMEM Error small

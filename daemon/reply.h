@@ -24,6 +24,7 @@ struct vase_reply_to {
     size_t id_len;
     uint64_t request_id;
     bool admin;        /* an administrative request: its errors count in admin_errors_total */
+    int body;          /* the request's envelope body number (metrics); 0: not readable */
     bool cred_known;   /* false: the transport did not say (never on ipc) */
     struct ucred cred; /* the kernel's, for the connection the frame came over */
 };

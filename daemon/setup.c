@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
+#include <time.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #include "events.h"
 #include "evictor.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "setup.h"
 #include "state.h"
 #include "zap.h"
@@ -317,6 +319,27 @@ static int setup_sockets(struct vased *d) {
     return 0;
 }
 
+static int render_metrics(void *userdata, struct vase_metrics_buf *b) {
+    return vase_metrics_render(userdata, b);
+}
+
+/* The metrics endpoint, unless metrics_address is off. A bind failure stops the start: an
+ * operator who asked for metrics is told at once, not by a scraper's alert. */
+static int setup_metrics(struct vased *d) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    d->metrics.started_at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    if (!d->cfg.metrics_address || strcmp(d->cfg.metrics_address, "off") == 0) {
+        log_info("Metrics endpoint off (metrics_address).");
+        return 0;
+    }
+    int r = vase_metrics_http_new(d->cfg.metrics_address, render_metrics, d, &d->metrics_http);
+    if (r < 0)
+        return r;
+    log_info("Metrics on http://%s/metrics.", vase_metrics_http_address(d->metrics_http));
+    return 0;
+}
+
 static int setup_evictor(struct vased *d) {
     long n = d->cfg.evictor_threads;
     if (n == 0) {
@@ -363,7 +386,8 @@ int vase_setup_start(struct vased *d) {
     if ((r = setup_incarnation(d)) < 0 || (r = setup_signals(d)) < 0 ||
         (r = setup_runtime_dir(d)) < 0 || (r = check_stale_sockets(d)) < 0 ||
         (r = setup_access(d)) < 0 || (r = setup_arenas(d)) < 0 || (r = setup_registry(d)) < 0 ||
-        (r = setup_sockets(d)) < 0 || (r = setup_evictor(d)) < 0 || (r = setup_timer(d)) < 0)
+        (r = setup_sockets(d)) < 0 || (r = setup_metrics(d)) < 0 || (r = setup_evictor(d)) < 0 ||
+        (r = setup_timer(d)) < 0)
         return r;
     return 0;
 }
@@ -380,6 +404,7 @@ void vase_setup_teardown(struct vased *d) {
         d->session_fd = -1;
         unlink(d->session_path);
     }
+    d->metrics_http = vase_metrics_http_free(d->metrics_http);
     d->events = vase_events_free(d->events);
     if (d->router) {
         zmq_close(d->router);

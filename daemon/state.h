@@ -17,6 +17,7 @@
 #include "admitq.h"
 #include "allow.h"
 #include "config.h"
+#include "metrics.h"
 #include "registry.h"
 #include "session.h"
 
@@ -34,6 +35,7 @@ struct vase_arena;
 struct vase_alloc;
 struct vase_events;
 struct vase_evictor;
+struct vase_metrics_http;
 struct vase_plan_run;
 
 /* What a peer may do, from the credentials the kernel gave for its connection. */
@@ -113,6 +115,9 @@ struct vased {
     /* Error replies: to engine requests (and unreadable frames), and to administrative ones. */
     uint64_t errors_total, admin_errors_total;
     uint32_t evictions_in_flight;
+
+    struct vase_metrics metrics;            /* counters of the Prometheus metrics */
+    struct vase_metrics_http *metrics_http; /* the /metrics endpoint; NULL when off */
 };
 
 /* CLOCK_MONOTONIC in seconds: the daemon's clock for deadlines, uptimes and rate limits. */

@@ -33,6 +33,7 @@
 #include "engine.h"
 #include "evictor.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "publish.h"
 #include "setup.h"
 #include "vased.h"
@@ -219,7 +220,7 @@ struct poll_set {
     size_t drain0; /* items[drain0..n): pidfds of draining clients awaiting their exit */
 };
 
-enum { ITEM_ROUTER, ITEM_EVICTOR, ITEM_SIGNAL, ITEM_TIMER, ITEM_ZAP, ITEM_FIXED };
+enum { ITEM_ROUTER, ITEM_EVICTOR, ITEM_SIGNAL, ITEM_TIMER, ITEM_ZAP, ITEM_METRICS, ITEM_FIXED };
 /* How soon the loop tries again to grow a poll set it could not grow. */
 #define POLL_RETRY_MS 100
 
@@ -263,6 +264,12 @@ static int poll_set_fill(struct vased *d, struct poll_set *ps) {
     items[n++] = (zmq_pollitem_t){.fd = d->signal_fd, .events = ZMQ_POLLIN};
     items[n++] = (zmq_pollitem_t){.fd = d->timer_fd, .events = ZMQ_POLLIN};
     items[n++] = (zmq_pollitem_t){.socket = d->zap, .events = ZMQ_POLLIN};
+    /* The metrics endpoint's epoll fd; with metrics off, an item that watches nothing. */
+    if (d->metrics_http)
+        items[n++] =
+            (zmq_pollitem_t){.fd = vase_metrics_http_fd(d->metrics_http), .events = ZMQ_POLLIN};
+    else
+        items[n++] = (zmq_pollitem_t){.fd = d->signal_fd, .events = 0};
     ps->listener = SIZE_MAX;
     if (d->session_fd >= 0 && n < cap) {
         ps->listener = n;
@@ -321,6 +328,8 @@ static int main_loop(struct vased *d) {
         /* Out of memory for the whole set: poll what fits, and try again shortly. */
         long timeout_ms = poll_set_fill(d, &ps) > 0 ? POLL_RETRY_MS : -1;
         timeout_ms = admit_timeout(d, timeout_ms);
+        if (d->metrics_http)
+            timeout_ms = vase_metrics_http_timeout(d->metrics_http, timeout_ms);
         if (zmq_poll(ps.items, (int)ps.n, timeout_ms) < 0) {
             if (zmq_errno() == EINTR)
                 continue;
@@ -339,6 +348,8 @@ static int main_loop(struct vased *d) {
             on_zap(d);
         if (ps.items[ITEM_ROUTER].revents)
             vase_control_process(d);
+        if (d->metrics_http)
+            vase_metrics_http_run(d->metrics_http, ps.items[ITEM_METRICS].revents != 0);
         poll_set_sessions(d, &ps);
         /* Whatever this round released (closes, dead clients, reaped plans, drains) may admit
          * parked opens; and a wait that passed is answered now, not at the next tick. */

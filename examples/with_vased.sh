@@ -83,7 +83,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-"$vased" --config=/dev/null --runtime-dir="$dir" "${settings[@]}" >"$dir/vased.log" 2>&1 &
+# Metrics off unless a setting asks for them: private daemons must not take the operator's port.
+"$vased" --config=/dev/null --runtime-dir="$dir" --metrics-address=off "${settings[@]}" \
+    >"$dir/vased.log" 2>&1 &
 pid=$!
 
 # READY=1 goes to systemd only. The socket files appear as the daemon binds them (the session

@@ -91,6 +91,7 @@ static int run_vased(const char *const *args, char *out, size_t out_len) {
     snprintf(rt, sizeof(rt), "--runtime-dir=%s", dir);
     argv[argc++] = vased;
     argv[argc++] = rt;
+    argv[argc++] = "--metrics-address=off";
     for (size_t i = 0; args[i]; i++) {
         assert_true(argc + 2 < sizeof(argv) / sizeof(argv[0]));
         argv[argc++] = args[i];

@@ -329,7 +329,8 @@ static int run_vased(const char *arena, const char *share, char *out, size_t out
     if (pid == 0) {
         dup2(pipefd[1], STDERR_FILENO);
         dup2(pipefd[1], STDOUT_FILENO);
-        execl(vased, vased, "--config=/dev/null", rt, ar, sh, "--arena-bytes=64M", (char *)NULL);
+        execl(vased, vased, "--config=/dev/null", rt, ar, sh, "--arena-bytes=64M",
+              "--metrics-address=off", (char *)NULL);
         _exit(127);
     }
     close(pipefd[1]);

@@ -418,8 +418,13 @@ static int run_vased_on(const char *dir, struct harness_proc *p) {
     char vased[512], dir_arg[256];
     assert_int_equal(harness_program("vased", vased, sizeof(vased)), 0);
     snprintf(dir_arg, sizeof(dir_arg), "--runtime-dir=%s", dir);
-    const char *argv[] = {
-        vased, dir_arg, "--config=/dev/null", "--arena-bytes=1M", "--granule-bytes=64K", NULL};
+    const char *argv[] = {vased,
+                          dir_arg,
+                          "--config=/dev/null",
+                          "--arena-bytes=1M",
+                          "--granule-bytes=64K",
+                          "--metrics-address=off",
+                          NULL};
     return harness_run(p, argv, NULL, 10000);
 }
 

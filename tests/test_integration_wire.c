@@ -34,7 +34,9 @@ struct fixture {
 };
 
 static int setup(void **state) {
-    static const char *const args[] = {"--max-message-bytes=64K", NULL};
+    /* Metrics on a free port: test_engine_reports scrapes them. */
+    static const char *const args[] = {"--max-message-bytes=64K", "--metrics-address=127.0.0.1:0",
+                                       NULL};
     int r = harness_fixture_setup(state, sizeof(struct fixture), args);
     struct fixture *f = *state;
     if (f)
@@ -381,13 +383,28 @@ static Vase__Envelope *evict_request(struct harness_session *s, uint32_t seq_id,
     return session_call(s, VASE__ENVELOPE__BODY_EVICT_REQUEST, &req);
 }
 
-static Vase__Envelope *evict_commit(struct harness_session *s, uint32_t seq_id, uint32_t round,
-                                    uint32_t new_len) {
+/* The engine's counters a commit reports (EvictCommit 4-6). */
+struct engine_report {
+    uint64_t stalls;
+    double stall_seconds, compact_seconds;
+};
+
+static Vase__Envelope *evict_commit_report(struct harness_session *s, uint32_t seq_id,
+                                           uint32_t round, uint32_t new_len,
+                                           struct engine_report rep) {
     Vase__EvictCommit ec = VASE__EVICT_COMMIT__INIT;
     ec.seq_id = seq_id;
     ec.round = round;
     ec.new_len = new_len;
+    ec.stalls = rep.stalls;
+    ec.stall_seconds = rep.stall_seconds;
+    ec.compact_seconds = rep.compact_seconds;
     return session_call(s, VASE__ENVELOPE__BODY_EVICT_COMMIT, &ec);
+}
+
+static Vase__Envelope *evict_commit(struct harness_session *s, uint32_t seq_id, uint32_t round,
+                                    uint32_t new_len) {
+    return evict_commit_report(s, seq_id, round, new_len, (struct engine_report){0});
 }
 
 static Vase__Envelope *attn_stats(struct harness_session *s, uint32_t seq_id, uint32_t layer,
@@ -546,6 +563,79 @@ static void test_session_rules(void **state) {
     vase__envelope__free_unpacked(reply, NULL);
 }
 
+/* The engine's counters of seq as SeqInfo shows them, asserted equal to want. */
+static void expect_seq_report(const struct harness_daemon *d, uint32_t seq,
+                              struct engine_report want) {
+    Vase__Envelope *reply;
+    assert_int_equal(harness_get_seq(d, seq, &reply), 0);
+    assert_int_equal(reply->seq_info->stalls, want.stalls);
+    assert_true(reply->seq_info->stall_seconds == want.stall_seconds);
+    assert_true(reply->seq_info->compact_seconds == want.compact_seconds);
+    vase__envelope__free_unpacked(reply, NULL);
+}
+
+/* The streaming totals of the engine's counters and the ignored reports, as scraped. */
+static void expect_metric_report(const struct harness_daemon *d, struct engine_report want,
+                                 double ignored) {
+    char *resp;
+    const char *text;
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    assert_true(harness_metric(text, "vase_engine_stalls_total{policy=\"streaming\"}") ==
+                (double)want.stalls);
+    assert_true(harness_metric(text, "vase_engine_stall_seconds_total{policy=\"streaming\"}") ==
+                want.stall_seconds);
+    assert_true(harness_metric(text, "vase_engine_compact_seconds_total{policy=\"streaming\"}") ==
+                want.compact_seconds);
+    assert_true(harness_metric(text, "vase_engine_reports_ignored_total") == ignored);
+    free(resp);
+}
+
+/*
+ * The engine's counters that a commit carries are untrusted: a NaN, a negative value or one
+ * below the last accepted is ignored (SeqInfo and the metrics keep their values) while the
+ * commit itself succeeds; good reports add their increase to the totals.
+ */
+static void test_engine_reports(void **state) {
+    struct fixture *f = *state;
+    assert_int_equal(harness_session_open(&f->h.d, &f->s[0]), 0);
+    Vase__Envelope *reply = register_model(&f->s[0], 2, 4, 2, 32, 64, NULL);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_MODEL_LAYOUT);
+    uint32_t model = reply->model_layout->model_id;
+    vase__envelope__free_unpacked(reply, NULL);
+    reply = open_seq(&f->s[0], model);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_SEQ_LAYOUT);
+    uint32_t seq = reply->seq_layout->seq_id;
+    vase__envelope__free_unpacked(reply, NULL);
+
+    const struct engine_report good1 = {2, 0.5, 0.25}, good2 = {5, 1.5, 0.375};
+    const struct engine_report reports[] = {
+        good1,
+        {3, NAN, 0.5},       /* not finite */
+        {3, 0.75, INFINITY}, /* not finite */
+        {3, 0.75, -1.0},     /* negative */
+        {1, 0.75, 0.5},      /* stalls going backwards */
+        {3, 0.25, 0.5},      /* stall_seconds going backwards */
+        good2,
+    };
+    const struct engine_report expect[] = {good1, good1, good1, good1, good1, good1, good2};
+    const double ignored[] = {0, 1, 2, 3, 4, 5, 5};
+    for (uint32_t round = 0; round < sizeof(reports) / sizeof(reports[0]); round++) {
+        /* One eviction by hand: 160 slots, 128 candidates, keep 96, back to 128. */
+        reply = evict_request(&f->s[0], seq, 160);
+        assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_EVICT_PLAN);
+        vase__envelope__free_unpacked(reply, NULL);
+        reply = evict_commit_report(&f->s[0], seq, round, 128, reports[round]);
+        if (reply->body_case != VASE__ENVELOPE__BODY_COMMIT_REPLY)
+            fail_msg("commit of round %u answered by %s", round, vase_wire_body_name(reply));
+        vase__envelope__free_unpacked(reply, NULL);
+        expect_seq_report(&f->h.d, seq, expect[round]);
+        expect_metric_report(&f->h.d, expect[round], ignored[round]);
+    }
+    struct harness_status st = harness_status_of(&f->h.d);
+    assert_int_equal(st.evictions_total, 7);
+    assert_int_equal(st.errors_total, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_garbage, setup, teardown),
@@ -558,6 +648,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_admin_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_register_model_raw, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_engine_reports, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

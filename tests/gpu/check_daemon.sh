@@ -99,7 +99,7 @@ run_share() {
     vlog=$OUT/vased-$share.log
 
     "$VASED" --config=/dev/null --runtime-dir="$dir" --arena="$spec" --cuda-share="$share" \
-        --arena-bytes=2G --granule-bytes=2M --evictor-threads=4 >"$vlog" 2>&1 &
+        --arena-bytes=2G --granule-bytes=2M --evictor-threads=4 --metrics-address=off >"$vlog" 2>&1 &
     daemon_pid=$!
     local up=0
     for _ in $(seq 300); do

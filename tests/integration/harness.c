@@ -8,6 +8,7 @@
  * PR_SET_PDEATHSIG so they also die when the test process is killed outright.
  */
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -574,9 +575,114 @@ int harness_status(const struct harness_daemon *d, struct harness_status *ret) {
             .bytes_reclaiming = s->bytes_reclaiming,
             .seqs_shrunk = s->seqs_shrunk,
         };
+        snprintf(ret->metrics_address, sizeof(ret->metrics_address), "%s",
+                 s->metrics_address ? s->metrics_address : "");
     }
     vase__envelope__free_unpacked(reply, NULL);
     return r;
+}
+
+/* "127.0.0.1:PORT" into a socket address (the tests bind the metrics to IPv4 loopback). */
+static int metrics_sockaddr(const char *address, struct sockaddr_in *ret) {
+    const char *colon = strrchr(address, ':');
+    char host[32];
+    if (!colon || (size_t)(colon - address) >= sizeof(host))
+        return -EINVAL;
+    memcpy(host, address, (size_t)(colon - address));
+    host[colon - address] = '\0';
+    char *end;
+    errno = 0;
+    unsigned long port = strtoul(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || port > 65535)
+        return -EINVAL;
+    *ret = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    return inet_pton(AF_INET, host, &ret->sin_addr) == 1 ? 0 : -EINVAL;
+}
+
+int harness_http(const struct harness_daemon *d, const char *method, const char *path, char **ret) {
+    struct harness_status st;
+    struct sockaddr_in sa;
+    int r = harness_status(d, &st);
+    if (r < 0)
+        return r;
+    if (!st.metrics_address[0])
+        return -ENOTCONN;
+    if ((r = metrics_sockaddr(st.metrics_address, &sa)) < 0)
+        return r;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    char req[256];
+    int n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: %s\r\n\r\n", method, path,
+                     st.metrics_address);
+    size_t len = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    if (!buf) {
+        close(fd);
+        return -ENOMEM;
+    }
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || write(fd, req, (size_t)n) != n) {
+        r = -errno;
+        goto out;
+    }
+    /* HTTP/1.0: the daemon closes the connection after the response. */
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, HARNESS_WAIT_MS) <= 0) {
+            r = -ETIMEDOUT;
+            goto out;
+        }
+        if (len + 4096 + 1 > cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                r = -ENOMEM;
+                goto out;
+            }
+            buf = nb;
+        }
+        ssize_t got = read(fd, buf + len, cap - len - 1);
+        if (got < 0) {
+            r = -errno;
+            goto out;
+        }
+        if (got == 0)
+            break;
+        len += (size_t)got;
+    }
+    buf[len] = '\0';
+    *ret = buf;
+    buf = NULL;
+    r = 0;
+out:
+    free(buf);
+    close(fd);
+    return r;
+}
+
+int harness_scrape(const struct harness_daemon *d, char **ret_response, const char **ret) {
+    char *resp;
+    int r = harness_http(d, "GET", "/metrics", &resp);
+    if (r < 0)
+        return r;
+    const char *body = strstr(resp, "\r\n\r\n");
+    if (strncmp(resp, "HTTP/1.", 7) != 0 || strncmp(resp + 8, " 200 ", 5) != 0 || !body ||
+        !strstr(resp, "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n")) {
+        fprintf(stderr, "harness: the metrics endpoint answered:\n%.400s\n", resp);
+        free(resp);
+        return -EPROTO;
+    }
+    *ret_response = resp;
+    *ret = body + 4;
+    return 0;
+}
+
+double harness_metric(const char *text, const char *series) {
+    size_t n = strlen(series);
+    for (const char *line = text; line && *line;
+         line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+        if (strncmp(line, series, n) == 0 && line[n] == ' ')
+            return strtod(line + n + 1, NULL);
+    return NAN;
 }
 
 struct harness_status harness_status_of(const struct harness_daemon *d) {
@@ -728,8 +834,16 @@ int harness_daemon_start(struct harness_daemon *d, const char *const *args) {
     snprintf(arena_arg, sizeof(arena_arg), "--arena-bytes=%u",
              HARNESS_PAGE_BYTES * HARNESS_ARENA_PAGES);
     snprintf(page_arg, sizeof(page_arg), "--granule-bytes=%u", HARNESS_PAGE_BYTES);
-    const char *argv[40] = {path, dir_arg, conf_arg, arena_arg, page_arg, "--evictor-threads=2"};
-    size_t argc = 6;
+    /* No metrics endpoint unless the test asks: parallel tests, and an operator's daemon, would
+     * collide on the default port. */
+    const char *argv[40] = {path,
+                            dir_arg,
+                            conf_arg,
+                            arena_arg,
+                            page_arg,
+                            "--evictor-threads=2",
+                            "--metrics-address=off"};
+    size_t argc = 7;
     for (size_t i = 0; args && args[i]; i++) {
         if (argc + 1 >= sizeof(argv) / sizeof(argv[0]))
             return -E2BIG;

@@ -67,11 +67,11 @@ struct harness_daemon {
 
 /*
  * Starts build/vased (or the program of the build tree named by $VASE_VASED_PROGRAM, such as
- * "tests/vased_alloc_fail") with --runtime-dir, an empty --config file, --evictor-threads=2 and the
- * small arena above, then args (NULL-terminated "--key=value" strings, later ones win; may be
- * NULL). The first start makes a fresh directory under /tmp; later starts reuse d->dir (a
- * restart on the same runtime directory). Waits until the daemon answers Ping and records its
- * incarnation. On failure the daemon is killed and its log printed. 0 or -errno.
+ * "tests/vased_alloc_fail") with --runtime-dir, an empty --config file, --evictor-threads=2, the
+ * small arena above and --metrics-address=off, then args (NULL-terminated "--key=value" strings,
+ * later ones win; may be NULL). The first start makes a fresh directory under /tmp; later starts
+ * reuse d->dir (a restart on the same runtime directory). Waits until the daemon answers Ping and
+ * records its incarnation. On failure the daemon is killed and its log printed. 0 or -errno.
  */
 int harness_daemon_start(struct harness_daemon *d, const char *const *args);
 /* Sends sig and waits for the exit; after HARNESS_STOP_MS, SIGKILL and -ETIMEDOUT. 0 on a
@@ -194,6 +194,7 @@ struct harness_status {
     uint32_t opens_waiting;      /* OpenSeq requests parked for room */
     uint64_t budget_shrinks_total, budget_grows_total, bytes_reclaiming; /* elastic budgets */
     uint32_t seqs_shrunk;
+    char metrics_address[64]; /* "" when the metrics are off */
 };
 /* A Status request. 0 or -errno. */
 int harness_status(const struct harness_daemon *d, struct harness_status *ret);
@@ -211,6 +212,19 @@ int harness_config_set(const struct harness_daemon *d, const char *key, const ch
 /* A GetSeq request; *ret is the whole reply envelope (body seq_info on success). 0, -errno, or
  * the Error code negated. */
 int harness_get_seq(const struct harness_daemon *d, uint32_t seq_id, Vase__Envelope **ret);
+/*
+ * An HTTP/1.0 request "METHOD PATH" to the daemon's metrics endpoint (its address from Status);
+ * the whole response, status line and headers included, into *ret (NUL-terminated; free it).
+ * 0, -ENOTCONN when the metrics are off, or -errno.
+ */
+int harness_http(const struct harness_daemon *d, const char *method, const char *path, char **ret);
+/* GET /metrics, checked to be a 200 of the text format; *ret points at the body inside the
+ * response *ret_response (free that). 0 or -errno (-EPROTO for another answer). */
+int harness_scrape(const struct harness_daemon *d, char **ret_response, const char **ret);
+/* The value of the sample whose series is exactly `series` (name and labels as the daemon writes
+ * them: `vase_requests_total{type="ping"}`), or NAN when there is none. */
+double harness_metric(const char *text, const char *series);
+
 /* Polls Status until bytes_pages (arena 0's bytes in pages of sequences) == want; the seconds
  * it took in *ret_seconds. 0 or -ETIMEDOUT after timeout_ms (the last count is printed). */
 int harness_wait_bytes_pages(const struct harness_daemon *d, uint64_t want, int timeout_ms,

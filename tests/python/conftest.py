@@ -18,7 +18,8 @@ def start_vased(run, *settings):
     """Starts build/vased on runtime directory run and waits until it accepts a client."""
     log = open(os.path.join(run, "vased.log"), "w")
     proc = subprocess.Popen(
-        [os.path.join(BUILD, "vased"), "--config=/dev/null", f"--runtime-dir={run}", *settings],
+        [os.path.join(BUILD, "vased"), "--config=/dev/null", f"--runtime-dir={run}",
+         "--metrics-address=off", *settings],
         stdout=log, stderr=subprocess.STDOUT)
     log.close()
     for _ in range(500):
