@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * Unit tests of daemon/metrics.c and daemon/metrics_http.c: label escaping and its length limit,
+ * the sample and histogram lines of the text format, the plan-time buckets, the refusal reasons,
+ * the address parser, and the HTTP endpoint driven the way the main loop drives it (one thread:
+ * the render callback must run on the caller's), with its 404, 405, HEAD and bind errors.
+ */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../daemon/metrics.h"
+#include "../daemon/metrics_http.h"
+
+/* ---- escaping ---- */
+
+static void expect_escape(const char *in, const char *want) {
+    char out[VASE_METRICS_LABEL_MAX * 2 + 1];
+    size_t n = vase_metrics_escape(in, out, sizeof(out));
+    assert_string_equal(out, want);
+    assert_int_equal(n, strlen(want));
+}
+
+static void test_escape(void **state) {
+    (void)state;
+    expect_escape("qwen3-4b", "qwen3-4b");
+    expect_escape("", "");
+    expect_escape("a\"b", "a\\\"b");
+    expect_escape("a\\b", "a\\\\b");
+    expect_escape("a\nb", "a\\nb");
+    /* UTF-8 stays; bytes that are not UTF-8 become '?'. */
+    expect_escape("mod\xc3\xa8le", "mod\xc3\xa8le");
+    expect_escape("a\xff"
+                  "b",
+                  "a?b");
+    expect_escape("a\xc3", "a?");
+    expect_escape("\xc0\xaf", "??");      /* overlong '/' */
+    expect_escape("\xed\xa0\x80", "???"); /* a surrogate */
+}
+
+static void test_escape_limit(void **state) {
+    (void)state;
+    char in[VASE_METRICS_LABEL_MAX * 2 + 8], want[VASE_METRICS_LABEL_MAX + 1];
+    /* Plain bytes: cut at the limit. */
+    memset(in, 'x', sizeof(in) - 1);
+    in[sizeof(in) - 1] = '\0';
+    memset(want, 'x', VASE_METRICS_LABEL_MAX);
+    want[VASE_METRICS_LABEL_MAX] = '\0';
+    expect_escape(in, want);
+    /* A two-byte character across the limit is dropped whole, not cut in half. */
+    memset(in, 'x', VASE_METRICS_LABEL_MAX - 1);
+    strcpy(in + VASE_METRICS_LABEL_MAX - 1, "\xc3\xa8tail");
+    want[VASE_METRICS_LABEL_MAX - 1] = '\0';
+    expect_escape(in, want);
+    /* Quotes at the limit: escaped, so the output grows, but the input is cut at the limit. */
+    memset(in, '"', sizeof(in) - 1);
+    in[sizeof(in) - 1] = '\0';
+    char out[VASE_METRICS_LABEL_MAX * 2 + 1];
+    assert_int_equal(vase_metrics_escape(in, out, sizeof(out)), 2 * VASE_METRICS_LABEL_MAX);
+    /* A small output buffer is never overrun and never ends in half an escape. */
+    char small[4];
+    assert_int_equal(vase_metrics_escape("a\"bc", small, sizeof(small)), 3);
+    assert_string_equal(small, "a\\\"");
+    assert_int_equal(vase_metrics_escape("\"\"", small, 3), 2);
+    assert_string_equal(small, "\\\"");
+}
+
+/* ---- lines ---- */
+
+static void test_lines(void **state) {
+    (void)state;
+    struct vase_metrics_buf b = {0};
+    struct vase_metrics_label l[] = {{"model", "a\"b\nc"}, {"arena", "0"}};
+    vase_metrics_family(&b, "vase_x_bytes", "gauge", "Some bytes.");
+    vase_metrics_sample(&b, "vase_x_bytes", l, 2, 1073741824.0);
+    vase_metrics_sample(&b, "vase_x_bytes", NULL, 0, 0.25);
+    vase_metrics_sample(&b, "vase_x_bytes", NULL, 0, INFINITY);
+    vase_metrics_sample(&b, "vase_x_bytes", NULL, 0, NAN);
+    assert_int_equal(b.error, 0);
+    assert_string_equal(b.data, "# HELP vase_x_bytes Some bytes.\n"
+                                "# TYPE vase_x_bytes gauge\n"
+                                "vase_x_bytes{model=\"a\\\"b\\nc\",arena=\"0\"} 1073741824\n"
+                                "vase_x_bytes 0.25\n"
+                                "vase_x_bytes +Inf\n"
+                                "vase_x_bytes NaN\n");
+    assert_int_equal(b.len, strlen(b.data));
+    free(b.data);
+}
+
+static void test_histogram(void **state) {
+    (void)state;
+    struct vase_metrics_buf b = {0};
+    const double bounds[] = {0.001, 0.5};
+    const uint64_t counts[] = {2, 0, 1}; /* per bucket; the last is above 0.5 */
+    struct vase_metrics_label l = {"policy", "snapkv"};
+    vase_metrics_histogram(&b, "vase_p_seconds", &l, 1, bounds, counts, 2, 1.5);
+    assert_int_equal(b.error, 0);
+    assert_string_equal(b.data, "vase_p_seconds_bucket{policy=\"snapkv\",le=\"0.001\"} 2\n"
+                                "vase_p_seconds_bucket{policy=\"snapkv\",le=\"0.5\"} 2\n"
+                                "vase_p_seconds_bucket{policy=\"snapkv\",le=\"+Inf\"} 3\n"
+                                "vase_p_seconds_sum{policy=\"snapkv\"} 1.5\n"
+                                "vase_p_seconds_count{policy=\"snapkv\"} 3\n");
+    free(b.data);
+}
+
+static void test_observe_plan(void **state) {
+    (void)state;
+    struct vase_metrics m = {0};
+    vase_metrics_observe_plan(&m, VASE_POLICY_SNAPKV, 0.00005); /* below the first bound */
+    vase_metrics_observe_plan(&m, VASE_POLICY_SNAPKV, 0.0001);  /* on it: le is inclusive */
+    vase_metrics_observe_plan(&m, VASE_POLICY_SNAPKV, 0.003);
+    vase_metrics_observe_plan(&m, VASE_POLICY_SNAPKV, 60);  /* above 10 s: +Inf */
+    vase_metrics_observe_plan(&m, VASE_POLICY_SNAPKV, NAN); /* counted as 0 */
+    vase_metrics_observe_plan(&m, _VASE_POLICY_MAX, 1);     /* no such policy: ignored */
+    const struct vase_metrics_policy *p = &m.policy[VASE_POLICY_SNAPKV];
+    assert_int_equal(p->evictions, 5);
+    assert_int_equal(p->plan_buckets[0], 3);
+    assert_int_equal(p->plan_buckets[5], 1); /* 0.0025 < 0.003 <= 0.005 */
+    assert_int_equal(p->plan_buckets[VASE_METRICS_PLAN_BUCKETS], 1);
+    assert_true(fabs(p->plan_seconds - 60.00315) < 1e-9);
+    assert_int_equal(m.policy[VASE_POLICY_STREAMING].evictions, 0);
+    assert_true(vase_metrics_plan_bounds[0] == 0.0001);
+    assert_true(vase_metrics_plan_bounds[VASE_METRICS_PLAN_BUCKETS - 1] == 10);
+}
+
+static void test_refusal_of(void **state) {
+    (void)state;
+    assert_int_equal(vase_metrics_refusal_of(-ENOSPC), VASE_METRICS_REFUSAL_NOSPACE);
+    assert_int_equal(vase_metrics_refusal_of(-EDQUOT), VASE_METRICS_REFUSAL_QUOTA);
+    assert_int_equal(vase_metrics_refusal_of(-ETIMEDOUT), VASE_METRICS_REFUSAL_TIMEOUT);
+    assert_int_equal(vase_metrics_refusal_of(-EINVAL), VASE_METRICS_REFUSAL_INVALID);
+    assert_int_equal(vase_metrics_refusal_of(-ENOENT), VASE_METRICS_REFUSAL_INVALID);
+    assert_int_equal(vase_metrics_refusal_of(-ENOMEM), VASE_METRICS_REFUSAL_OTHER);
+}
+
+/* ---- addresses ---- */
+
+static void test_parse(void **state) {
+    (void)state;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    assert_int_equal(vase_metrics_http_parse("127.0.0.1:9464", &ss, &len), 0);
+    assert_int_equal(ss.ss_family, AF_INET);
+    assert_int_equal(len, sizeof(struct sockaddr_in));
+    assert_int_equal(ntohs(((struct sockaddr_in *)&ss)->sin_port), 9464);
+    assert_int_equal(vase_metrics_http_parse("[::1]:0", &ss, &len), 0);
+    assert_int_equal(ss.ss_family, AF_INET6);
+    assert_int_equal(len, sizeof(struct sockaddr_in6));
+    assert_int_equal(ntohs(((struct sockaddr_in6 *)&ss)->sin6_port), 0);
+    assert_int_equal(vase_metrics_http_parse("0.0.0.0:65535", &ss, &len), 0);
+
+    static const char *const bad[] = {"",
+                                      "off",
+                                      "127.0.0.1",
+                                      "127.0.0.1:",
+                                      ":9464",
+                                      "::1:9464",
+                                      "[::1]9464",
+                                      "[::1]:",
+                                      "[127.0.0.1]:80",
+                                      "localhost:9464",
+                                      "1.2.3.4:65536",
+                                      "1.2.3.4:-1",
+                                      "1.2.3.4:0x10",
+                                      "[::1:80",
+                                      NULL};
+    for (size_t i = 0; bad[i]; i++)
+        if (vase_metrics_http_parse(bad[i], &ss, &len) != -EINVAL)
+            fail_msg("\"%s\" was accepted", bad[i]);
+    assert_int_equal(vase_metrics_http_parse(NULL, &ss, &len), -EINVAL);
+}
+
+/* ---- the endpoint, driven as the main loop drives it ---- */
+
+struct render_state {
+    pthread_t caller;
+    int calls;
+    bool on_caller; /* every call ran on the thread that drives the endpoint */
+    int fail;       /* return this instead of rendering */
+};
+
+static int render(void *userdata, struct vase_metrics_buf *b) {
+    struct render_state *rs = userdata;
+    rs->calls++;
+    rs->on_caller = rs->on_caller && pthread_equal(pthread_self(), rs->caller);
+    if (rs->fail)
+        return rs->fail;
+    vase_metrics_family(b, "vase_test_total", "counter", "A test.");
+    vase_metrics_sample(b, "vase_test_total", NULL, 0, 7);
+    return 0;
+}
+
+/* "127.0.0.1:PORT" of h as a socket address. */
+static struct sockaddr_in address_of(const struct vase_metrics_http *h) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    assert_int_equal(vase_metrics_http_parse(vase_metrics_http_address(h), &ss, &len), 0);
+    return *(struct sockaddr_in *)&ss;
+}
+
+/* Sends request and runs the endpoint until the response is complete (the server closes an
+ * HTTP/1.0 connection after it); the response into buf. */
+static void exchange(struct vase_metrics_http *h, const char *request, char *buf, size_t size) {
+    struct sockaddr_in sa = address_of(h);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    assert_true(fd >= 0);
+    int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    assert_true(r == 0 || errno == EINPROGRESS);
+    size_t len = 0, sent = 0, want = strlen(request);
+    /* Bounded by rounds, not time: each round waits for either side to have something. */
+    for (int round = 0; round < 10000; round++) {
+        struct pollfd p[2] = {{.fd = vase_metrics_http_fd(h), .events = POLLIN},
+                              {.fd = fd, .events = POLLIN | (sent < want ? POLLOUT : 0)}};
+        long timeout = vase_metrics_http_timeout(h, 1000);
+        assert_true(poll(p, 2, (int)timeout) >= 0);
+        vase_metrics_http_run(h, p[0].revents != 0);
+        if (sent < want && (p[1].revents & POLLOUT)) {
+            ssize_t n = write(fd, request + sent, want - sent);
+            if (n > 0)
+                sent += (size_t)n;
+        }
+        if (p[1].revents & (POLLIN | POLLHUP)) {
+            ssize_t n = read(fd, buf + len, size - len - 1);
+            if (n == 0)
+                break;
+            if (n > 0)
+                len += (size_t)n;
+        }
+    }
+    buf[len] = '\0';
+    close(fd);
+}
+
+static void test_endpoint(void **state) {
+    (void)state;
+    struct render_state rs = {.caller = pthread_self(), .on_caller = true};
+    struct vase_metrics_http *h;
+    char buf[4096];
+
+    assert_int_equal(vase_metrics_http_new("127.0.0.1:0", render, &rs, &h), 0);
+    const char *addr = vase_metrics_http_address(h);
+    assert_true(strncmp(addr, "127.0.0.1:", 10) == 0);
+    assert_int_not_equal(strcmp(addr, "127.0.0.1:0"), 0); /* the port bound, not 0 */
+
+    exchange(h, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.0 200", 12) == 0 || strncmp(buf, "HTTP/1.1 200", 12) == 0);
+    assert_non_null(strstr(buf, "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
+    assert_non_null(strstr(buf, "\r\n\r\n# HELP vase_test_total A test.\n"));
+    assert_non_null(strstr(buf, "\nvase_test_total 7\n"));
+    assert_int_equal(rs.calls, 1);
+
+    exchange(h, "HEAD /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_non_null(strstr(buf, " 200 "));
+    assert_null(strstr(buf, "vase_test_total"));
+
+    exchange(h, "GET /other HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_non_null(strstr(buf, " 404 "));
+    exchange(h, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n", buf, sizeof(buf));
+    assert_non_null(strstr(buf, " 405 "));
+    assert_non_null(strstr(buf, "Allow: GET, HEAD\r\n"));
+
+    rs.fail = -ENOMEM;
+    exchange(h, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_non_null(strstr(buf, " 500 "));
+    assert_int_equal(rs.calls, 3); /* GET, HEAD, failed GET; never for 404 or 405 */
+    assert_true(rs.on_caller);
+
+    /* The port is taken now: a second endpoint on it fails with the bind's error. */
+    struct vase_metrics_http *h2 = NULL;
+    char taken[64];
+    snprintf(taken, sizeof(taken), "%s", addr);
+    assert_int_equal(vase_metrics_http_new(taken, render, &rs, &h2), -EADDRINUSE);
+    assert_null(h2);
+    assert_int_equal(vase_metrics_http_new("bogus", render, &rs, &h2), -EINVAL);
+    assert_null(vase_metrics_http_free(h));
+    assert_null(vase_metrics_http_free(NULL));
+}
+
+/* [::1] where the machine has IPv6 loopback (the address reported in brackets); elsewhere the
+ * bind's error. */
+static void test_endpoint_ipv6(void **state) {
+    (void)state;
+    int probe = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 lo = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool have = probe >= 0 && bind(probe, (struct sockaddr *)&lo, sizeof(lo)) == 0;
+    if (probe >= 0)
+        close(probe);
+    struct render_state rs = {.caller = pthread_self(), .on_caller = true};
+    struct vase_metrics_http *h = NULL;
+    int r = vase_metrics_http_new("[::1]:0", render, &rs, &h);
+    if (!have) {
+        print_message("no IPv6 loopback here: [::1] must be refused\n");
+        assert_true(r == -EADDRNOTAVAIL || r == -EAFNOSUPPORT);
+        assert_null(h);
+        return;
+    }
+    assert_int_equal(r, 0);
+    assert_true(strncmp(vase_metrics_http_address(h), "[::1]:", 6) == 0);
+    vase_metrics_http_free(h);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_escape),        cmocka_unit_test(test_escape_limit),
+        cmocka_unit_test(test_lines),         cmocka_unit_test(test_histogram),
+        cmocka_unit_test(test_observe_plan),  cmocka_unit_test(test_refusal_of),
+        cmocka_unit_test(test_parse),         cmocka_unit_test(test_endpoint),
+        cmocka_unit_test(test_endpoint_ipv6),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
