@@ -292,6 +292,58 @@ static void test_endpoint(void **state) {
     assert_null(vase_metrics_http_free(NULL));
 }
 
+/* Runs the endpoint until it has nothing left to do: every connect accepted (or refused) and
+ * every closed connection dropped. Bounded by rounds, not time. */
+static void drive(struct vase_metrics_http *h) {
+    for (int round = 0; round < 50; round++) {
+        struct pollfd p = {.fd = vase_metrics_http_fd(h), .events = POLLIN};
+        int ready = poll(&p, 1, round < 5 ? 100 : 0);
+        vase_metrics_http_run(h, ready > 0);
+        if (ready == 0 && round >= 5)
+            break;
+    }
+}
+
+/* Connected sockets to h that the endpoint has not closed: each is read without waiting, and
+ * one that reads end of file (or an error) was closed. */
+static int count_open(struct vase_metrics_http *h, const int *fds, int n) {
+    int open = 0;
+    drive(h);
+    for (int i = 0; i < n; i++) {
+        char c;
+        ssize_t r = recv(fds[i], &c, 1, MSG_DONTWAIT);
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            open++;
+    }
+    return open;
+}
+
+/* Idle connections from one address beyond VASE_METRICS_HTTP_PER_IP are closed at once, and
+ * the endpoint still answers when the idle ones are gone. */
+static void test_endpoint_flood(void **state) {
+    (void)state;
+    struct render_state rs = {.caller = pthread_self(), .on_caller = true};
+    struct vase_metrics_http *h;
+    enum { N = 3 * VASE_METRICS_HTTP_PER_IP };
+    int fds[N];
+    assert_int_equal(vase_metrics_http_new("127.0.0.1:0", render, &rs, &h), 0);
+    struct sockaddr_in sa = address_of(h);
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+    }
+    assert_int_equal(count_open(h, fds, N), VASE_METRICS_HTTP_PER_IP);
+    assert_int_equal(rs.calls, 0);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    drive(h);
+    char buf[4096];
+    exchange(h, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_non_null(strstr(buf, " 200 "));
+    vase_metrics_http_free(h);
+}
+
 /* [::1] where the machine has IPv6 loopback (the address reported in brackets); elsewhere the
  * bind's error. */
 static void test_endpoint_ipv6(void **state) {
@@ -317,11 +369,11 @@ static void test_endpoint_ipv6(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_escape),        cmocka_unit_test(test_escape_limit),
-        cmocka_unit_test(test_lines),         cmocka_unit_test(test_histogram),
-        cmocka_unit_test(test_observe_plan),  cmocka_unit_test(test_refusal_of),
-        cmocka_unit_test(test_parse),         cmocka_unit_test(test_endpoint),
-        cmocka_unit_test(test_endpoint_ipv6),
+        cmocka_unit_test(test_escape),         cmocka_unit_test(test_escape_limit),
+        cmocka_unit_test(test_lines),          cmocka_unit_test(test_histogram),
+        cmocka_unit_test(test_observe_plan),   cmocka_unit_test(test_refusal_of),
+        cmocka_unit_test(test_parse),          cmocka_unit_test(test_endpoint),
+        cmocka_unit_test(test_endpoint_flood), cmocka_unit_test(test_endpoint_ipv6),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
