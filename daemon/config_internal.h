@@ -14,7 +14,7 @@
 
 /* The number of rows of vase_settings[] (checked against the table in config.c), for arrays
  * with one slot per setting. */
-#define VASE_SETTINGS_N 24
+#define VASE_SETTINGS_N 25
 
 /* Whether two setting names are the same, '-' and '_' being equal. */
 bool vase_setting_key_equal(const char *a, const char *b);
@@ -36,5 +36,11 @@ bool vase_arena_name_valid(const char *name);
 
 /* Reads and parses the file at path into c, as vase_config_parse_file(). *ret_read tells
  * whether a failure was in reading it (returned unlogged) rather than in what it says (logged
- * with the line). */
-int vase_config_parse_path(struct vase_config *c, const char *path, bool *ret_read);
+ * with the line). ret_given, when not NULL (VASE_SETTINGS_N entries), is set true for each
+ * [vased] key the file gives. */
+int vase_config_parse_path(struct vase_config *c, const char *path, bool *ret_read,
+                           bool *ret_given);
+
+/* Reads a whole configuration file (at most 1 MiB) into a NUL-terminated buffer (*ret, the
+ * caller's). -errno of open() or read(), -EISDIR, -EFBIG, -ENOMEM; nothing is logged. */
+int vase_config_read_file(const char *path, char **ret, size_t *ret_len);
