@@ -531,6 +531,9 @@ ALLOC_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wra
               -Wl,--wrap=free
 $(BUILD)/tests/test_daemon_alloc_fail: TEST_WRAP := $(ALLOC_WRAP)
 $(BUILD)/tests/test_daemon_alloc_fail: $(BUILD)/tests/alloc_fail.o
+# The drop-in writer's failures: write(2) and mkostemp(3) fail on demand.
+$(BUILD)/tests/test_daemon_config_dropin: TEST_WRAP := -Wl,--wrap=write,--wrap=mkostemp
+$(BUILD)/tests/test_daemon_config_dropin: $(BUILD)/tests/log_capture.o
 
 # vased with the allocation-failure hook, armed on its main thread once it is ready
 # (tests/vased_alloc_fail.c); test_integration_alloc_fail starts it. Only for the tests.

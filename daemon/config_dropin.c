@@ -168,8 +168,7 @@ static int keep_entries(const char *path, const char *old, const struct vase_set
             while (klen && (p[klen - 1] == ' ' || p[klen - 1] == '\t'))
                 klen--;
             if (!eq || klen == 0 || klen >= sizeof(key))
-                return log_error_errno(-EINVAL, "%s:%u: expected \"key = value\"", path,
-                                       line_no);
+                return log_error_errno(-EINVAL, "%s:%u: expected \"key = value\"", path, line_no);
             memcpy(key, p, klen);
             key[klen] = '\0';
             const struct vase_setting *k = vase_setting_find(key);
@@ -232,8 +231,8 @@ static int compose(const char *path, const char *old, const struct vase_setting 
         return r;
     if (gmtime_r(&when, &tm))
         strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S UTC", &tm);
-    int n = snprintf(line, sizeof(line), "\n# %s: set by uid %" PRIu32 " at %s\n%s = %s\n",
-                     s->name, uid, stamp, s->name, value);
+    int n = snprintf(line, sizeof(line), "\n# %s: set by uid %" PRIu32 " at %s\n%s = %s\n", s->name,
+                     uid, stamp, s->name, value);
     text_add(out, line, (size_t)n);
     return out->oom ? -ENOMEM : 0;
 }
