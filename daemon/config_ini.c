@@ -565,7 +565,11 @@ int vase_config_dump(const struct vase_config *c, FILE *f) {
                "# with its value, its bounds and default in the comment above it. Each may also\n"
                "# be given as --name=value on the command line; settings marked \"runtime\" are\n"
                "# re-read on SIGHUP and may be changed with `vasectl config`. Every key belongs\n"
-               "# to a section, and each is given once.\n\n[vased]\n");
+               "# to a section, and each is given once. Drop-ins in vased.conf.d/*.conf beside\n"
+               "# this file (or config_dir) are read after it in lexical order, each overriding\n"
+               "# the files before it; flags override all files. On SIGHUP a key the files do\n"
+               "# not change keeps a value set with `vasectl config set`; `vasectl config set\n"
+               "# --persist` writes vased.conf.d/90-vasectl.conf.\n\n[vased]\n");
     for (size_t i = 0; i < vase_settings_count; i++) {
         const struct vase_setting *s = &vase_settings[i];
         char value[PATH_MAX + 1], bounds[96];

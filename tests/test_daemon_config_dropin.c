@@ -28,7 +28,7 @@
 
 /* ---- failures on demand ---- */
 
-static int fail_write = 0;   /* errno the next write(2)s of the code under test fail with */
+static int fail_write = 0;    /* errno the next write(2)s of the code under test fail with */
 static int fail_mkostemp = 0; /* likewise for mkostemp(3) */
 
 ssize_t __real_write(int fd, const void *buf, size_t n);
@@ -132,7 +132,8 @@ static int load(struct vase_config *c, const char *const *flags) {
         keys[n] = (char *)flags[2 * n];
         values[n] = (char *)flags[2 * n + 1];
     }
-    struct vase_cmdline cmd = {.config_path = conf, .n_overrides = n, .keys = keys, .values = values};
+    struct vase_cmdline cmd = {
+        .config_path = conf, .n_overrides = n, .keys = keys, .values = values};
     log_capture_begin();
     int r = vase_config_load(c, &cmd);
     log_capture_end();
@@ -358,8 +359,8 @@ static void test_persist_file(void **state) {
     /* A value the parser would not read back is refused too (a string with a comment in it). */
     put("conf.d/90-vasectl.conf", "[vased]\n");
     log_capture_begin();
-    assert_int_equal(vase_config_persist(dir, vase_setting_find("allow_users"), "a ;b", 0, 0, &path),
-                     -EBADMSG);
+    assert_int_equal(
+        vase_config_persist(dir, vase_setting_find("allow_users"), "a ;b", 0, 0, &path), -EBADMSG);
     log_capture_end();
     assert_string_equal(get_text("conf.d/90-vasectl.conf"), "[vased]\n");
     assert_int_equal(vase_config_persist(dir, mc, "1\n2", 0, 0, &path), -EINVAL);
