@@ -209,11 +209,26 @@ static int handle_config_get(struct vased *d, const struct vase_reply_to *p,
     return 0;
 }
 
+/* Whether vased's command line gives s: a flag wins over every file, so a value persisted in a
+ * drop-in would not last. */
+static bool given_by_flag(const struct vased *d, const struct vase_setting *s) {
+    for (size_t i = 0; d->cmdline && i < d->cmdline->n_overrides; i++)
+        if (vase_setting_find(d->cmdline->keys[i]) == s)
+            return true;
+    return false;
+}
+
 static int handle_config_set(struct vased *d, const struct vase_reply_to *p,
                              const Vase__ConfigSet *req) {
     const struct vase_setting *s = vase_setting_find(req->key);
     if (!s)
         return vase_reply_error(d, p, ENOENT, "no setting \"%s\"", req->key);
+    if (req->persist && s->runtime && given_by_flag(d, s))
+        return vase_reply_error(d, p, EBUSY,
+                                "%s not changed: vased's command line gives it (--%s), which wins "
+                                "over the configuration files, so a persisted value would not "
+                                "last; change it without --persist, or change the flag",
+                                s->name, s->name);
     char old[CONFIG_VALUE_MAX];
     vase_config_format(&d->cfg, s, old, sizeof(old));
     int r = vase_config_set(&d->cfg, req->key, req->value, VASE_CONFIG_RUNTIME);

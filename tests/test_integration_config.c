@@ -304,8 +304,14 @@ static void test_persist(void **state) {
     snprintf(who, sizeof(who), "# admission_wait_ms: set by uid %u at ", (unsigned)geteuid());
     assert_non_null(strstr(text, who));
 
-    /* A setting that cannot change at run time cannot be persisted either. */
+    /* A setting that cannot change at run time cannot be persisted either; nor one a flag gives
+     * (the flag would win at the next start). */
     assert_int_equal(set(f, "granule_bytes", "128K", true), -EPERM);
+    assert_int_equal(set(f, "default_slack", "7", true), -EBUSY);
+    assert_non_null(strstr(vase_admin_last_error(f->a), "default_slack not changed: vased's "
+                                                        "command line gives it (--default_slack)"));
+    expect(f, "default_slack", "5", "command line");
+    assert_null(strstr(read_text(path, text, sizeof(text)), "default_slack"));
     assert_null(strstr(read_text(path, text, sizeof(text)), "granule_bytes"));
 
     /* The drop-in is now the files' value: a reload keeps it; so does a restart. */
@@ -318,12 +324,12 @@ static void test_persist(void **state) {
     /* vasectl: --persist, and the source in its output. */
     char prog[PATH_MAX];
     assert_int_equal(harness_program("vasectl", prog, sizeof(prog)), 0);
-    const char *set_argv[] = {prog, "config", "set", "--persist", "stats_interval", "6", NULL};
+    const char *set_argv[] = {prog, "config", "set", "--persist", "max_seqs_per_client", "6", NULL};
     assert_int_equal(harness_run(&f->p, set_argv, &f->h.d, HARNESS_RUN_MS), 0);
-    snprintf(text, sizeof(text), "stats_interval = 6 (file %s)", path);
+    snprintf(text, sizeof(text), "max_seqs_per_client = 6 (file %s)", path);
     assert_non_null(strstr(f->p.out, text));
     harness_proc_free(&f->p);
-    const char *json_argv[] = {prog, "--json", "config", "get", "stats_interval", NULL};
+    const char *json_argv[] = {prog, "--json", "config", "get", "max_seqs_per_client", NULL};
     assert_int_equal(harness_run(&f->p, json_argv, &f->h.d, HARNESS_RUN_MS), 0);
     snprintf(text, sizeof(text), "\"source\":\"file %s\"", path);
     assert_non_null(strstr(f->p.out, text));
