@@ -153,7 +153,7 @@ static int keep_entries(const char *path, const char *old, const struct vase_set
             p++;
             len--;
         }
-        if (len == 0 || strncmp(p, "[vased]", len) == 0) {
+        if (len == 0 || (len == 7 && memcmp(p, "[vased]", 7) == 0)) {
             comment = NULL;
         } else if (*p == '#' || *p == ';') {
             comment = p;

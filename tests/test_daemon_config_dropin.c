@@ -349,7 +349,13 @@ static void test_persist_file(void **state) {
     expect(&c, "max_clients", "13", "file conf.d/90-vasectl.conf");
     vase_config_done(&c);
 
-    /* Text this writer does not write is refused, and the file left as it was. */
+    /* Text this writer does not write is refused, and the file left as it was: a line that is
+     * only the start of "[vased]", another section. */
+    put("conf.d/90-vasectl.conf", "[\nmax_clients = 13\n");
+    log_capture_begin();
+    assert_int_equal(vase_config_persist(dir, mc, "14", 0, 0, &path), -EINVAL);
+    assert_non_null(strstr(log_capture_end(), "90-vasectl.conf:1: only [vased] belongs"));
+    assert_string_equal(get_text("conf.d/90-vasectl.conf"), "[\nmax_clients = 13\n");
     put("conf.d/90-vasectl.conf", "[vased]\nmax_clients = 13\n[arena x]\narena = host\n");
     log_capture_begin();
     assert_int_equal(vase_config_persist(dir, mc, "14", 0, 0, &path), -EINVAL);
