@@ -535,6 +535,9 @@ ALLOC_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wra
               -Wl,--wrap=free
 $(BUILD)/tests/test_daemon_alloc_fail: TEST_WRAP := $(ALLOC_WRAP)
 $(BUILD)/tests/test_daemon_alloc_fail: $(BUILD)/tests/alloc_fail.o
+# The drop-in writer's failures: write(2) and mkostemp(3) fail on demand.
+$(BUILD)/tests/test_daemon_config_dropin: TEST_WRAP := -Wl,--wrap=write,--wrap=mkostemp
+$(BUILD)/tests/test_daemon_config_dropin: $(BUILD)/tests/log_capture.o
 
 # vased with the allocation-failure hook, armed on its main thread once it is ready
 # (tests/vased_alloc_fail.c); test_integration_alloc_fail starts it. Only for the tests.
@@ -670,8 +673,9 @@ bench-service: $(VASED) $(BENCH_SERVICE)
 # link libvase.so, libvase.a and vase.pc in LIBDIR; the public headers in $(INCLUDEDIR)/vase;
 # the unit, sysusers and tmpfiles files under $(LIBDIR)/ (systemd reads both /usr/lib and
 # /usr/local/lib); the man pages (when scdoc is installed); the Python package; and
-# /etc/vase/vased.conf only if there is none: an operator's copy is never overwritten.
-# `make uninstall` removes the same files, and vased.conf only while it is the default.
+# /etc/vase/vased.conf only if there is none: an operator's copy is never overwritten; the
+# drop-in directory /etc/vase/vased.conf.d. `make uninstall` removes the same files, vased.conf
+# only while it is the default, and the drop-in directory only while it is empty.
 # `make deb` packages `make install PREFIX=/usr` (build/vase_VERSION_ARCH.deb). The version is
 # the daemon's (VASED_VERSION of daemon/state.h); the SONAME changes only when the ABI breaks.
 
@@ -742,7 +746,8 @@ D := $(DESTDIR)
 install: $(INSTALL_DEPS)
 	$(call say,INSTALL,$(D)$(PREFIX))
 	$(Q)$(INSTALL) -d $(D)$(BINDIR) $(D)$(LIBDIR)/pkgconfig $(D)$(INCLUDEDIR)/vase $(D)$(UNITDIR) \
-	  $(D)$(SYSUSERSDIR) $(D)$(TMPFILESDIR) $(D)$(SYSCONFDIR)/vase $(D)$(DOCDIR)
+	  $(D)$(SYSUSERSDIR) $(D)$(TMPFILESDIR) $(D)$(SYSCONFDIR)/vase $(D)$(DOCDIR) \
+	  $(D)$(SYSCONFDIR)/vase/vased.conf.d
 	$(Q)$(INSTALL) -m 755 $(VASED) $(VASECTL) $(D)$(BINDIR)/
 	$(Q)$(INSTALL) -m 644 $(LIBVASE_SO) $(D)$(LIBDIR)/$(LIBVASE_FILE)
 	$(Q)ln -sf $(LIBVASE_FILE) $(D)$(LIBDIR)/$(LIBVASE_SONAME)
@@ -783,7 +788,7 @@ uninstall:
 	elif [ -e $(D)$(SYSCONFDIR)/vase/vased.conf ]; then \
 	  echo "  KEEP    $(D)$(SYSCONFDIR)/vase/vased.conf (edited)"; fi
 	$(Q)rmdir $(D)$(INCLUDEDIR)/vase $(D)$(DOCDIR) $(D)$(PYTHONDIR)/vase \
-	  $(D)$(SYSCONFDIR)/vase 2>/dev/null || true
+	  $(D)$(SYSCONFDIR)/vase/vased.conf.d $(D)$(SYSCONFDIR)/vase 2>/dev/null || true
 
 # ---- deb ----
 #

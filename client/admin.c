@@ -254,8 +254,8 @@ int vase_admin_config_get(struct vase_admin *a, const char *key, Vase__ConfigRep
     return REQUEST(a, &e, VASE__ENVELOPE__BODY_CONFIG_REPLY, config_reply, ret);
 }
 
-int vase_admin_config_set(struct vase_admin *a, const char *key, const char *value,
-                          Vase__ConfigReply **ret) {
+static int config_set(struct vase_admin *a, const char *key, const char *value, bool persist,
+                      Vase__ConfigReply **ret) {
     Vase__ConfigSet cs = VASE__CONFIG_SET__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
 
@@ -263,9 +263,20 @@ int vase_admin_config_set(struct vase_admin *a, const char *key, const char *val
         return -EINVAL;
     cs.key = (char *)key;
     cs.value = (char *)value;
+    cs.persist = persist;
     e.body_case = VASE__ENVELOPE__BODY_CONFIG_SET;
     e.config_set = &cs;
     return REQUEST(a, &e, VASE__ENVELOPE__BODY_CONFIG_REPLY, config_reply, ret);
+}
+
+int vase_admin_config_set(struct vase_admin *a, const char *key, const char *value,
+                          Vase__ConfigReply **ret) {
+    return config_set(a, key, value, false, ret);
+}
+
+int vase_admin_config_persist(struct vase_admin *a, const char *key, const char *value,
+                              Vase__ConfigReply **ret) {
+    return config_set(a, key, value, true, ret);
 }
 
 int vase_admin_events_subscribe(struct vase_admin *a, struct vase_admin_events **ret) {

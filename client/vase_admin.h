@@ -73,9 +73,17 @@ int vase_admin_clients(struct vase_admin *a, Vase__ClientsReply **ret);
 int vase_admin_seqs(struct vase_admin *a, uint32_t client_id, Vase__SeqsReply **ret);
 int vase_admin_seq(struct vase_admin *a, uint32_t seq_id, Vase__SeqInfo **ret);
 int vase_admin_config_get(struct vase_admin *a, const char *key, Vase__ConfigReply **ret);
-/* Changes a runtime setting; the reply holds the setting as it now is. */
+/* Changes a runtime setting; the reply holds the setting as it now is (ConfigEntry.source
+ * "runtime (uid N)"). A reload (SIGHUP) keeps the value unless the configuration files change
+ * the key; a restart forgets it. */
 int vase_admin_config_set(struct vase_admin *a, const char *key, const char *value,
                           Vase__ConfigReply **ret);
+/* The same, and the daemon writes the value into its drop-in vased.conf.d/90-vasectl.conf, so
+ * that it lasts across reloads and restarts (source "file PATH"). The value changes only if the
+ * file was written: else the daemon's -errno of the write (-EACCES, -EROFS, -ENOSPC, ...) and
+ * nothing changed. */
+int vase_admin_config_persist(struct vase_admin *a, const char *key, const char *value,
+                              Vase__ConfigReply **ret);
 
 /*
  * Subscribes to the daemon's events (<runtime_dir>/events.sock), after a ping on a proves the

@@ -37,6 +37,7 @@ static const char *arg_runtime_dir = NULL;
 static bool arg_json = false;
 static int arg_timeout_ms = DEFAULT_TIMEOUT_MS;
 static long long arg_count = -1; /* events to print; -1: until SIGINT */
+static bool arg_persist = false; /* config set: also into the daemon's drop-in */
 /* The command words: at most four are ever valid ("config set KEY VALUE"); more are counted so
  * that run() can refuse them. */
 #define MAX_WORDS 4
@@ -91,7 +92,11 @@ static void help(void) {
            "  seq ID                 one sequence\n"
            "  config get [KEY]       settings (one setting's value)\n"
            "  config set KEY VALUE   change a setting at run time (VALUE is taken as it is,\n"
-           "                         also when it starts with '-': config set default_slack -1)\n"
+           "                         also when it starts with '-': config set default_slack -1);\n"
+           "                         it lasts across reloads unless the files change KEY\n"
+           "  config set --persist KEY VALUE\n"
+           "                         the same, written to vased.conf.d/90-vasectl.conf so that\n"
+           "                         it lasts across restarts too\n"
            "  events                 follow the event stream until interrupted\n"
            "  ping                   round trip to the daemon\n"
            "\n"
@@ -104,6 +109,7 @@ static void help(void) {
            "                         {\"error\": MESSAGE, \"errno\": N} on stderr)\n"
            "     --timeout=MS        bound on each wait for the daemon (default %d)\n"
            "     --count=N           events: stop after N events\n"
+           "     --persist           config set: also write the value to the daemon's drop-in\n"
            "\n"
            "Options may come before, between or after the command's words; '--' ends them.\n",
            program_invocation_short_name, DEFAULT_TIMEOUT_MS);
@@ -129,7 +135,7 @@ static bool value_due(void) {
  * of config set can be taken as it is, and "--" makes every later argument a word.
  */
 static int parse_argv(int argc, char *argv[]) {
-    enum { ARG_RUNTIME_DIR = 0x100, ARG_JSON, ARG_TIMEOUT, ARG_COUNT, ARG_VERSION };
+    enum { ARG_RUNTIME_DIR = 0x100, ARG_JSON, ARG_TIMEOUT, ARG_COUNT, ARG_VERSION, ARG_PERSIST };
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, ARG_VERSION},
@@ -137,6 +143,7 @@ static int parse_argv(int argc, char *argv[]) {
         {"json", no_argument, NULL, ARG_JSON},
         {"timeout", required_argument, NULL, ARG_TIMEOUT},
         {"count", required_argument, NULL, ARG_COUNT},
+        {"persist", no_argument, NULL, ARG_PERSIST},
         {},
     };
     bool options_ended = false;
@@ -188,6 +195,9 @@ static int parse_argv(int argc, char *argv[]) {
                 return fail(-EINVAL, "invalid --count '%s': expected a number >= 0", optarg);
             }
             arg_count = v;
+            break;
+        case ARG_PERSIST:
+            arg_persist = true;
             break;
         case ':':
             return fail(-EINVAL, "option '%s' needs a value " HINT, argv[at]);
@@ -506,7 +516,8 @@ static int cmd_seq(struct vase_admin *a, uint32_t id) {
 }
 
 static int print_config(const Vase__ConfigReply *cr, bool single) {
-    struct table t = {.ncols = 5, .headers = {"KEY", "VALUE", "DEFAULT", "RUNTIME", "DESCRIPTION"}};
+    struct table t = {.ncols = 6,
+                      .headers = {"KEY", "VALUE", "SOURCE", "DEFAULT", "RUNTIME", "DESCRIPTION"}};
     int r = 0;
 
     if (arg_json) {
@@ -522,6 +533,7 @@ static int print_config(const Vase__ConfigReply *cr, bool single) {
         const Vase__ConfigEntry *c = cr->entries[i];
         if ((r = vasectl_table_add(&t, "%s", c->key)) < 0 ||
             (r = vasectl_table_add(&t, "%s", c->value)) < 0 ||
+            (r = vasectl_table_add(&t, "%s", c->source[0] ? c->source : "-")) < 0 ||
             (r = vasectl_table_add(&t, "%s", c->default_value)) < 0 ||
             (r = vasectl_table_add(&t, "%s", c->runtime ? "yes" : "no")) < 0 ||
             (r = vasectl_table_add(&t, "%s", c->description)) < 0)
@@ -552,15 +564,17 @@ static int cmd_config_set(struct vase_admin *a, const char *key, const char *val
     Vase__ConfigReply *cr;
     char what[300];
 
-    snprintf(what, sizeof(what), "config set %.256s", key);
-    int r = vase_admin_config_set(a, key, value, &cr);
+    snprintf(what, sizeof(what), "config set%s %.256s", arg_persist ? " --persist" : "", key);
+    int r = arg_persist ? vase_admin_config_persist(a, key, value, &cr)
+                        : vase_admin_config_set(a, key, value, &cr);
     if (r < 0)
         return report(a, what, r);
     if (arg_json)
         vasectl_json_line(&cr->base);
     else
         for (size_t i = 0; i < cr->n_entries; i++)
-            printf("%s = %s\n", cr->entries[i]->key, cr->entries[i]->value);
+            printf("%s = %s (%s)\n", cr->entries[i]->key, cr->entries[i]->value,
+                   cr->entries[i]->source[0] ? cr->entries[i]->source : "source unknown");
     protobuf_c_message_free_unpacked(&cr->base, NULL);
     return 0;
 }
@@ -649,6 +663,8 @@ static int check_words(uint32_t *ret_id) {
     if (arg_count >= 0 && strcmp(cmd, "events") != 0) {
         return fail(-EINVAL, "--count applies to 'events' only");
     }
+    if (arg_persist && !(strcmp(cmd, "config") == 0 && strcmp(args[0], "set") == 0))
+        return fail(-EINVAL, "--persist applies to 'config set' only");
     return 0;
 }
 

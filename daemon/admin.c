@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "access.h"
 #include "admin.h"
@@ -154,34 +155,39 @@ static int handle_get_seq(struct vased *d, const struct vase_reply_to *p, const 
     return 0;
 }
 
-/* One ConfigEntry; value is the caller's buffer. */
-static void config_entry(const struct vased *d, const struct vase_setting *s, char *value,
-                         size_t len, Vase__ConfigEntry *ret) {
+#define CONFIG_VALUE_MAX 4097
+#define CONFIG_SOURCE_MAX (4097 + 16)
+
+/* One ConfigEntry; text is the caller's buffer of CONFIG_VALUE_MAX + CONFIG_SOURCE_MAX bytes, for
+ * the value and the source. */
+static void config_entry(const struct vased *d, const struct vase_setting *s, char *text,
+                         Vase__ConfigEntry *ret) {
     vase__config_entry__init(ret);
-    vase_config_format(&d->cfg, s, value, len);
+    vase_config_format(&d->cfg, s, text, CONFIG_VALUE_MAX);
+    vase_config_source(&d->cfg, s, text + CONFIG_VALUE_MAX, CONFIG_SOURCE_MAX);
     ret->key = (char *)s->name;
-    ret->value = value;
+    ret->value = text;
     ret->type = (char *)vase_setting_type_name(s->type);
     ret->default_value = (char *)s->def;
     ret->runtime = s->runtime;
     ret->description = (char *)s->description;
+    ret->source = text + CONFIG_VALUE_MAX;
 }
-
-#define CONFIG_VALUE_MAX 4097
 
 static int reply_config(struct vased *d, const struct vase_reply_to *p,
                         const struct vase_setting *only) {
+    const size_t each = CONFIG_VALUE_MAX + CONFIG_SOURCE_MAX;
     size_t n = only ? 1 : vase_settings_count;
     ProtobufCMessage **entries = vase_reply_repeated_new(n, sizeof(Vase__ConfigEntry));
-    char *values = calloc(n, CONFIG_VALUE_MAX);
-    if (!entries || !values) {
+    char *texts = calloc(n, each);
+    if (!entries || !texts) {
         free(entries);
-        free(values);
+        free(texts);
         return vase_reply_error(d, p, ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < n; i++)
-        config_entry(d, only ? only : &vase_settings[i], values + i * CONFIG_VALUE_MAX,
-                     CONFIG_VALUE_MAX, (Vase__ConfigEntry *)entries[i]);
+        config_entry(d, only ? only : &vase_settings[i], texts + i * each,
+                     (Vase__ConfigEntry *)entries[i]);
     Vase__ConfigReply cr = VASE__CONFIG_REPLY__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
     cr.n_entries = n;
@@ -190,7 +196,7 @@ static int reply_config(struct vased *d, const struct vase_reply_to *p,
     e.config_reply = &cr;
     vase_reply_send(d, p, &e);
     free(entries);
-    free(values);
+    free(texts);
     return 0;
 }
 
@@ -206,11 +212,26 @@ static int handle_config_get(struct vased *d, const struct vase_reply_to *p,
     return 0;
 }
 
+/* Whether vased's command line gives s: a flag wins over every file, so a value persisted in a
+ * drop-in would not last. */
+static bool given_by_flag(const struct vased *d, const struct vase_setting *s) {
+    for (size_t i = 0; d->cmdline && i < d->cmdline->n_overrides; i++)
+        if (vase_setting_find(d->cmdline->keys[i]) == s)
+            return true;
+    return false;
+}
+
 static int handle_config_set(struct vased *d, const struct vase_reply_to *p,
                              const Vase__ConfigSet *req) {
     const struct vase_setting *s = vase_setting_find(req->key);
     if (!s)
         return vase_reply_error(d, p, ENOENT, "no setting \"%s\"", req->key);
+    if (req->persist && s->runtime && given_by_flag(d, s))
+        return vase_reply_error(d, p, EBUSY,
+                                "%s not changed: vased's command line gives it (--%s), which wins "
+                                "over the configuration files, so a persisted value would not "
+                                "last; change it without --persist, or change the flag",
+                                s->name, s->name);
     char old[CONFIG_VALUE_MAX];
     vase_config_format(&d->cfg, s, old, sizeof(old));
     int r = vase_config_set(&d->cfg, req->key, req->value, VASE_CONFIG_RUNTIME);
@@ -226,11 +247,35 @@ static int handle_config_set(struct vased *d, const struct vase_reply_to *p,
                                 vase_setting_type_name(s->type));
     if (r < 0)
         return vase_reply_error(d, p, -r, "%s: %s", s->name, strerror(-r));
-    vase_admin_apply_setting(d, s->name);
     char now[CONFIG_VALUE_MAX];
     vase_config_format(&d->cfg, s, now, sizeof(now));
-    log_notice("Setting %s changed from \"%s\" to \"%s\" by uid %u (pid %d).", s->name, old, now,
-               (unsigned)p->cred.uid, (int)p->cred.pid);
+    if (req->persist) {
+        /* Persisted or not changed at all: a value that would be lost at the next restart is
+         * not what the operator asked for. */
+        char *path = NULL;
+        r = vase_config_persist(d->cfg.dropin_dir, s, now, p->cred.uid, time(NULL), &path);
+        if (r < 0) {
+            vase_config_set(&d->cfg, s->name, old, 0);
+            log_error_errno(r, "Setting %s to \"%s\" for uid %u not persisted in %s/%s: %m",
+                            s->name, now, (unsigned)p->cred.uid, d->cfg.dropin_dir,
+                            VASE_CONFIG_PERSIST_NAME);
+            return vase_reply_error(d, p, -r, "%s not changed: cannot persist it in %s/%s: %s",
+                                    s->name, d->cfg.dropin_dir, VASE_CONFIG_PERSIST_NAME,
+                                    strerror(-r));
+        }
+        r = vase_config_note_file(&d->cfg, s, path);
+        if (r < 0)
+            log_error_errno(r, "Cannot record that %s comes from %s: %m", s->name, path);
+        log_notice("Setting %s changed from \"%s\" to \"%s\" and persisted in %s by uid %u "
+                   "(pid %d).",
+                   s->name, old, now, path, (unsigned)p->cred.uid, (int)p->cred.pid);
+        free(path);
+    } else {
+        vase_config_set_origin(&d->cfg, s, VASE_CONFIG_FROM_RUNTIME, p->cred.uid);
+        log_notice("Setting %s changed from \"%s\" to \"%s\" by uid %u (pid %d).", s->name, old,
+                   now, (unsigned)p->cred.uid, (int)p->cred.pid);
+    }
+    vase_admin_apply_setting(d, s->name);
     reply_config(d, p, s);
     return 0;
 }

@@ -34,6 +34,11 @@ const struct vase_setting vase_settings[] = {
      "missing; refused if anyone but the daemon's user and root can write it (or if it is a "
      "symlink or owned by another user). Empty: $VASE_RUNTIME_DIR, else $RUNTIME_DIRECTORY (set "
      "by systemd), else ./run."},
+    {"config_dir", VASE_SETTING_STRING, OFF(config_dir), 0, 0, "", false,
+     "Directory of drop-in files read after the main configuration file, in lexical order, "
+     "later ones overriding earlier ones: every NAME.conf in it (not dotfiles), each in the "
+     "main file's format. Empty: vased.conf.d next to the main file (/etc/vase/vased.conf.d for "
+     "/etc/vase/vased.conf). `vasectl config set --persist` writes 90-vasectl.conf there."},
     {"arena", VASE_SETTING_STRING, OFF(arena), 0, 0, "host", false,
      "Where the KV arena lives: \"host\" (a memfd shared with SCM_RIGHTS), or a GPU as "
      "\"cuda:N\" (device N as this process numbers them) or \"cuda:GPU-<uuid>\" (as nvidia-smi "
@@ -397,9 +402,21 @@ void vase_arena_config_done(struct vase_arena_config *a) {
     *a = (struct vase_arena_config){0};
 }
 
+static void origin_clear_file(struct vase_config_origin *o) {
+    free(o->file_value);
+    free(o->file_path);
+    o->file_value = o->file_path = NULL;
+}
+
 void vase_config_done(struct vase_config *c) {
     if (!c)
         return;
+    for (size_t i = 0; c->origins && i < vase_settings_count; i++)
+        origin_clear_file(&c->origins[i]);
+    free(c->origins);
+    c->origins = NULL;
+    free(c->dropin_dir);
+    c->dropin_dir = NULL;
     for (size_t i = 0; i < vase_settings_count; i++)
         if (vase_settings[i].type == VASE_SETTING_STRING) {
             char **p = vase_config_field(c, &vase_settings[i]);
@@ -417,6 +434,9 @@ int vase_config_init(struct vase_config *c) {
     if (!c)
         return -EINVAL;
     *c = (struct vase_config){0};
+    c->origins = calloc(vase_settings_count, sizeof(*c->origins));
+    if (!c->origins)
+        return -ENOMEM;
     for (size_t i = 0; i < vase_settings_count; i++) {
         int r = vase_config_set(c, vase_settings[i].name, vase_settings[i].def, 0);
         if (r < 0) {
@@ -551,4 +571,124 @@ bool vase_config_arenas_equal(const struct vase_config *a, const struct vase_con
             return false;
     }
     return true;
+}
+
+/* ---- where values come from ---- */
+
+static struct vase_config_origin *origin_of(const struct vase_config *c,
+                                            const struct vase_setting *s) {
+    return c && c->origins && s ? &c->origins[s - vase_settings] : NULL;
+}
+
+/* Sets o's file_value and file_path to copies of value and path (either may be NULL). */
+static int origin_set_file(struct vase_config_origin *o, const char *value, const char *path) {
+    char *v = value ? strdup(value) : NULL, *p = path ? strdup(path) : NULL;
+    if ((value && !v) || (path && !p)) {
+        free(v);
+        free(p);
+        return -ENOMEM;
+    }
+    origin_clear_file(o);
+    o->file_value = v;
+    o->file_path = p;
+    return 0;
+}
+
+int vase_config_note_file(struct vase_config *c, const struct vase_setting *s, const char *path) {
+    struct vase_config_origin *o = origin_of(c, s);
+    char value[PATH_MAX + 1];
+    if (!o)
+        return 0;
+    vase_config_format(c, s, value, sizeof(value));
+    int r = origin_set_file(o, value, path);
+    if (r < 0)
+        return r;
+    o->from = VASE_CONFIG_FROM_FILE;
+    return 0;
+}
+
+void vase_config_set_origin(struct vase_config *c, const struct vase_setting *s,
+                            enum vase_config_from from, uint32_t uid) {
+    struct vase_config_origin *o = origin_of(c, s);
+    if (!o)
+        return;
+    o->from = from;
+    o->uid = from == VASE_CONFIG_FROM_RUNTIME ? uid : 0;
+}
+
+int vase_config_source(const struct vase_config *c, const struct vase_setting *s, char *buf,
+                       size_t len) {
+    if (!c || !s || !buf || len == 0)
+        return -EINVAL;
+    const struct vase_config_origin *o = origin_of(c, s);
+    switch (o ? o->from : VASE_CONFIG_FROM_DEFAULT) {
+    case VASE_CONFIG_FROM_FILE:
+        snprintf(buf, len, "file %s", o->file_path ? o->file_path : "?");
+        break;
+    case VASE_CONFIG_FROM_CMDLINE:
+        snprintf(buf, len, "command line");
+        break;
+    case VASE_CONFIG_FROM_RUNTIME:
+        snprintf(buf, len, "runtime (uid %" PRIu32 ")", o->uid);
+        break;
+    case VASE_CONFIG_FROM_DEFAULT:
+    default:
+        snprintf(buf, len, "default");
+        break;
+    }
+    return 0;
+}
+
+static bool same_or_both_null(const char *a, const char *b) {
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+int vase_config_reload_setting(struct vase_config *running, const struct vase_config *loaded,
+                               const struct vase_setting *s) {
+    struct vase_config_origin *o = origin_of(running, s), *n = origin_of(loaded, s);
+    char old[PATH_MAX + 1], now[PATH_MAX + 1];
+    int r;
+
+    if (!o || !n || !s->runtime)
+        return -EINVAL;
+    vase_config_format(running, s, old, sizeof(old));
+    vase_config_format(loaded, s, now, sizeof(now));
+
+    /* The files say what they said: whatever set the running value (a ConfigSet, a flag, the
+     * files themselves) still stands. Only where they say it may have moved (a drop-in now
+     * gives the same value as the main file did). */
+    if (same_or_both_null(o->file_value, n->file_value)) {
+        if (o->from == VASE_CONFIG_FROM_RUNTIME && strcmp(old, now) != 0)
+            log_info("Reload: %s keeps %s, set at run time by uid %" PRIu32
+                     " (the configuration files did not change it).",
+                     s->name, old, o->uid);
+        r = origin_set_file(o, n->file_value, n->file_path);
+        if (r < 0)
+            return r;
+        return 0;
+    }
+
+    /* The files changed the key: their value wins, unless a flag gives it (flags win over files,
+     * at start as on every reload). */
+    bool changed = strcmp(old, now) != 0;
+    if (changed && (r = vase_config_set(running, s->name, now, 0)) < 0)
+        return r;
+    r = origin_set_file(o, n->file_value, n->file_path);
+    if (r < 0)
+        return r;
+    o->from = n->from;
+    o->uid = n->uid;
+    if (changed) {
+        if (n->from == VASE_CONFIG_FROM_FILE)
+            log_info("Reload: %s = %s (was %s) from %s.", s->name, now, old, n->file_path);
+        else if (n->from == VASE_CONFIG_FROM_CMDLINE)
+            log_info("Reload: %s = %s (was %s) from the command line, which wins over the "
+                     "configuration files.",
+                     s->name, now, old);
+        else
+            log_info("Reload: %s = %s (was %s), the default: no configuration file gives it any "
+                     "more.",
+                     s->name, now, old);
+    }
+    return changed ? 1 : 0;
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #define VASE_CONFIG_DEFAULT_PATH "/etc/vase/vased.conf"
 
@@ -34,6 +35,26 @@ struct vase_arena_config {
     char *cuda_share; /* "ipc" or "vmm" */
     uint64_t arena_bytes, granule_bytes;
     char *users, *groups; /* who may use it; both empty: everyone the daemon admits */
+};
+
+/* Where a setting's value comes from. */
+enum vase_config_from {
+    VASE_CONFIG_FROM_DEFAULT,
+    VASE_CONFIG_FROM_FILE,    /* the main file or a drop-in: file_path */
+    VASE_CONFIG_FROM_CMDLINE, /* a --key=value flag */
+    VASE_CONFIG_FROM_RUNTIME, /* ConfigSet (vasectl config set) by uid */
+};
+
+/*
+ * One setting's origin, and what the configuration files said of it at the last load: a reload
+ * compares file_value with the files' new word to tell a key the files changed (they win) from
+ * one they left alone (a value set at run time stays).
+ */
+struct vase_config_origin {
+    enum vase_config_from from;
+    uint32_t uid;     /* VASE_CONFIG_FROM_RUNTIME: who set it */
+    char *file_value; /* the files' value, formatted as vase_config_format() does; NULL: none */
+    char *file_path;  /* the last file that gave it (a drop-in overrides the main file) */
 };
 
 struct vase_config {
@@ -62,10 +83,16 @@ struct vase_config {
     int32_t default_slack;
     uint32_t admission_wait_ms; /* an OpenSeq's wait for room when it asks for the default */
     int elastic_policy;         /* enum vase_elastic_policy */
+    char *config_dir;           /* drop-ins; "": <dir of the main file>/vased.conf.d */
 
     /* The [arena NAME] sections in file order (arena 1, 2, ...); not settings of the table. */
     struct vase_arena_config *extra_arenas;
     size_t n_extra_arenas; /* at most VASE_CONFIG_MAX_EXTRA_ARENAS */
+
+    /* One per row of vase_settings[], allocated by vase_config_init(); NULL in a zeroed struct. */
+    struct vase_config_origin *origins;
+    /* The drop-in directory vase_config_load() read (config_dir or its default); NULL before. */
+    char *dropin_dir;
 };
 
 enum vase_setting_type {
@@ -124,6 +151,29 @@ int vase_config_get(const struct vase_config *c, const char *key, char **ret);
 int vase_config_format(const struct vase_config *c, const struct vase_setting *s, char *buf,
                        size_t len);
 
+/* Records that the files give s the value c now holds, from path: s comes from that file, and
+ * that is the files' value of s for the next reload. 0 or -ENOMEM. */
+int vase_config_note_file(struct vase_config *c, const struct vase_setting *s, const char *path);
+/* Sets where s's value comes from (a ConfigSet: VASE_CONFIG_FROM_RUNTIME and who). */
+void vase_config_set_origin(struct vase_config *c, const struct vase_setting *s,
+                            enum vase_config_from from, uint32_t uid);
+/* Where s's value comes from, in words, into buf (truncated to len): "default", "file PATH",
+ * "command line", "runtime (uid N)". 0 or -EINVAL. */
+int vase_config_source(const struct vase_config *c, const struct vase_setting *s, char *buf,
+                       size_t len);
+/*
+ * A reload (SIGHUP) of the runtime setting s: running is the daemon's configuration, loaded the
+ * one vase_config_load() just assembled. Where the files give s the same value as at the last
+ * load (or still none), running keeps its value and its origin, a ConfigSet's included; where
+ * they changed it (added, edited, removed), running takes loaded's value and origin (the files',
+ * a flag's where one gives the key, or the default). Logs each change with its origin, and each
+ * run-time value kept that the files would have changed. 1: running's value changed (the caller
+ * applies it); 0: it did not; -EINVAL (s not runtime, no origins), -ENOMEM (running's value is
+ * then loaded's or unchanged, its origin unchanged).
+ */
+int vase_config_reload_setting(struct vase_config *running, const struct vase_config *loaded,
+                               const struct vase_setting *s);
+
 /*
  * Checks relations between settings, for the default arena and each [arena NAME] section:
  * granule_bytes a multiple of 4096 that divides arena_bytes, at least 2 and below 2^31 granules,
@@ -174,6 +224,35 @@ int vase_config_dump(const struct vase_config *c, FILE *f);
 /* Writes the usage text listing every setting. */
 void vase_config_help(FILE *f, const char *program);
 
+/* The drop-in that `vasectl config set --persist` writes, in the drop-in directory. */
+#define VASE_CONFIG_PERSIST_NAME "90-vasectl.conf"
+/* The most drop-in files read. */
+#define VASE_CONFIG_MAX_DROPINS 256
+
+/*
+ * The drop-in files of dir: the paths "dir/NAME" of its entries whose NAME ends in ".conf" and
+ * does not start with '.', sorted bytewise. 0 and *ret (free with vase_config_dropins_free()),
+ * *ret_n entries; no entries when dir does not exist. -errno of opendir(3)/readdir(3) (not
+ * logged), -E2BIG (more than VASE_CONFIG_MAX_DROPINS), -ENOMEM.
+ */
+int vase_config_dropins(const char *dir, char ***ret, size_t *ret_n);
+void vase_config_dropins_free(char **list, size_t n);
+
+/*
+ * Writes "s = value" into dir/90-vasectl.conf for `vasectl config set --persist`: value as
+ * vase_config_format() gives it, without a newline; uid and when go into the comment above it.
+ * The other keys of the file stay (each with its comment line), s's line is replaced, a header
+ * says who writes the file. dir is created (0755) if missing. The new file is written beside the
+ * old one (a dotfile, never read as a drop-in), synced, parsed back, and renamed over it, then
+ * the directory is synced: the old file or the new one, never a mix. 0 and the file's path in
+ * *ret_path (the caller's); -EINVAL (bad arguments, or the file holds text this writer does not
+ * write: logged with its line), -EBADMSG (the new file would not give value back), the parser's
+ * errors (logged), -errno of mkdir(2), open(2), write(2), fsync(2), rename(2) (-EACCES, -EROFS,
+ * -ENOSPC, -EDQUOT, ...; not logged), -ENOMEM. On failure the directory is left as it was.
+ */
+int vase_config_persist(const char *dir, const struct vase_setting *s, const char *value,
+                        uint32_t uid, time_t when, char **ret_path);
+
 /* What the command line asked for. */
 struct vase_cmdline {
     char *config_path; /* --config=PATH; NULL: VASE_CONFIG_DEFAULT_PATH if it exists */
@@ -192,12 +271,16 @@ int vase_cmdline_parse(int argc, char **argv, struct vase_cmdline *ret);
 void vase_cmdline_done(struct vase_cmdline *cmd);
 
 /*
- * Defaults, then the file, then the command line's overrides, then vase_config_check(); into a
- * fresh *c (initialised here; vase_config_done() it even on failure). The file is the one of
- * --config, which must be readable, or VASE_CONFIG_DEFAULT_PATH, which may be missing (any
- * other failure to read it counts). 0 or -errno, logged: those of vase_config_parse_file()
- * (-ENOENT, -EACCES, -EISDIR, ... for the file named with --config), of vase_config_set() for
- * a flag, -EINVAL from vase_config_check(). Host memory is not checked here (see
- * vase_config_check_memory()).
+ * Defaults, then the main file, then the drop-ins, then the command line's overrides, then
+ * vase_config_check(); into a fresh *c (initialised here; vase_config_done() it even on
+ * failure), with each setting's origin and the files' value of each key (c->origins) and the
+ * drop-in directory read (c->dropin_dir). The main file is the one of --config, which must be
+ * readable, or VASE_CONFIG_DEFAULT_PATH, which may be missing (any other failure to read it
+ * counts). The drop-ins are vase_config_dropins() of config_dir (as the command line, else the
+ * main file gives it) or of vased.conf.d beside the main file, which may be missing; each must
+ * be readable and valid, later ones overriding earlier ones. 0 or -errno, logged: those of
+ * vase_config_parse_file() (-ENOENT, -EACCES, -EISDIR, ... for a file that must be read), of
+ * vase_config_dropins() for the directory, of vase_config_set() for a flag, -EINVAL from
+ * vase_config_check(). Host memory is not checked here (see vase_config_check_memory()).
  */
 int vase_config_load(struct vase_config *c, const struct vase_cmdline *cmd);

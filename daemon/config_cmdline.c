@@ -177,20 +177,73 @@ finish:
     return r;
 }
 
+/* Parses one configuration file, the main one or a drop-in, into c and notes the keys it gives
+ * as theirs. A missing file is no error when optional. */
+static int load_file(struct vase_config *c, const char *path, bool optional) {
+    bool failed_read, given[VASE_SETTINGS_N] = {false};
+    int r = vase_config_parse_path(c, path, &failed_read, given);
+    if (r == -ENOENT && failed_read && optional)
+        return 0;
+    if (r < 0 && failed_read)
+        return log_error_errno(r, "Failed to read the configuration file %s: %m", path);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < vase_settings_count; i++)
+        if (given[i] && vase_config_note_file(c, &vase_settings[i], path) < 0)
+            return log_oom();
+    return 0;
+}
+
+/* The drop-in directory: config_dir as the command line or else the main file gives it, or
+ * vased.conf.d beside the main file. Into *ret (malloc'd). */
+static int find_dropin_dir(const struct vase_config *c, const struct vase_cmdline *cmd,
+                           const char *main_path, char **ret) {
+    const char *dir = c->config_dir;
+    for (size_t i = 0; cmd && i < cmd->n_overrides; i++)
+        if (vase_setting_key_equal(cmd->keys[i], "config_dir"))
+            dir = cmd->values[i];
+    if (dir && *dir)
+        *ret = strdup(dir);
+    else {
+        const char *slash = strrchr(main_path, '/');
+        int n = slash ? (int)(slash - main_path) : 0;
+        if (asprintf(ret, "%s%.*s%svased.conf.d", slash == main_path ? "/" : "", n, main_path,
+                     n ? "/" : "") < 0)
+            *ret = NULL;
+    }
+    return *ret ? 0 : -ENOMEM;
+}
+
+/* The drop-ins of c->dropin_dir, in order, into c. */
+static int load_dropins(struct vase_config *c) {
+    char **files;
+    size_t n;
+    int r = vase_config_dropins(c->dropin_dir, &files, &n);
+    if (r == -ENOMEM)
+        return log_oom();
+    if (r < 0)
+        return log_error_errno(r, "Failed to list the drop-in directory %s: %m", c->dropin_dir);
+    for (size_t i = 0; i < n && r >= 0; i++)
+        r = load_file(c, files[i], false);
+    vase_config_dropins_free(files, n);
+    return r;
+}
+
 int vase_config_load(struct vase_config *c, const struct vase_cmdline *cmd) {
     int r = vase_config_init(c);
     if (r < 0)
         return log_oom();
 
-    /* The default file is optional; one named on the command line is not. */
+    /* The default file is optional; one named on the command line is not. Then the drop-ins,
+     * then the flags, which win over every file. */
     bool named = cmd && cmd->config_path;
     const char *path = named ? cmd->config_path : VASE_CONFIG_DEFAULT_PATH;
-    bool failed_read;
-    r = vase_config_parse_path(c, path, &failed_read);
-    if (r == -ENOENT && failed_read && !named)
-        r = 0;
-    else if (r < 0 && failed_read)
-        return log_error_errno(r, "Failed to read the configuration file %s: %m", path);
+    r = load_file(c, path, !named);
+    if (r < 0)
+        return r;
+    if (find_dropin_dir(c, cmd, path, &c->dropin_dir) < 0)
+        return log_oom();
+    r = load_dropins(c);
     if (r < 0)
         return r;
 
@@ -199,6 +252,7 @@ int vase_config_load(struct vase_config *c, const struct vase_cmdline *cmd) {
         if (r < 0)
             return log_error_errno(r, "Bad value \"%s\" for --%s: %m", cmd->values[i],
                                    cmd->keys[i]);
+        vase_config_set_origin(c, vase_setting_find(cmd->keys[i]), VASE_CONFIG_FROM_CMDLINE, 0);
     }
 
     const char *msg;

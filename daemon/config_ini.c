@@ -391,8 +391,10 @@ static int finish_arenas(struct ini_parse *p) {
     return 0;
 }
 
-/* Parses NUL-terminated INI text through libinih; source names it in messages. */
-static int parse_text(struct vase_config *c, const char *source, const char *text) {
+/* Parses NUL-terminated INI text through libinih; source names it in messages. ret_given as
+ * vase_config_parse_path()'s. */
+static int parse_text(struct vase_config *c, const char *source, const char *text,
+                      bool *ret_given) {
     struct ini_parse p = {.c = c, .source = source, .next = text};
     int r;
 
@@ -412,14 +414,14 @@ static int parse_text(struct vase_config *c, const char *source, const char *tex
         r = bad_line(&p, -EINVAL, "expected \"key = value\", \"[section]\" or a comment");
     else
         r = finish_arenas(&p);
+    for (size_t i = 0; ret_given && i < VASE_SETTINGS_N; i++)
+        ret_given[i] = p.key_line[i] != 0;
     for (size_t i = 0; i < p.n_arenas; i++)
         vase_arena_config_done(&p.arenas[i].a);
     return r < 0 ? r : 0;
 }
 
-/* Reads a whole configuration file (at most CONFIG_FILE_MAX bytes) into a NUL-terminated
- * buffer. -errno of open() or read(), -EISDIR, -EFBIG, -ENOMEM; nothing is logged. */
-static int read_file(const char *path, char **ret, size_t *ret_len) {
+int vase_config_read_file(const char *path, char **ret, size_t *ret_len) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return -errno;
@@ -473,10 +475,11 @@ close_fd:
 
 /* Reads and parses the file at path. *ret_read tells whether a failure was in reading it
  * (returned unlogged) rather than in what it says (logged with the line). */
-int vase_config_parse_path(struct vase_config *c, const char *path, bool *ret_read) {
+int vase_config_parse_path(struct vase_config *c, const char *path, bool *ret_read,
+                           bool *ret_given) {
     char *text = NULL;
     size_t len = 0;
-    int r = read_file(path, &text, &len);
+    int r = vase_config_read_file(path, &text, &len);
     *ret_read = r < 0;
     if (r < 0)
         return r;
@@ -484,7 +487,7 @@ int vase_config_parse_path(struct vase_config *c, const char *path, bool *ret_re
     if (memchr(text, '\0', len))
         r = log_error_errno(-EINVAL, "%s: a NUL byte; not a configuration file", path);
     else
-        r = parse_text(c, path, text);
+        r = parse_text(c, path, text, ret_given);
     free(text);
     return r;
 }
@@ -493,13 +496,13 @@ int vase_config_parse_file(struct vase_config *c, const char *path) {
     bool failed_read;
     if (!c || !path)
         return -EINVAL;
-    return vase_config_parse_path(c, path, &failed_read);
+    return vase_config_parse_path(c, path, &failed_read, NULL);
 }
 
 int vase_config_parse_string(struct vase_config *c, const char *text) {
     if (!c || !text)
         return -EINVAL;
-    return parse_text(c, "(string)", text);
+    return parse_text(c, "(string)", text, NULL);
 }
 
 /* Writes text as '#' comment lines of at most ~90 columns. */
@@ -562,7 +565,11 @@ int vase_config_dump(const struct vase_config *c, FILE *f) {
                "# with its value, its bounds and default in the comment above it. Each may also\n"
                "# be given as --name=value on the command line; settings marked \"runtime\" are\n"
                "# re-read on SIGHUP and may be changed with `vasectl config`. Every key belongs\n"
-               "# to a section, and each is given once.\n\n[vased]\n");
+               "# to a section, and each is given once. Drop-ins in vased.conf.d/*.conf beside\n"
+               "# this file (or config_dir) are read after it in lexical order, each overriding\n"
+               "# the files before it; flags override all files. On SIGHUP a key the files do\n"
+               "# not change keeps a value set with `vasectl config set`; `vasectl config set\n"
+               "# --persist` writes vased.conf.d/90-vasectl.conf.\n\n[vased]\n");
     for (size_t i = 0; i < vase_settings_count; i++) {
         const struct vase_setting *s = &vase_settings[i];
         char value[PATH_MAX + 1], bounds[96];

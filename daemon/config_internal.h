@@ -36,5 +36,11 @@ bool vase_arena_name_valid(const char *name);
 
 /* Reads and parses the file at path into c, as vase_config_parse_file(). *ret_read tells
  * whether a failure was in reading it (returned unlogged) rather than in what it says (logged
- * with the line). */
-int vase_config_parse_path(struct vase_config *c, const char *path, bool *ret_read);
+ * with the line). ret_given, when not NULL (VASE_SETTINGS_N entries), is set true for each
+ * [vased] key the file gives. */
+int vase_config_parse_path(struct vase_config *c, const char *path, bool *ret_read,
+                           bool *ret_given);
+
+/* Reads a whole configuration file (at most 1 MiB) into a NUL-terminated buffer (*ret, the
+ * caller's). -errno of open() or read(), -EISDIR, -EFBIG, -ENOMEM; nothing is logged. */
+int vase_config_read_file(const char *path, char **ret, size_t *ret_len);

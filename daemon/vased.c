@@ -72,26 +72,26 @@ static void reload(struct vased *d) {
     if (!vase_config_arenas_equal(&d->cfg, &nc))
         log_warning("The [arena NAME] sections changed in the configuration; restart vased to "
                     "apply them.");
+    /* Settings that cannot change while running only warn; the others follow the files where
+     * the files changed them and keep what ConfigSet made of them where not. */
     for (size_t i = 0; i < vase_settings_count; i++) {
         const struct vase_setting *s = &vase_settings[i];
+        if (s->runtime) {
+            r = vase_config_reload_setting(&d->cfg, &nc, s);
+            if (r < 0)
+                log_error_errno(r, "Cannot reload %s: %m", s->name);
+            else if (r > 0)
+                vase_admin_apply_setting(d, s->name);
+            continue;
+        }
         char old[PATH_MAX + 1], now[PATH_MAX + 1];
         vase_config_format(&d->cfg, s, old, sizeof(old));
         vase_config_format(&nc, s, now, sizeof(now));
-        if (strcmp(old, now) == 0)
-            continue;
-        if (!s->runtime) {
+        if (strcmp(old, now) != 0)
             log_warning("%s changed to \"%s\" in the configuration; restart vased to apply it.",
                         s->name, now);
-            continue;
-        }
-        r = vase_config_set(&d->cfg, s->name, now, 0);
-        if (r < 0) {
-            log_error_errno(r, "Cannot set %s to \"%s\": %m", s->name, now);
-            continue;
-        }
-        vase_admin_apply_setting(d, s->name);
-        log_info("Reload: %s = %s (was %s).", s->name, now, old);
     }
+    log_info("Configuration reloaded.");
     vase_config_done(&nc);
 }
 

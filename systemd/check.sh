@@ -8,7 +8,8 @@
 #     directives it cannot parse (it only logs "ignoring"), so any line it prints about the
 #     unit is a failure too.
 #  2. vase.sysusers parses (systemd-sysusers --dry-run) and vase.tmpfiles applies to an empty
-#     root (systemd-tmpfiles --root).
+#     root (systemd-tmpfiles --root) once the user exists there: /etc/vase/vased.conf.d is
+#     vase's.
 #  3. vased.conf is exactly what the daemon dumps (`make update-vased-conf` rewrites it).
 #
 # Prints one line per check and exits 1 if any failed.
@@ -64,11 +65,17 @@ status=$?
 grep -qi 'ignoring\|invalid\|unknown\|failed' "$tmp/sysusers.out" && status=1
 result "systemd-sysusers --dry-run vase.sysusers" "$status" "$tmp/sysusers.out"
 
-mkdir "$tmp/root"
-systemd-tmpfiles --root="$tmp/root" --create "$here/vase.tmpfiles" >"$tmp/tmpfiles.out" 2>&1
+# The user first, as the package's postinst does: vase.tmpfiles names it as an owner.
+mkdir -p "$tmp/root/etc"
+systemd-sysusers --root="$tmp/root" "$here/vase.sysusers" >"$tmp/sysusers-root.out" 2>&1 ||
+    cat "$tmp/sysusers-root.out" >"$tmp/tmpfiles.out"
+systemd-tmpfiles --root="$tmp/root" --create "$here/vase.tmpfiles" >>"$tmp/tmpfiles.out" 2>&1
 status=$?
 [ -s "$tmp/tmpfiles.out" ] && status=1
 [ -d "$tmp/root/etc/vase" ] || { echo "/etc/vase was not created" >>"$tmp/tmpfiles.out"; status=1; }
+vase_uid=$(awk -F: '$1 == "vase" {print $3}' "$tmp/root/etc/passwd")
+[ -n "$vase_uid" ] && [ "$(stat -c %u "$tmp/root/etc/vase/vased.conf.d" 2>/dev/null)" = "$vase_uid" ] ||
+    { echo "/etc/vase/vased.conf.d was not created owned by vase" >>"$tmp/tmpfiles.out"; status=1; }
 result "systemd-tmpfiles --create vase.tmpfiles" "$status" "$tmp/tmpfiles.out"
 
 # 3. The default configuration. --config=/dev/null: the host's /etc/vase/vased.conf must not

@@ -13,7 +13,9 @@
 #     an error code and fails to connect to a directory without a daemon with -ENOENT.
 #  3. `man -l` renders each installed man page (SKIP when scdoc or man is missing).
 #  4. A second install keeps an edited /etc/vase/vased.conf; uninstall keeps it too, and
-#     removes every other file: after uninstall with the default conf, nothing of ours is left.
+#     removes every other file: after uninstall with the default conf, nothing of ours is left,
+#     the empty drop-in directory /etc/vase/vased.conf.d included; one with an operator's
+#     drop-in in it stays.
 #  5. `make deb` builds a package whose contents (dpkg-deb -c) hold the files of case 1, with
 #     /etc/vase/vased.conf as its conffile.
 #
@@ -78,7 +80,9 @@ grep -q '^ExecStart=/usr/bin/vased ' "$root/usr/lib/systemd/system/vased.service
     { echo "vased.service: ExecStart does not name /usr/bin/vased" >>"$out"; status=1; }
 cmp -s systemd/vased.conf "$root/etc/vase/vased.conf" ||
     { echo "/etc/vase/vased.conf is not systemd/vased.conf" >>"$out"; status=1; }
-result "make install DESTDIR PREFIX=/usr: $(expected | wc -l) files" "$status" "$out"
+[ -d "$root/etc/vase/vased.conf.d" ] ||
+    { echo "no drop-in directory /etc/vase/vased.conf.d" >>"$out"; status=1; }
+result "make install DESTDIR PREFIX=/usr: $(expected | wc -l) files, the drop-in directory" "$status" "$out"
 
 # 2. A program built against the staged tree through pkg-config.
 out=$tmp/pkgconfig.out
@@ -148,7 +152,19 @@ $MAKE --no-print-directory install DESTDIR="$root" PREFIX=/usr BUILD="$BUILD" >"
 status=$?
 left=$(cd "$root" && find . -type f -o -type l)
 [ -z "$left" ] || { printf 'left after uninstall:\n%s\n' "$left" >>"$out"; status=1; }
+[ -e "$root/etc/vase/vased.conf.d" ] &&
+    { echo "the empty drop-in directory is left after uninstall" >>"$out"; status=1; }
 result "make uninstall leaves no file of ours" "$status" "$out"
+
+# An operator's drop-in keeps its directory.
+out=$tmp/dropin.out
+$MAKE --no-print-directory install DESTDIR="$root" PREFIX=/usr BUILD="$BUILD" >"$out" 2>&1 &&
+    echo "[vased]" >"$root/etc/vase/vased.conf.d/50-local.conf" &&
+    $MAKE --no-print-directory uninstall DESTDIR="$root" PREFIX=/usr BUILD="$BUILD" >>"$out" 2>&1
+status=$?
+[ -f "$root/etc/vase/vased.conf.d/50-local.conf" ] ||
+    { echo "uninstall removed an operator's drop-in" >>"$out"; status=1; }
+result "make uninstall keeps a drop-in directory that is not empty" "$status" "$out"
 
 # 5. The package.
 out=$tmp/deb.out
