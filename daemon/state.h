@@ -92,7 +92,8 @@ struct vased {
     struct vase_events *events;
     struct vase_evictor *evictor;
 
-    int session_fd; /* listener; -1 once shutdown began */
+    int session_fd;         /* listener; -1 once shutdown began */
+    bool session_activated; /* session_fd came from systemd: its file is not ours to remove */
     int signal_fd;
     int timer_fd;
     struct vased_pending pending[VASED_MAX_PENDING];

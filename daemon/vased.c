@@ -106,11 +106,13 @@ static void begin_shutdown(struct vased *d) {
     sd_notify(0, "STOPPING=1");
     d->stopping = true;
     d->stop_deadline = vased_now() + d->cfg.shutdown_timeout;
-    /* Stop accepting: close the listener and remove its name. */
+    /* Stop accepting: close the listener and remove its name, unless systemd made it: then its
+     * copy keeps queueing engines for the next start. */
     if (d->session_fd >= 0) {
         close(d->session_fd);
         d->session_fd = -1;
-        unlink(d->session_path);
+        if (!d->session_activated)
+            unlink(d->session_path);
     }
     if (d->evictions_in_flight == 0)
         d->quit = true;
