@@ -110,7 +110,9 @@ struct vase_connect_options {
 
 /* Connects to vased: session handshake, arena mapping, control socket. On success *ret owns
  * the connection. -ENOENT (no daemon socket), -EACCES/-EPERM (refused by the allow-list),
- * -ECONNREFUSED, -ETIMEDOUT, -VASE_EPROTOVERSION. */
+ * -ECONNREFUSED, -ETIMEDOUT, -VASE_EPROTOVERSION. Under socket activation (vased.socket) the
+ * socket exists while the daemon is stopped or starting: the connect succeeds and the welcome
+ * is waited for up to timeout_ms, -ETIMEDOUT if the daemon was not up by then. */
 int vase_connect(const struct vase_connect_options *opts, struct vase_client **ret);
 /* Closes every sequence, unmaps the arenas, closes the sockets; accepts NULL. Returns NULL. */
 struct vase_client *vase_disconnect(struct vase_client *c);
