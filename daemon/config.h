@@ -57,6 +57,7 @@ struct vase_config {
     uint32_t evictor_threads;
     uint32_t stats_interval;
     uint32_t shutdown_timeout;
+    uint32_t restore_grace; /* seconds restored sequences wait to be reopened */
     int log_level;
     int32_t default_slack;
     uint32_t admission_wait_ms; /* an OpenSeq's wait for room when it asks for the default */

@@ -33,6 +33,7 @@
 #include "events.h"
 #include "evictor.h"
 #include "log.h"
+#include "restore.h"
 #include "setup.h"
 #include "state.h"
 #include "zap.h"
@@ -235,8 +236,15 @@ static int setup_listen_fds(struct vased *d) {
     int r = 0;
     for (int i = 0; i < n; i++) {
         int fd = SD_LISTEN_FDS_START + i;
+        const char *name = names && names[i] ? names[i] : "unnamed";
+        /* What the fd store kept (restore.h) goes there; the rest must be the listener. */
+        int kept = r >= 0 ? vase_restore_take_fd(d, fd, name) : 0;
+        if (kept > 0)
+            continue;
+        if (kept < 0)
+            r = log_oom();
         if (r >= 0)
-            r = adopt_listener(d, fd, names && names[i] ? names[i] : "unnamed");
+            r = adopt_listener(d, fd, name);
         if (fd != d->session_fd)
             close(fd);
     }
@@ -261,7 +269,7 @@ static int add_arena(struct vased *d, const char *name, const char *spec, const 
     if (r < 0)
         return log_error_errno(r, "Arena %s: cuda_share=\"%s\": expected \"ipc\" or \"vmm\".", name,
                                cuda_share);
-    r = vase_arena_new(i, spec, share, bytes, granule_bytes, &d->arenas[i]);
+    r = vase_restore_arena(d, i, name, spec, share, bytes, granule_bytes, &d->arenas[i]);
     if (r < 0)
         return r;
     d->n_arenas++;
@@ -287,8 +295,11 @@ static int add_arena(struct vased *d, const char *name, const char *spec, const 
 
 static int setup_arenas(struct vased *d) {
     const struct vase_config *c = &d->cfg;
-    int r = add_arena(d, "default", c->arena, c->cuda_share, c->arena_bytes, c->granule_bytes,
-                      c->arena_users, c->arena_groups);
+    int r = vase_restore_load(d);
+    if (r < 0)
+        return r;
+    r = add_arena(d, "default", c->arena, c->cuda_share, c->arena_bytes, c->granule_bytes,
+                  c->arena_users, c->arena_groups);
     for (size_t i = 0; r >= 0 && i < c->n_extra_arenas; i++) {
         const struct vase_arena_config *a = &c->extra_arenas[i];
         r = add_arena(d, a->name, a->arena, a->cuda_share, a->arena_bytes, a->granule_bytes,
@@ -406,6 +417,11 @@ static int setup_registry(struct vased *d) {
     return r;
 }
 
+/* The sequences the previous daemon kept on the arenas kept with them (restore.h). */
+static int setup_restore(struct vased *d) {
+    return vase_restore_seqs(d);
+}
+
 static int setup_incarnation(struct vased *d) {
     if (getrandom(&d->incarnation, sizeof(d->incarnation), 0) != sizeof(d->incarnation))
         return log_error_errno(-errno, "getrandom() failed: %m");
@@ -419,8 +435,8 @@ int vase_setup_start(struct vased *d) {
     if ((r = setup_incarnation(d)) < 0 || (r = setup_signals(d)) < 0 ||
         (r = setup_runtime_dir(d)) < 0 || (r = setup_listen_fds(d)) < 0 ||
         (r = check_stale_sockets(d)) < 0 || (r = setup_access(d)) < 0 ||
-        (r = setup_arenas(d)) < 0 || (r = setup_registry(d)) < 0 || (r = setup_sockets(d)) < 0 ||
-        (r = setup_evictor(d)) < 0 || (r = setup_timer(d)) < 0)
+        (r = setup_arenas(d)) < 0 || (r = setup_registry(d)) < 0 || (r = setup_restore(d)) < 0 ||
+        (r = setup_sockets(d)) < 0 || (r = setup_evictor(d)) < 0 || (r = setup_timer(d)) < 0)
         return r;
     return 0;
 }
@@ -478,5 +494,6 @@ void vase_setup_teardown(struct vased *d) {
     free(d->events_path);
     free(d->control_endpoint);
     free(d->events_endpoint);
+    vase_restore_done(d);
     vase_config_done(&d->cfg);
 }

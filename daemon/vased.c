@@ -34,6 +34,7 @@
 #include "evictor.h"
 #include "log.h"
 #include "publish.h"
+#include "restore.h"
 #include "setup.h"
 #include "vased.h"
 #include "zap.h"
@@ -144,6 +145,7 @@ static void on_timer(struct vased *d) {
         log_debug_errno(-errno, "timerfd read: %m");
 
     vase_clients_expire_pending(d, now);
+    vase_restore_tick(d, now);
     vase_drain_tick(d, now); /* parked opens expire after every round of the main loop */
     if (d->watchdog_usec && now - d->last_watchdog >= (double)d->watchdog_usec / 2e6) {
         sd_notify(0, "WATCHDOG=1");
@@ -395,6 +397,8 @@ int vased_run(struct vase_config *cfg, const struct vase_cmdline *cmdline) {
     r = main_loop(d);
     if (!d->stopping)
         sd_notify(0, "STOPPING=1");
+    else if (r == 0)
+        vase_restore_save(d); /* a clean stop: the sequences survive it with their arenas */
     if (r == -ENOTRECOVERABLE)
         log_error("vased stopped: its CUDA context is lost (%llu requests, %llu evictions); exit "
                   "status %d.",

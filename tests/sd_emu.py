@@ -3,7 +3,8 @@
 """sd_emu.py: the part of systemd that vased meets, for tests without systemd as PID 1.
 
     sd_emu.py --runtime-dir DIR --log FILE [--on-demand] [--bind PATH] [--stream]
-              [--no-socket] [--fdstore-max N] -- VASED [ARG...]
+              [--no-socket] [--fdstore-max N] [--next-args FILE] [--corrupt-state FILE]
+              -- VASED [ARG...]
 
 It plays vased.socket and vased.service:
 
@@ -17,6 +18,9 @@ It plays vased.socket and vased.service:
   FDSTOREREMOVE=1 with FDNAME=. Stored descriptors (at most --fdstore-max, default 16; one
   file stored twice is kept once) are handed back at the next start after the socket, at fds
   4.., with their names in LISTEN_FDNAMES.
+- Tests: at each restart, when the file --next-args names exists, its lines are added to the
+  daemon's arguments (a changed configuration); when the file --corrupt-state names exists,
+  one byte of the stored "state" is flipped before it is handed back (a corrupt snapshot).
 - Signals to this program: SIGUSR1 restarts the daemon cleanly (SIGTERM, wait, start: what
   `systemctl restart` does), SIGUSR2 kills it (SIGKILL) and starts it again (a crash with
   Restart=on-failure: the store is kept), SIGTERM or SIGINT stop it and end this program.
@@ -64,6 +68,28 @@ class Emu:
 
     def log(self, line):
         self.log_file.write(line + "\n")
+
+    def before_restart(self):
+        a = self.args
+        if a.next_args and os.path.exists(a.next_args):
+            with open(a.next_args) as f:
+                a.command = a.command + [line.strip() for line in f if line.strip()]
+            os.unlink(a.next_args)
+            self.log("arguments now " + " ".join(a.command[1:]))
+        if a.corrupt_state and os.path.exists(a.corrupt_state):
+            os.unlink(a.corrupt_state)
+            for i, (name, fd) in enumerate(self.store):
+                if name != "state":
+                    continue
+                data = bytearray(os.pread(fd, os.fstat(fd).st_size, 0))
+                data[len(data) // 2] ^= 0xFF
+                new = os.memfd_create("vase-state", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+                os.write(new, bytes(data))
+                fcntl.fcntl(new, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK
+                            | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+                os.close(fd)
+                self.store[i] = (name, new)
+                self.log("corrupted state")
 
     def start(self):
         fds = ([self.listener.fileno()] if self.listener else []) + [fd for _, fd in self.store]
@@ -184,6 +210,7 @@ class Emu:
                 for _ in range(64):
                     self.on_notify()
                 self.notify.setblocking(True)
+                self.before_restart()
                 self.start()
 
 
@@ -196,6 +223,8 @@ def main():
     p.add_argument("--stream", action="store_true")
     p.add_argument("--no-socket", action="store_true")
     p.add_argument("--fdstore-max", type=int, default=16)
+    p.add_argument("--next-args")
+    p.add_argument("--corrupt-state")
     p.add_argument("command", nargs="+")
     return Emu(p.parse_args()).run()
 
