@@ -874,8 +874,8 @@ check: all
 	  echo "  TEST    $$t"; $(TEST_WRAPPER) $$t; result $$? $$t; \
 	done; \
 	echo "  SETUP   tests/test_setup.sh"; tests/test_setup.sh; result $$? tests/test_setup.sh; \
-	echo "  SOCKET  tests/test_sd_activation.sh"; BUILD=$(BUILD) tests/test_sd_activation.sh; \
-	  result $$? tests/test_sd_activation.sh; \
+	echo "  SOCKET  tests/test_sd_emu.sh"; BUILD=$(BUILD) tests/test_sd_emu.sh; \
+	  result $$? tests/test_sd_emu.sh; \
 	if [ -z "$(SANITIZE)" ]; then \
 	  echo "  INSTALL tests/test_install.sh"; MAKE="$(MAKE)" BUILD=$(BUILD) tests/test_install.sh; \
 	  result $$? tests/test_install.sh; \

@@ -324,8 +324,7 @@ static bool reopen_matches(const struct vase_seq *old, const struct vase_seq *s,
 
 static bool geometry_equal(const struct vase_layout *a, const struct vase_layout *b) {
     return a->layers == b->layers && a->q_heads == b->q_heads && a->kv_heads == b->kv_heads &&
-           a->head_dim == b->head_dim && a->dtype == b->dtype &&
-           a->block_tokens == b->block_tokens && a->arena_bytes == b->arena_bytes;
+           a->head_dim == b->head_dim && a->dtype == b->dtype && a->block_tokens == b->block_tokens;
 }
 
 /* The reopened sequence from the daemon's layout: the new mapping, old's progress. Lock held. */

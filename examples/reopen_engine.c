@@ -46,7 +46,7 @@ static bool arg_expect_lost;
 static int arg_wait_s = 120;
 
 static int fail(const char *what, int r) {
-    fprintf(stderr, "reopen_engine: %s: %s (%s)\n", what, vase_strerror(r), vase_last_error(NULL));
+    fprintf(stderr, "reopen_engine: %s: %s\n", what, vase_strerror(r));
     return 1;
 }
 
