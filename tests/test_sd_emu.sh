@@ -17,9 +17,10 @@
 #
 # The fd store, with examples/reopen_engine (it writes K and V, waits for the daemon to go,
 # connects again and reopens its sequence with vase_seq_reopen(), or expects -ENOENT):
-#  4. A clean restart (SIGTERM, start with the stored fds) keeps the host arena: the block table
-#     and every K and V byte are identical after the reopen, a second reopen is refused, and
-#     decoding goes on with evictions.
+#  4. A clean restart (SIGTERM, start with the stored fds) keeps the host arena: vasectl status
+#     shows the kept sequence until the engine reopens it; the block table and every K and V
+#     byte are identical after the reopen, a second reopen is refused, and decoding goes on with
+#     evictions.
 #  5. A changed arena_bytes discards the kept arena (logged): the reopen fails with -ENOENT.
 #  6. A corrupt snapshot is refused with the reason logged: the reopen fails with -ENOENT.
 #  7. Sequences nobody reopens are freed after restore_grace (1 s here; the engine reopens only
@@ -193,17 +194,26 @@ wait_file() {
 }
 reopen=$BUILD/examples/reopen_engine
 
-# 4. Kept.
+# 4. Kept. Before the engine reopens, vasectl status shows the kept sequence.
 status=1
-if restart_case kept USR1 && grep -q "^reopened: .*block table identical.*K/V identical" "$eout" &&
+kept_go() {
+    wait_line "$tmp/kept.out" "^connected again" &&
+        VASE_RUNTIME_DIR=$run "$BUILD/vasectl" status >"$tmp/kept.status" 2>&1
+    : >"$tmp/kept.go"
+}
+on_restart=kept_go
+if restart_case kept USR1 --go-file "$tmp/kept.go" &&
+    grep -q "^kept across the restart: 1 sequences" "$tmp/kept.status" &&
+    grep -q "^reopened: .*block table identical.*K/V identical" "$eout" &&
     grep -q "^a second reopen is refused" "$eout" && grep -q "^decoded .* more steps" "$eout" &&
     grep -q "^started pid .* fds vased.socket,arena-0,state$" "$log" &&
     grep -q 'Arena 0 "default": kept across the restart' "$vlog" &&
     grep -q "reopened sequence 1 on its kept pages" "$vlog"; then
     status=0
 fi
+on_restart=
 result "a restart keeps the host arena: the reopened sequence has the same pages and K/V" \
-    $status "$eout" "$log" "$vlog"
+    $status "$eout" "$log" "$vlog" "$tmp/kept.status"
 
 # 5. Another arena size.
 status=1
