@@ -758,6 +758,7 @@ install: $(INSTALL_DEPS)
 	  $(D)$(INCLUDEDIR)/vase/
 	$(Q)sed 's|^ExecStart=/usr/bin/vased |ExecStart=$(BINDIR)/vased |' systemd/vased.service \
 	  >$(D)$(UNITDIR)/vased.service && chmod 644 $(D)$(UNITDIR)/vased.service
+	$(Q)$(INSTALL) -m 644 systemd/vased.socket $(D)$(UNITDIR)/
 	$(Q)$(INSTALL) -m 644 systemd/vase.sysusers $(D)$(SYSUSERSDIR)/vase.conf
 	$(Q)$(INSTALL) -m 644 systemd/vase.tmpfiles $(D)$(TMPFILESDIR)/vase.conf
 	$(Q)[ -e $(D)$(SYSCONFDIR)/vase/vased.conf ] || \
@@ -774,7 +775,7 @@ install: $(INSTALL_DEPS)
 INSTALLED_FILES = $(addprefix $(BINDIR)/,vased vasectl) \
   $(addprefix $(LIBDIR)/,$(LIBVASE_FILE) $(LIBVASE_SONAME) libvase.so libvase.a pkgconfig/vase.pc) \
   $(addprefix $(INCLUDEDIR)/vase/,$(notdir $(PUBLIC_HEADERS))) $(UNITDIR)/vased.service \
-  $(SYSUSERSDIR)/vase.conf $(TMPFILESDIR)/vase.conf $(DOCDIR)/README.md \
+  $(UNITDIR)/vased.socket $(SYSUSERSDIR)/vase.conf $(TMPFILESDIR)/vase.conf $(DOCDIR)/README.md \
   $(MANDIR)/man8/vased.8 $(MANDIR)/man1/vasectl.1 $(MANDIR)/man3/libvase.3 \
   $(MANDIR)/man5/vased.conf.5 \
   $(addprefix $(PYTHONDIR)/vase/,$(notdir $(PY_FILES) $(PY_EXT)))
@@ -882,6 +883,8 @@ check: all
 	  echo "  TEST    $$t"; $(TEST_WRAPPER) $$t; result $$? $$t; \
 	done; \
 	echo "  SETUP   tests/test_setup.sh"; tests/test_setup.sh; result $$? tests/test_setup.sh; \
+	echo "  SOCKET  tests/test_sd_emu.sh"; BUILD=$(BUILD) tests/test_sd_emu.sh; \
+	  result $$? tests/test_sd_emu.sh; \
 	if [ -z "$(SANITIZE)" ]; then \
 	  echo "  INSTALL tests/test_install.sh"; MAKE="$(MAKE)" BUILD=$(BUILD) tests/test_install.sh; \
 	  result $$? tests/test_install.sh; \

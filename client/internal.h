@@ -34,6 +34,10 @@ struct vase_seq {
     struct vase_seq *next;
 
     uint32_t id;
+    /* As opened, and the daemon's secret for it: what vase_seq_reopen() presents. */
+    struct vase_seq_config cfg;
+    uint8_t resume_token[16];
+    bool has_resume_token;
     enum vase_policy policy;
     enum vase_mode mode;
     uint32_t budget, window, keep, slack, prompt_len;

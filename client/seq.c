@@ -122,6 +122,8 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
         .client = m->client,
         .model = m,
         .id = sl->seq_id,
+        .cfg = *cfg,
+        .has_resume_token = sl->resume_token.len == sizeof(s->resume_token),
         .policy = cfg->policy,
         .mode = cfg->mode,
         .budget = sl->budget,
@@ -136,6 +138,8 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
         .n_ring_pages = sl->n_ring_pages,
         .n_plan_pages = sl->n_plan_pages,
     };
+    if (s->has_resume_token)
+        memcpy(s->resume_token, sl->resume_token.data, sizeof(s->resume_token));
     const struct vase_layout *l = &m->layout;
     uint64_t size = l->arena_bytes;
     uint32_t max_keep = cfg->params.budget - sl->window;
@@ -294,6 +298,92 @@ int vase_seq_open(struct vase_client *c, struct vase_model *m, const struct vase
                                          &reply);
     if (r == 0)
         r = open_finish(c, m, cfg, reply->seq_layout, ret);
+out:
+    if (reply)
+        vase__envelope__free_unpacked(reply, NULL);
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
+/* ---- reopen after a daemon restart ---- */
+
+static bool same_pages(const uint32_t *a, size_t na, const uint32_t *b, size_t nb) {
+    return na == nb && (na == 0 || memcmp(a, b, na * sizeof(*a)) == 0);
+}
+
+/* Whether the daemon's kept sequence is exactly old: the same pages, budget and evictions (a
+ * commit the old daemon never saw would have moved old on). */
+static bool reopen_matches(const struct vase_seq *old, const struct vase_seq *s,
+                           const Vase__SeqLayout *sl) {
+    return s->id == old->id && same_pages(s->pages, s->n_pages, old->pages, old->n_pages) &&
+           same_pages(s->ring_pages, s->n_ring_pages, old->ring_pages, old->n_ring_pages) &&
+           same_pages(s->plan_pages, s->n_plan_pages, old->plan_pages, old->n_plan_pages) &&
+           s->budget == old->budget && s->keep == old->keep && sl->rounds == old->rounds &&
+           sl->len <= old->len && old->len <= s->capacity;
+}
+
+static bool geometry_equal(const struct vase_layout *a, const struct vase_layout *b) {
+    return a->layers == b->layers && a->q_heads == b->q_heads && a->kv_heads == b->kv_heads &&
+           a->head_dim == b->head_dim && a->dtype == b->dtype && a->block_tokens == b->block_tokens;
+}
+
+/* The reopened sequence from the daemon's layout: the new mapping, old's progress. Lock held. */
+static int reopen_finish(struct vase_client *c, struct vase_model *m, const struct vase_seq *old,
+                         const Vase__SeqLayout *sl, struct vase_seq **ret) {
+    struct vase_seq *s;
+    int r = seq_from_layout(m, &old->cfg, sl, &s);
+    if (r == 0 && !reopen_matches(old, s, sl)) {
+        s = vase__seq_free(s);
+        r = -EPROTO;
+    }
+    if (r < 0) {
+        (void)close_remote(c, sl->seq_id);
+        if (r == -EPROTO)
+            return vase__client_fail(c, r,
+                                     "the daemon kept sequence %u in another state than this "
+                                     "one (pages, budget or evictions differ): open it again",
+                                     old->id);
+        c->last_error[0] = '\0';
+        return r;
+    }
+    s->len = old->len;
+    s->position = old->position;
+    s->rounds = old->rounds;
+    s->stats = old->stats;
+    s->next = c->seqs;
+    c->seqs = s;
+    *ret = s;
+    return 0;
+}
+
+int vase_seq_reopen(struct vase_model *m, const struct vase_seq *old, struct vase_seq **ret) {
+    Vase__Envelope *reply = NULL;
+    struct open_msg o;
+
+    if (!m || !old || !ret)
+        return -EINVAL;
+    struct vase_client *c = m->client;
+    vase__client_lock(c);
+    int r = 0;
+    if (old->client == c || !old->has_resume_token || !old->model ||
+        !geometry_equal(&m->layout, &old->model->layout)) {
+        r = vase__client_fail(c, -EINVAL, "vase_seq_reopen: %s",
+                              old->client == c ? "the sequence is this client's already"
+                              : !old->has_resume_token
+                                  ? "the daemon that opened it gave no resume token"
+                                  : "the model's geometry is not the sequence's");
+        goto out;
+    }
+    r = open_begin(c, m, &old->cfg, ret, "vase_seq_reopen", &o);
+    if (r < 0)
+        goto out;
+    o.open.resume_seq = old->id;
+    o.open.resume_token = (ProtobufCBinaryData){.len = sizeof(old->resume_token),
+                                                .data = (uint8_t *)old->resume_token};
+    o.open.admission_wait_ms = 0;
+    r = vase__client_call(c, &o.e, VASE__ENVELOPE__BODY_SEQ_LAYOUT, &reply);
+    if (r == 0)
+        r = reopen_finish(c, m, old, reply->seq_layout, ret);
 out:
     if (reply)
         vase__envelope__free_unpacked(reply, NULL);

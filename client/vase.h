@@ -110,7 +110,9 @@ struct vase_connect_options {
 
 /* Connects to vased: session handshake, arena mapping, control socket. On success *ret owns
  * the connection. -ENOENT (no daemon socket), -EACCES/-EPERM (refused by the allow-list),
- * -ECONNREFUSED, -ETIMEDOUT, -VASE_EPROTOVERSION. */
+ * -ECONNREFUSED, -ETIMEDOUT, -VASE_EPROTOVERSION. Under socket activation (vased.socket) the
+ * socket exists while the daemon is stopped or starting: the connect succeeds and the welcome
+ * is waited for up to timeout_ms, -ETIMEDOUT if the daemon was not up by then. */
 int vase_connect(const struct vase_connect_options *opts, struct vase_client **ret);
 /* Closes every sequence, unmaps the arenas, closes the sockets; accepts NULL. Returns NULL. */
 struct vase_client *vase_disconnect(struct vase_client *c);
@@ -290,6 +292,22 @@ int vase_open_poll(struct vase_open *o, struct vase_seq **ret_seq);
 /* Gives up an open still waiting (accepts NULL) and frees it: should the daemon admit it later,
  * libvase closes that sequence again. vase_disconnect() frees the opens still waiting. */
 void vase_open_cancel(struct vase_open *o);
+
+/*
+ * Reopens, on a new client, a sequence of a client whose daemon restarted (its calls fail with
+ * -VASE_ESTALE or -ECONNRESET): when the daemon kept the host arena across the restart
+ * (vased.service's file descriptor store, a clean stop), the sequence is given back with the
+ * same id, pages and block table, so its K and V are intact, and decoding goes on from old's
+ * len, position and evictions (read through the new sequence: its pointers are into the new
+ * client's mapping). m is a model of the new client registered with old's geometry on the same
+ * arena; old keeps its configuration and the daemon's resume token. old and its dead client stay
+ * valid: close them (vase_seq_close(), vase_disconnect()) after the reopen; closing old does not
+ * touch the reopened sequence. 0 and *ret; -ENOENT (the daemon kept no such sequence: it did not
+ * stop cleanly, its arena changed, or restore_grace passed), -EPERM (another user's, or a wrong
+ * token), -EINVAL (old is m's client's already, has no token, or m's geometry is not old's),
+ * -EPROTO (the daemon's copy is not old's state: a commit it never saw), or a call's -errno.
+ */
+int vase_seq_reopen(struct vase_model *m, const struct vase_seq *old, struct vase_seq **ret);
 
 /* Ends a sequence and returns its pages; accepts NULL. 0 or -errno (the local state is freed
  * either way). */

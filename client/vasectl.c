@@ -320,6 +320,10 @@ static int cmd_status(struct vase_admin *a) {
     if (s->opens_waiting)
         printf("opens waiting for room %" PRIu32 " (admitted in arrival order as memory frees)\n",
                s->opens_waiting);
+    if (s->seqs_restored)
+        printf("kept across the restart: %" PRIu32 " sequences (%s) waiting for their engines to "
+               "reopen them (restore_grace)\n",
+               s->seqs_restored, vasectl_fmt_bytes(s->bytes_restored, b2, sizeof(b2)));
     if (s->seqs_shrunk || s->bytes_reclaiming || s->budget_shrinks_total)
         printf("elastic budgets: %" PRIu32 " sequences below their budget, %s to be released at "
                "their next commit; %" PRIu64 " shrinks, %" PRIu64 " grows\n",

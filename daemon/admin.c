@@ -24,6 +24,7 @@
 #include "publish.h"
 #include "registry.h"
 #include "reply.h"
+#include "restore.h"
 #include "state.h"
 #include "wire.h"
 
@@ -78,6 +79,8 @@ static int handle_status(struct vased *d, const struct vase_reply_to *p,
     sr.budget_shrinks_total = d->budget_shrinks_total;
     sr.budget_grows_total = d->budget_grows_total;
     sr.bytes_reclaiming = vase_elastic_reclaiming(d, &sr.seqs_shrunk);
+    sr.seqs_restored = d->reg->n_restored;
+    sr.bytes_restored = vase_restore_bytes(d);
     e.body_case = VASE__ENVELOPE__BODY_STATUS_REPLY;
     e.status_reply = &sr;
     vase_reply_send(d, p, &e);

@@ -392,6 +392,35 @@ int vase_alloc_release(struct vase_alloc *a, uint64_t unit, const uint32_t *page
     return 0;
 }
 
+int vase_alloc_claim(struct vase_alloc *a, uint64_t unit, const uint32_t *pages, uint32_t n,
+                     uint64_t *client_bytes) {
+    uint32_t ci, k = 0;
+    bool all;
+    if (n == 0)
+        return 0;
+    if (!pages || !unit_valid(a, unit))
+        return -EINVAL;
+    int r = get_class(a, unit, &ci);
+    for (; r == 0 && k < n; k++) {
+        if (pages[k] >= a->classes[ci].n_units || page_fit(a, ci, pages[k], &all) < 0)
+            r = -EEXIST;
+        else
+            r = take_page(a, ci, pages[k]);
+        if (r < 0)
+            break;
+    }
+    if (r < 0) {
+        while (k-- > 0)
+            drop_page(a, ci, pages[k]);
+        if (find_class(a, unit, &ci))
+            put_class(a, ci);
+        return r;
+    }
+    if (client_bytes)
+        *client_bytes += unit * n;
+    return 0;
+}
+
 bool vase_alloc_is_used(const struct vase_alloc *a, uint64_t unit, uint32_t p) {
     const struct vase_alloc_class *c = a ? find_class(a, unit, NULL) : NULL;
     return c && p < c->n_units && bit(c, p);

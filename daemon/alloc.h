@@ -77,6 +77,14 @@ int vase_alloc_reserve(struct vase_alloc *a, const struct vase_alloc_req *reqs, 
 int vase_alloc_release(struct vase_alloc *a, uint64_t unit, const uint32_t *pages, uint32_t n,
                        uint64_t *client_bytes);
 
+/*
+ * Takes exactly pages[0 .. n) of unit bytes (a sequence kept across a restart: restore.h) and
+ * adds their bytes to *client_bytes (may be NULL). -EEXIST, and nothing taken, if a page is
+ * outside the arena, taken already (listed twice included) or in a granule of another size;
+ * -EINVAL, -ENOMEM.
+ */
+int vase_alloc_claim(struct vase_alloc *a, uint64_t unit, const uint32_t *pages, uint32_t n,
+                     uint64_t *client_bytes);
 /* True if page p of unit bytes is allocated. */
 bool vase_alloc_is_used(const struct vase_alloc *a, uint64_t unit, uint32_t p);
 /* Bytes of the free granules: what any new page size can still use. */

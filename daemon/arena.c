@@ -20,10 +20,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "arena.h"
 #include "log.h"
+
+/* Maps a memfd kept by systemd's fd store (vase_arena_adopt_host()): its size and seals must
+ * be what host_create() made, or clients could be made to fault. */
+static int host_adopt(struct vase_arena *a, int fd) {
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    int seals = fcntl(fd, F_GET_SEALS);
+    int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+    if (!S_ISREG(st.st_mode) || seals < 0 || (seals & want) != want)
+        return -EBADFD;
+    if ((uint64_t)st.st_size != a->size)
+        return -EMEDIUMTYPE;
+    void *map = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        return -errno;
+    a->fd = fd;
+    a->map = map;
+    return 0;
+}
 
 static int host_create(struct vase_arena *a) {
     char name[32];
@@ -180,6 +201,33 @@ int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, ui
 free_arena:
     vase_arena_free(a);
     return r;
+}
+
+int vase_arena_adopt_host(uint32_t id, int fd, uint64_t size, uint64_t granule_bytes,
+                          struct vase_arena **ret) {
+    if (fd < 0 || !ret || granule_bytes < 4096 || granule_bytes % 4096 != 0 || size == 0 ||
+        size % granule_bytes != 0 || size / granule_bytes > INT32_MAX)
+        return -EINVAL;
+    struct vase_arena *a = calloc(1, sizeof(*a));
+    if (!a)
+        return -ENOMEM;
+    *a = (struct vase_arena){
+        .id = id,
+        .ops = &vase_arena_host_ops,
+        .size = size,
+        .granule_bytes = granule_bytes,
+        .num_granules = (uint32_t)(size / granule_bytes),
+        .fd = -1,
+        .device = -1,
+    };
+    a->kind = strdup("host");
+    int r = a->kind ? host_adopt(a, fd) : -ENOMEM;
+    if (r < 0) {
+        vase_arena_free(a); /* a->fd is still -1: fd stays the caller's */
+        return r;
+    }
+    *ret = a;
+    return 0;
 }
 
 struct vase_arena *vase_arena_free(struct vase_arena *a) {

@@ -72,6 +72,14 @@ struct vase_arena {
  */
 int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, uint64_t size,
                    uint64_t granule_bytes, struct vase_arena **ret);
+/*
+ * A host arena on memfd fd, one a previous vased made and systemd's fd store kept (restore.h):
+ * its contents are kept. On success the arena owns fd; on failure it stays the caller's.
+ * -EBADFD (not a memfd sealed as host arenas are), -EMEDIUMTYPE (its size is not size), -EINVAL
+ * (geometry), -ENOMEM, or mmap()'s -errno. Logs nothing: the caller says why it is discarded.
+ */
+int vase_arena_adopt_host(uint32_t id, int fd, uint64_t size, uint64_t granule_bytes,
+                          struct vase_arena **ret);
 struct vase_arena *vase_arena_free(struct vase_arena *a);
 
 /* Address of byte offset off in the daemon's mapping (a device address for CUDA arenas). */

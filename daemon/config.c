@@ -103,6 +103,10 @@ const struct vase_setting vase_settings[] = {
      "otherwise trusted address."},
     {"shutdown_timeout", VASE_SETTING_U32, OFF(shutdown_timeout), 0, 600, "10", true,
      "Seconds a clean shutdown waits for plans being computed."},
+    {"restore_grace", VASE_SETTING_U32, OFF(restore_grace), 1, 86400, "120", true,
+     "Seconds after a restart that kept the host arenas (systemd's file descriptor store) "
+     "during which engines may reopen their sequences on the same pages; those not reopened "
+     "by then are freed."},
     {"log_level", VASE_SETTING_LOG_LEVEL, OFF(log_level), 0, 7, "info", true,
      "Most verbose messages logged: emerg, alert, crit, err, warning, notice, info, debug."},
     {"default_slack", VASE_SETTING_I32, OFF(default_slack), -1, 1 << 20, "-1", true,

@@ -79,6 +79,7 @@ struct vase_config {
     uint32_t stats_interval;
     char *metrics_address; /* "off": no metrics endpoint (metrics_http.h) */
     uint32_t shutdown_timeout;
+    uint32_t restore_grace; /* seconds restored sequences wait to be reopened */
     int log_level;
     int32_t default_slack;
     uint32_t admission_wait_ms; /* an OpenSeq's wait for room when it asks for the default */

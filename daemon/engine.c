@@ -25,6 +25,7 @@
 #include "publish.h"
 #include "registry.h"
 #include "reply.h"
+#include "restore.h"
 #include "state.h"
 #include "wire.h"
 
@@ -279,6 +280,11 @@ static void send_layout(struct vased *d, const struct vase_reply_to *p, struct v
     sl.slack = s->slack;
     sl.min_budget = s->min_budget;
     sl.weight = s->weight;
+    sl.resume_token =
+        (ProtobufCBinaryData){.len = sizeof(s->resume_token), .data = s->resume_token};
+    sl.rounds = s->rounds;
+    sl.len = s->len;
+    sl.position = s->position;
     e.body_case = VASE__ENVELOPE__BODY_SEQ_LAYOUT;
     e.seq_layout = &sl;
     vase_reply_send(d, p, &e);
@@ -345,6 +351,29 @@ static int park_open(struct vased *d, struct vased_client *c, const struct vase_
     return 0;
 }
 
+/* A sequence the previous daemon kept (restore.h), taken over by the engine that had it: the
+ * same id, pages, budgets and counts, so its KV data stays valid. */
+static int handle_reopen(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
+                         struct vased_model *m, const Vase__OpenSeq *o,
+                         const struct vased_seq_request *req) {
+    if (c->n_seqs >= d->cfg.max_seqs_per_client)
+        return vase_reply_error(d, p, EDQUOT,
+                                "cannot reopen sequence %u: the client has max_seqs_per_client "
+                                "(%u) sequences open",
+                                o->resume_seq, d->cfg.max_seqs_per_client);
+    struct vased_seq *s;
+    char msg[256];
+    int r = vase_restore_reopen(d, c, m, o->resume_seq, o->resume_token.data, o->resume_token.len,
+                                req->policy, req->params.budget, req->params.window, &s, msg,
+                                sizeof(msg));
+    if (r < 0)
+        return vase_reply_error(d, p, -r, "cannot reopen: %s", msg);
+    log_info("Client %u (uid %u) reopened sequence %u on its kept pages: len %u, %u evictions.",
+             c->id, (unsigned)c->uid, s->id, s->len, s->rounds);
+    send_layout(d, p, s);
+    return 0;
+}
+
 static int open_seq(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
                     const Vase__OpenSeq *o) {
     struct vased_model *m;
@@ -359,6 +388,8 @@ static int open_seq(struct vased *d, struct vased_client *c, const struct vase_r
     r = seq_request_from(d, o, &req, &msg);
     if (r < 0)
         return vase_reply_error(d, p, EINVAL, "bad open_seq: %s", msg);
+    if (o->resume_seq)
+        return handle_reopen(d, c, p, m, o, &req);
     uint32_t wait_ms;
     if (admission_wait_from(d, o, &wait_ms) < 0)
         return vase_reply_error(d, p, EINVAL,

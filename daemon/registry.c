@@ -98,6 +98,11 @@ struct vase_registry *vase_registry_free(struct vase_registry *reg) {
         reg->orphans = s->next;
         seq_free(s);
     }
+    while (reg->restored) {
+        struct vased_seq *s = reg->restored;
+        reg->restored = s->next;
+        seq_free(s);
+    }
     free(reg->seq_table);
     free(reg);
     return NULL;
@@ -331,6 +336,11 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     struct vased_seq *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
+    if (getrandom(s->resume_token, sizeof(s->resume_token), 0) !=
+        (ssize_t)sizeof(s->resume_token)) {
+        r = errno ? -errno : -EIO;
+        goto free_seq;
+    }
     s->pages = malloc((size_t)most.kv_pages * sizeof(uint32_t));
     s->ring_pages = malloc((size_t)(most.ring_pages ? most.ring_pages : 1) * sizeof(uint32_t));
     s->plan_pages = malloc((size_t)most.plan.plan_pages * sizeof(uint32_t));
@@ -359,6 +369,7 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
 
     s->id = reg->next_seq_id++;
     s->client = c;
+    s->owner_uid = c->uid;
     s->model = m;
     s->arena_id = m->arena_id;
     s->layers = m->layout.layers;
@@ -397,6 +408,171 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
 free_seq:
     seq_free(s);
     return r;
+}
+
+/* ---- sequences kept across a restart ---- */
+
+static void seq_release_pages(struct vased_seq *s, struct vase_alloc *alloc,
+                              uint64_t *client_bytes);
+
+/* The budget range of a saved sequence: what elastic_from() and the elastic module keep. */
+static bool saved_budgets_valid(const struct vased_seq_saved *sv) {
+    uint32_t W = sv->req.params.window, max = sv->req.params.budget, min = sv->req.min_budget;
+    return W > 0 && min > W && min % W == 0 && min <= max && sv->budget >= min &&
+           sv->budget <= max && sv->budget % W == 0 && sv->target_budget >= min &&
+           sv->target_budget <= sv->cap_budget && sv->cap_budget <= max && sv->req.weight >= 1;
+}
+
+/* Takes the saved pages of its three sizes, all or none. */
+static int claim_saved(struct vase_alloc *alloc, const struct vased_seq_saved *sv,
+                       const struct vase_plan_layout *plan) {
+    const struct vase_layout *l = &sv->layout;
+    int r = vase_alloc_claim(alloc, l->page_bytes, sv->pages, sv->n_pages, NULL);
+    if (r < 0)
+        return r;
+    r = vase_alloc_claim(alloc, l->ring_page_bytes, sv->ring_pages, sv->n_ring_pages, NULL);
+    if (r < 0) {
+        vase_alloc_release(alloc, l->page_bytes, sv->pages, sv->n_pages, NULL);
+        return r;
+    }
+    r = vase_alloc_claim(alloc, plan->plan_page_bytes, sv->plan_pages, sv->n_plan_pages, NULL);
+    if (r < 0) {
+        vase_alloc_release(alloc, l->page_bytes, sv->pages, sv->n_pages, NULL);
+        vase_alloc_release(alloc, l->ring_page_bytes, sv->ring_pages, sv->n_ring_pages, NULL);
+    }
+    return r;
+}
+
+int vase_registry_restore_seq(struct vase_registry *reg, struct vase_alloc *alloc,
+                              const struct vased_seq_saved *sv, char *msg, size_t msg_size) {
+    struct vased_seq_footprint most, fp;
+    const struct vase_layout *l = &sv->layout;
+    int r;
+
+    msg[0] = '\0';
+    if (sv->id == 0 || vase_registry_find_restored(reg, sv->id)) {
+        snprintf(msg, msg_size, "sequence id %u is 0 or given twice", sv->id);
+        return -EINVAL;
+    }
+    if (vase_params_check(&sv->req.params, sv->req.policy) < 0 || !saved_budgets_valid(sv)) {
+        snprintf(msg, msg_size, "sequence %u: its parameters or budgets are not valid", sv->id);
+        return -EINVAL;
+    }
+    if ((r = vase_registry_footprint(l, &sv->req, &most, msg, msg_size)) < 0 ||
+        (r = vase_registry_footprint_at(l, &sv->req, sv->budget, &fp, msg, msg_size)) < 0)
+        return r;
+    if (sv->n_pages == 0 || sv->n_pages > most.kv_pages || sv->n_ring_pages != fp.ring_pages ||
+        sv->n_plan_pages != fp.plan.plan_pages ||
+        sv->len > (uint64_t)sv->n_pages * l->block_tokens) {
+        snprintf(msg, msg_size,
+                 "sequence %u: %u KV, %u ring and %u plan pages and len %u do not fit its "
+                 "request (at most %u KV, %u ring, %u plan pages)",
+                 sv->id, sv->n_pages, sv->n_ring_pages, sv->n_plan_pages, sv->len, most.kv_pages,
+                 fp.ring_pages, fp.plan.plan_pages);
+        return -EINVAL;
+    }
+
+    struct vased_seq *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->pages = malloc((size_t)most.kv_pages * sizeof(uint32_t));
+    s->ring_pages = malloc((size_t)(fp.ring_pages ? fp.ring_pages : 1) * sizeof(uint32_t));
+    s->plan_pages =
+        malloc((size_t)(fp.plan.plan_pages ? fp.plan.plan_pages : 1) * sizeof(uint32_t));
+    s->scores = calloc(l->layers, sizeof(float *));
+    s->scores_len = calloc(l->layers, sizeof(uint32_t));
+    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
+        seq_free(s);
+        return -ENOMEM;
+    }
+    r = claim_saved(alloc, sv, &fp.plan);
+    if (r < 0) {
+        seq_free(s);
+        if (r == -EEXIST)
+            snprintf(msg, msg_size,
+                     "sequence %u: a page lies outside the arena or is another's too", sv->id);
+        return r;
+    }
+    memcpy(s->pages, sv->pages, (size_t)sv->n_pages * sizeof(uint32_t));
+    memcpy(s->ring_pages, sv->ring_pages, (size_t)sv->n_ring_pages * sizeof(uint32_t));
+    memcpy(s->plan_pages, sv->plan_pages, (size_t)sv->n_plan_pages * sizeof(uint32_t));
+    s->id = sv->id;
+    s->owner_uid = sv->uid;
+    memcpy(s->resume_token, sv->token, sizeof(s->resume_token));
+    s->arena_id = sv->arena_id;
+    s->layers = l->layers;
+    s->kv_heads = l->kv_heads;
+    s->policy = sv->req.policy;
+    s->max_params = sv->req.params;
+    s->params = vase_elastic_params(&sv->req.params, sv->budget);
+    s->keep = vase_plan_keep_count(&s->params);
+    s->max_budget = sv->req.params.budget;
+    s->cap_budget = sv->cap_budget;
+    s->target_budget = sv->target_budget;
+    s->min_budget = sv->req.min_budget;
+    s->weight = sv->req.weight;
+    s->budget_changes = sv->budget_changes;
+    s->mode = sv->req.mode;
+    s->slack = sv->req.slack;
+    s->prompt_len = sv->req.prompt_len;
+    s->seed = sv->req.seed;
+    s->layout = *l;
+    s->plan = fp.plan;
+    s->n_pages = sv->n_pages;
+    s->max_pages = most.kv_pages;
+    s->n_ring_pages = sv->n_ring_pages;
+    s->n_plan_pages = sv->n_plan_pages;
+    s->capacity = sv->n_pages * l->block_tokens;
+    s->acc_stride = most.kv_pages * l->block_tokens;
+    s->len = sv->len;
+    s->position = sv->position;
+    s->rounds = sv->rounds;
+    s->state = VASED_SEQ_IDLE;
+    s->next = reg->restored;
+    reg->restored = s;
+    reg->n_restored++;
+    if (reg->next_seq_id <= s->id)
+        reg->next_seq_id = s->id + 1;
+    return 0;
+}
+
+struct vased_seq *vase_registry_find_restored(const struct vase_registry *reg, uint32_t id) {
+    for (struct vased_seq *s = reg->restored; s; s = s->next)
+        if (s->id == id)
+            return s;
+    return NULL;
+}
+
+static void restored_unlink(struct vase_registry *reg, struct vased_seq *s) {
+    for (struct vased_seq **p = &reg->restored; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            reg->n_restored--;
+            break;
+        }
+    s->next = NULL;
+}
+
+void vase_registry_adopt_restored(struct vase_registry *reg, struct vased_client *c,
+                                  struct vased_model *m, struct vased_seq *s) {
+    restored_unlink(reg, s);
+    s->client = c;
+    s->model = m;
+    s->next = c->seqs;
+    c->seqs = s;
+    c->n_seqs++;
+    c->bytes += vase_registry_seq_bytes(s);
+    uint32_t slot = seq_slot(reg, s->id);
+    s->hash_next = reg->seq_table[slot];
+    reg->seq_table[slot] = s;
+    reg->n_seqs++;
+}
+
+void vase_registry_drop_restored(struct vase_registry *reg, struct vase_alloc *alloc,
+                                 struct vased_seq *s) {
+    restored_unlink(reg, s);
+    seq_release_pages(s, alloc, NULL);
+    seq_free(s);
 }
 
 static void seq_release_pages(struct vased_seq *s, struct vase_alloc *alloc,

@@ -119,6 +119,10 @@ struct vased_seq {
     struct vased_seq *next;      /* in the client's list, or the orphan list */
     struct vased_client *holder; /* an orphan's draining client, whose process may write it */
     struct vased_seq *hash_next; /* in the registry's id table */
+    /* Drawn at the open: what a reopen after a restart presents (restore.h), with the uid of the
+     * client that opened it. */
+    uint8_t resume_token[VASE_TOKEN_BYTES];
+    uid_t owner_uid;
 };
 
 struct vase_registry {
@@ -131,6 +135,10 @@ struct vase_registry {
     struct vased_seq *orphans;     /* sequences whose pages wait for their plan or holder */
     struct vased_client *draining; /* clients gone from the session, holding device pages */
     uint32_t n_draining;
+    /* Sequences kept across a restart (restore.h), no client's until one reopens them:
+     * unreachable by id, their pages held. */
+    struct vased_seq *restored;
+    uint32_t n_restored;
 };
 
 int vase_registry_new(struct vase_registry **ret);
@@ -193,6 +201,38 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
                            uint64_t byte_quota, struct vased_seq **ret, char *msg, size_t msg_size);
 /* Bytes of arena the sequence holds now. */
 uint64_t vase_registry_seq_bytes(const struct vased_seq *s);
+
+/* A sequence as the previous daemon kept it (restore.c reads it from the state snapshot). */
+struct vased_seq_saved {
+    uint32_t id, arena_id;
+    uid_t uid;
+    uint8_t token[VASE_TOKEN_BYTES];
+    struct vase_layout layout;    /* of its model's geometry in this arena */
+    struct vased_seq_request req; /* as opened: req.params at its max_budget */
+    uint32_t budget, cap_budget, target_budget, budget_changes;
+    uint32_t n_pages, n_ring_pages, n_plan_pages;
+    const uint32_t *pages, *ring_pages, *plan_pages;
+    uint32_t len, rounds;
+    uint64_t position;
+};
+
+/*
+ * Takes a saved sequence back, unowned, on the restored list: its pages exactly as saved,
+ * claimed in alloc. Every field is checked against what an open of that request would hold
+ * (the snapshot is input): -EINVAL or -EEXIST (a page taken twice or outside the arena) with the
+ * reason in msg, -ENOMEM; nothing is held on failure.
+ */
+int vase_registry_restore_seq(struct vase_registry *reg, struct vase_alloc *alloc,
+                              const struct vased_seq_saved *sv, char *msg, size_t msg_size);
+/* The restored sequence id, or NULL. */
+struct vased_seq *vase_registry_find_restored(const struct vase_registry *reg, uint32_t id);
+/* Gives restored sequence s to client c with its model m (same geometry, checked by the caller);
+ * its bytes are charged to c. */
+void vase_registry_adopt_restored(struct vase_registry *reg, struct vased_client *c,
+                                  struct vased_model *m, struct vased_seq *s);
+/* Frees restored sequence s, its pages back to alloc. */
+void vase_registry_drop_restored(struct vase_registry *reg, struct vase_alloc *alloc,
+                                 struct vased_seq *s);
 /* The client's sequence: -ENOENT if there is none, -EPERM if another client's. */
 int vase_registry_get_seq(const struct vase_registry *reg, const struct vased_client *c,
                           uint32_t id, struct vased_seq **ret);

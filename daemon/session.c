@@ -8,10 +8,12 @@
  */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -71,6 +73,21 @@ int vase_session_listen(const char *path, int *ret_fd) {
         return r;
     }
     *ret_fd = fd;
+    return 0;
+}
+
+int vase_session_adopt(int fd, const char *path) {
+    if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0)
+        return -ENOTSOCK;
+    if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, path, 0) <= 0)
+        return -EADDRNOTAVAIL;
+    /* Inherited without either flag: the loop never blocks in accept(), and engines or the
+     * programs vased may start must not inherit the listener. */
+    int fl = fcntl(fd, F_GETFL);
+    int fdfl = fcntl(fd, F_GETFD);
+    if (fl < 0 || fdfl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+        fcntl(fd, F_SETFD, fdfl | FD_CLOEXEC) < 0)
+        return -errno;
     return 0;
 }
 

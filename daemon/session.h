@@ -28,6 +28,13 @@ int vase_session_probe(const char *path, int type);
 
 /* A non-blocking, close-on-exec SEQPACKET listener at path. 0 or -errno. */
 int vase_session_listen(const char *path, int *ret_fd);
+/*
+ * Takes over a listener that systemd passed (socket activation): it must be an AF_UNIX
+ * SOCK_SEQPACKET socket that listens (-ENOTSOCK otherwise) bound to path (-EADDRNOTAVAIL
+ * otherwise); it is made close-on-exec and non-blocking. 0 or -errno; the fd stays the caller's
+ * either way.
+ */
+int vase_session_adopt(int fd, const char *path);
 /* Accepts one connection (SOCK_CLOEXEC|SOCK_NONBLOCK) and reads its SO_PEERCRED. 0, -EAGAIN,
  * or -errno. */
 int vase_session_accept(int listen_fd, int *ret_fd, struct ucred *ret_cred);

@@ -35,6 +35,7 @@
 #include "evictor.h"
 #include "log.h"
 #include "metrics_http.h"
+#include "restore.h"
 #include "setup.h"
 #include "state.h"
 #include "zap.h"
@@ -195,6 +196,67 @@ static int setup_runtime_dir(struct vased *d) {
     return 0;
 }
 
+/*
+ * Socket activation: vased.socket makes the session listener and keeps it while vased stops and
+ * starts, so an engine that connects while the daemon is down or starting waits in its queue
+ * (and the connect starts vased) instead of failing. The passed socket must be the one vased
+ * would make itself; anything else is a configuration error, not something to work around. The
+ * LISTEN_* variables are unset, so nothing vased starts takes them for its own.
+ */
+static int adopt_listener(struct vased *d, int fd, const char *name) {
+    if (d->session_fd >= 0)
+        return log_error_errno(-EEXIST,
+                               "systemd passed a second socket (%s); vased takes one, the "
+                               "session socket.",
+                               name);
+    int r = vase_session_adopt(fd, d->session_path);
+    if (r == -ENOTSOCK)
+        return log_error_errno(r,
+                               "The socket systemd passed (%s) is not a listening AF_UNIX "
+                               "SOCK_SEQPACKET socket; vased.socket must say "
+                               "ListenSequentialPacket=%s.",
+                               name, d->session_path);
+    if (r == -EADDRNOTAVAIL)
+        return log_error_errno(r,
+                               "The socket systemd passed (%s) is not bound to %s, the session "
+                               "socket of the runtime directory %s; make vased.socket's "
+                               "ListenSequentialPacket= name it.",
+                               name, d->session_path, d->runtime_dir);
+    if (r < 0)
+        return log_error_errno(r, "Cannot use the socket systemd passed (%s): %m", name);
+    d->session_fd = fd;
+    d->session_activated = true;
+    log_info("Listening on %s, passed by systemd (socket activation).", d->session_path);
+    return 0;
+}
+
+static int setup_listen_fds(struct vased *d) {
+    char **names = NULL;
+    int n = sd_listen_fds_with_names(1, &names);
+    if (n < 0)
+        return log_error_errno(n, "Cannot read the sockets passed by systemd (LISTEN_FDS): %m");
+    int r = 0;
+    for (int i = 0; i < n; i++) {
+        int fd = SD_LISTEN_FDS_START + i;
+        const char *name = names && names[i] ? names[i] : "unnamed";
+        /* What the fd store kept (restore.h) goes there; the rest must be the listener. */
+        int kept = r >= 0 ? vase_restore_take_fd(d, fd, name) : 0;
+        if (kept > 0)
+            continue;
+        if (kept < 0)
+            r = log_oom();
+        if (r >= 0)
+            r = adopt_listener(d, fd, name);
+        if (fd != d->session_fd)
+            close(fd);
+    }
+    if (names)
+        for (int i = 0; i < n; i++)
+            free(names[i]);
+    free(names);
+    return r;
+}
+
 static bool blank(const char *s) {
     return !s || s[strspn(s, " \t,")] == '\0';
 }
@@ -209,7 +271,7 @@ static int add_arena(struct vased *d, const char *name, const char *spec, const 
     if (r < 0)
         return log_error_errno(r, "Arena %s: cuda_share=\"%s\": expected \"ipc\" or \"vmm\".", name,
                                cuda_share);
-    r = vase_arena_new(i, spec, share, bytes, granule_bytes, &d->arenas[i]);
+    r = vase_restore_arena(d, i, name, spec, share, bytes, granule_bytes, &d->arenas[i]);
     if (r < 0)
         return r;
     d->n_arenas++;
@@ -235,8 +297,11 @@ static int add_arena(struct vased *d, const char *name, const char *spec, const 
 
 static int setup_arenas(struct vased *d) {
     const struct vase_config *c = &d->cfg;
-    int r = add_arena(d, "default", c->arena, c->cuda_share, c->arena_bytes, c->granule_bytes,
-                      c->arena_users, c->arena_groups);
+    int r = vase_restore_load(d);
+    if (r < 0)
+        return r;
+    r = add_arena(d, "default", c->arena, c->cuda_share, c->arena_bytes, c->granule_bytes,
+                  c->arena_users, c->arena_groups);
     for (size_t i = 0; r >= 0 && i < c->n_extra_arenas; i++) {
         const struct vase_arena_config *a = &c->extra_arenas[i];
         r = add_arena(d, a->name, a->arena, a->cuda_share, a->arena_bytes, a->granule_bytes,
@@ -283,7 +348,8 @@ static int probe(const char *path, int type) {
  * before anything big is allocated. */
 static int check_stale_sockets(struct vased *d) {
     int r;
-    if ((r = probe(d->session_path, SOCK_SEQPACKET)) < 0 ||
+    /* A socket passed by systemd answers: it is ours. */
+    if ((!d->session_activated && (r = probe(d->session_path, SOCK_SEQPACKET)) < 0) ||
         (r = probe(d->control_path, SOCK_STREAM)) < 0 ||
         (r = probe(d->events_path, SOCK_STREAM)) < 0)
         return r;
@@ -304,7 +370,7 @@ static int setup_sockets(struct vased *d) {
     r = vase_control_open(d->zmq_ctx, d->control_endpoint, d->cfg.max_message_bytes, &d->router);
     if (r >= 0)
         r = vase_events_new(d->zmq_ctx, d->events_endpoint, d->incarnation, &d->events);
-    if (r >= 0) {
+    if (r >= 0 && !d->session_activated) {
         r = vase_session_listen(d->session_path, &d->session_fd);
         if (r < 0)
             log_error_errno(r, "Cannot listen on %s: %m", d->session_path);
@@ -312,7 +378,8 @@ static int setup_sockets(struct vased *d) {
     umask(old);
     if (r < 0)
         return r;
-    if ((r = set_socket_group(d, d->session_path)) < 0 ||
+    /* vased.socket gives its socket the owner and mode it names (SocketGroup=, SocketMode=). */
+    if ((!d->session_activated && (r = set_socket_group(d, d->session_path)) < 0) ||
         (r = set_socket_group(d, d->control_path)) < 0 ||
         (r = set_socket_group(d, d->events_path)) < 0)
         return r;
@@ -373,6 +440,11 @@ static int setup_registry(struct vased *d) {
     return r;
 }
 
+/* The sequences the previous daemon kept on the arenas kept with them (restore.h). */
+static int setup_restore(struct vased *d) {
+    return vase_restore_seqs(d);
+}
+
 static int setup_incarnation(struct vased *d) {
     if (getrandom(&d->incarnation, sizeof(d->incarnation), 0) != sizeof(d->incarnation))
         return log_error_errno(-errno, "getrandom() failed: %m");
@@ -384,8 +456,9 @@ static int setup_incarnation(struct vased *d) {
 int vase_setup_start(struct vased *d) {
     int r;
     if ((r = setup_incarnation(d)) < 0 || (r = setup_signals(d)) < 0 ||
-        (r = setup_runtime_dir(d)) < 0 || (r = check_stale_sockets(d)) < 0 ||
-        (r = setup_access(d)) < 0 || (r = setup_arenas(d)) < 0 || (r = setup_registry(d)) < 0 ||
+        (r = setup_runtime_dir(d)) < 0 || (r = setup_listen_fds(d)) < 0 ||
+        (r = check_stale_sockets(d)) < 0 || (r = setup_access(d)) < 0 ||
+        (r = setup_arenas(d)) < 0 || (r = setup_registry(d)) < 0 || (r = setup_restore(d)) < 0 ||
         (r = setup_sockets(d)) < 0 || (r = setup_metrics(d)) < 0 || (r = setup_evictor(d)) < 0 ||
         (r = setup_timer(d)) < 0)
         return r;
@@ -402,7 +475,8 @@ void vase_setup_teardown(struct vased *d) {
     if (d->session_fd >= 0) {
         close(d->session_fd);
         d->session_fd = -1;
-        unlink(d->session_path);
+        if (!d->session_activated)
+            unlink(d->session_path);
     }
     d->metrics_http = vase_metrics_http_free(d->metrics_http);
     d->events = vase_events_free(d->events);
@@ -445,5 +519,6 @@ void vase_setup_teardown(struct vased *d) {
     free(d->events_path);
     free(d->control_endpoint);
     free(d->events_endpoint);
+    vase_restore_done(d);
     vase_config_done(&d->cfg);
 }

@@ -37,6 +37,7 @@ struct vase_events;
 struct vase_evictor;
 struct vase_metrics_http;
 struct vase_plan_run;
+struct vase_restore;
 
 /* What a peer may do, from the credentials the kernel gave for its connection. */
 struct vased_peer {
@@ -94,7 +95,9 @@ struct vased {
     struct vase_events *events;
     struct vase_evictor *evictor;
 
-    int session_fd; /* listener; -1 once shutdown began */
+    int session_fd;               /* listener; -1 once shutdown began */
+    bool session_activated;       /* session_fd came from systemd: its file is not ours to remove */
+    struct vase_restore *restore; /* what systemd's fd store kept (restore.h); NULL: none */
     int signal_fd;
     int timer_fd;
     struct vased_pending pending[VASED_MAX_PENDING];

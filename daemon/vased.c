@@ -35,6 +35,7 @@
 #include "log.h"
 #include "metrics_http.h"
 #include "publish.h"
+#include "restore.h"
 #include "setup.h"
 #include "vased.h"
 #include "zap.h"
@@ -107,11 +108,13 @@ static void begin_shutdown(struct vased *d) {
     sd_notify(0, "STOPPING=1");
     d->stopping = true;
     d->stop_deadline = vased_now() + d->cfg.shutdown_timeout;
-    /* Stop accepting: close the listener and remove its name. */
+    /* Stop accepting: close the listener and remove its name, unless systemd made it: then its
+     * copy keeps queueing engines for the next start. */
     if (d->session_fd >= 0) {
         close(d->session_fd);
         d->session_fd = -1;
-        unlink(d->session_path);
+        if (!d->session_activated)
+            unlink(d->session_path);
     }
     if (d->evictions_in_flight == 0)
         d->quit = true;
@@ -143,6 +146,7 @@ static void on_timer(struct vased *d) {
         log_debug_errno(-errno, "timerfd read: %m");
 
     vase_clients_expire_pending(d, now);
+    vase_restore_tick(d, now);
     vase_drain_tick(d, now); /* parked opens expire after every round of the main loop */
     if (d->watchdog_usec && now - d->last_watchdog >= (double)d->watchdog_usec / 2e6) {
         sd_notify(0, "WATCHDOG=1");
@@ -404,6 +408,8 @@ int vased_run(struct vase_config *cfg, const struct vase_cmdline *cmdline) {
     r = main_loop(d);
     if (!d->stopping)
         sd_notify(0, "STOPPING=1");
+    else if (r == 0)
+        vase_restore_save(d); /* a clean stop: the sequences survive it with their arenas */
     if (r == -ENOTRECOVERABLE)
         log_error("vased stopped: its CUDA context is lost (%llu requests, %llu evictions); exit "
                   "status %d.",

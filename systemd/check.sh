@@ -3,13 +3,13 @@
 #
 # check.sh VASED: checks the files of systemd/ (run by `make check-systemd`).
 #
-#  1. systemd-analyze verify on vased.service. It needs the ExecStart binary to exist, so a
+#  1. systemd-analyze verify on vased.service and vased.socket. It needs the ExecStart binary to exist, so a
 #     copy of the unit whose ExecStart names the built VASED is verified. verify exits 0 on
 #     directives it cannot parse (it only logs "ignoring"), so any line it prints about the
 #     unit is a failure too.
 #  2. vase.sysusers parses (systemd-sysusers --dry-run) and vase.tmpfiles applies to an empty
-#     root (systemd-tmpfiles --root) once the user exists there: /etc/vase/vased.conf.d is
-#     vase's.
+#     root that has the vase user (systemd-tmpfiles --root): /etc/vase, /run/vase 0750, and
+#     /etc/vase/vased.conf.d owned by vase.
 #  3. vased.conf is exactly what the daemon dumps (`make update-vased-conf` rewrites it).
 #
 # Prints one line per check and exits 1 if any failed.
@@ -52,12 +52,14 @@ if ! grep -q "^ExecStart=$vased " "$tmp/unit/vased.service"; then
     echo "ExecStart=/usr/bin/vased ... not found in vased.service" >"$tmp/verify.out"
     status=1
 else
-    systemd-analyze verify --man=no "$tmp/unit/vased.service" >"$tmp/verify.out" 2>&1
+    cp "$here/vased.socket" "$tmp/unit/vased.socket"
+    systemd-analyze verify --man=no "$tmp/unit/vased.service" "$tmp/unit/vased.socket" \
+        >"$tmp/verify.out" 2>&1
     status=$?
     # Lines about other units (the host's own) are not ours to judge.
-    grep -q 'vased\.service' "$tmp/verify.out" && status=1
+    grep -q 'vased\.s' "$tmp/verify.out" && status=1
 fi
-result "systemd-analyze verify vased.service" "$status" "$tmp/verify.out"
+result "systemd-analyze verify vased.service vased.socket" "$status" "$tmp/verify.out"
 
 # 2. sysusers and tmpfiles. --dry-run reads the host's user database but writes nothing.
 systemd-sysusers --dry-run "$here/vase.sysusers" >"$tmp/sysusers.out" 2>&1
@@ -65,7 +67,8 @@ status=$?
 grep -qi 'ignoring\|invalid\|unknown\|failed' "$tmp/sysusers.out" && status=1
 result "systemd-sysusers --dry-run vase.sysusers" "$status" "$tmp/sysusers.out"
 
-# The user first, as the package's postinst does: vase.tmpfiles names it as an owner.
+# The root gets the vase user first (as at boot, sysusers runs before tmpfiles): /run/vase is
+# its.
 mkdir -p "$tmp/root/etc"
 systemd-sysusers --root="$tmp/root" "$here/vase.sysusers" >"$tmp/sysusers-root.out" 2>&1 ||
     cat "$tmp/sysusers-root.out" >"$tmp/tmpfiles.out"
@@ -76,6 +79,8 @@ status=$?
 vase_uid=$(awk -F: '$1 == "vase" {print $3}' "$tmp/root/etc/passwd")
 [ -n "$vase_uid" ] && [ "$(stat -c %u "$tmp/root/etc/vase/vased.conf.d" 2>/dev/null)" = "$vase_uid" ] ||
     { echo "/etc/vase/vased.conf.d was not created owned by vase" >>"$tmp/tmpfiles.out"; status=1; }
+[ "$(stat -c %a "$tmp/root/run/vase" 2>/dev/null)" = 750 ] ||
+    { echo "/run/vase was not created with mode 0750" >>"$tmp/tmpfiles.out"; status=1; }
 result "systemd-tmpfiles --create vase.tmpfiles" "$status" "$tmp/tmpfiles.out"
 
 # 3. The default configuration. --config=/dev/null: the host's /etc/vase/vased.conf must not

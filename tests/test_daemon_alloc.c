@@ -187,6 +187,53 @@ static void test_reserve_release(void **state) {
     vase_alloc_free(a);
 }
 
+/* Claims take exactly the pages named (a sequence kept across a restart), or none of them. */
+static void test_claim(void **state) {
+    (void)state;
+    struct vase_alloc *a;
+    uint64_t client = 0;
+    assert_int_equal(vase_alloc_new(MIB, 64 * KIB, &a), 0);
+    const uint32_t kv[3] = {7, 2, 9}, plan[2] = {1, 0};
+    assert_int_equal(vase_alloc_claim(a, 64 * KIB, kv, 3, &client), 0);
+    assert_int_equal(vase_alloc_claim(a, 4 * KIB, plan, 2, NULL), 0);
+    assert_int_equal(client, 3 * 64 * KIB);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_true(vase_alloc_is_used(a, 64 * KIB, kv[i]));
+    assert_true(vase_alloc_is_used(a, 4 * KIB, 0) && vase_alloc_is_used(a, 4 * KIB, 1));
+    check_books(a);
+    uint64_t used = a->used_bytes;
+
+    /* Taken already, listed twice, outside the arena, in a granule of another size: nothing of
+     * the claim is taken, even the pages before the bad one. */
+    const uint32_t again[2] = {3, 7}, twice[2] = {4, 4}, outside[2] = {5, 16}, other[1] = {32};
+    assert_int_equal(vase_alloc_claim(a, 64 * KIB, again, 2, &client), -EEXIST);
+    assert_int_equal(vase_alloc_claim(a, 64 * KIB, twice, 2, &client), -EEXIST);
+    assert_int_equal(vase_alloc_claim(a, 64 * KIB, outside, 2, &client), -EEXIST);
+    assert_int_equal(vase_alloc_claim(a, 4 * KIB, other, 1, &client), -EEXIST); /* granule 2 */
+    assert_int_equal(vase_alloc_claim(a, 0, kv, 1, &client), -EINVAL);
+    assert_false(vase_alloc_is_used(a, 64 * KIB, 3));
+    assert_false(vase_alloc_is_used(a, 64 * KIB, 4));
+    assert_false(vase_alloc_is_used(a, 64 * KIB, 5));
+    assert_int_equal(a->used_bytes, used);
+    assert_int_equal(client, 3 * 64 * KIB);
+    check_books(a);
+
+    /* Claimed pages are released like reserved ones, and a reservation goes around them. */
+    uint32_t got[13];
+    uint64_t other_client = 0;
+    struct vase_alloc_req rest = {.unit = 64 * KIB, .n = 13, .ret = got};
+    /* 12 granules are free */
+    assert_int_equal(vase_alloc_reserve(a, &rest, 1, 0, &other_client), -ENOSPC);
+    rest.n = 12;
+    assert_int_equal(vase_alloc_reserve(a, &rest, 1, 0, &other_client), 0);
+    assert_int_equal(vase_alloc_release(a, 64 * KIB, got, 12, &other_client), 0);
+    assert_int_equal(vase_alloc_release(a, 64 * KIB, kv, 3, &client), 0);
+    assert_int_equal(vase_alloc_release(a, 4 * KIB, plan, 2, NULL), 0);
+    assert_int_equal(client, 0);
+    all_free(a);
+    vase_alloc_free(a);
+}
+
 /* -EINVAL for bad arguments; -EDQUOT checked before anything else; -ENOSPC; nothing taken. */
 static void test_refusals(void **state) {
     (void)state;
@@ -733,6 +780,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new),
         cmocka_unit_test(test_reserve_release),
+        cmocka_unit_test(test_claim),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_all_or_nothing),
         cmocka_unit_test(test_release_refusals),

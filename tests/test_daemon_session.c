@@ -69,6 +69,45 @@ static int connect_to(const char *path) {
     return fd;
 }
 
+/* A listener passed by systemd is taken only if it is the session socket vased would make. */
+static void test_adopt(void **state) {
+    (void)state;
+    char path[108], other[108];
+    tmp_path(path, sizeof(path), "adopt");
+    tmp_path(other, sizeof(other), "adopt-other");
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+
+    /* As systemd passes it: blocking, inherited across exec. */
+    int lfd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    assert_true(lfd >= 0);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(vase_session_adopt(lfd, path), -ENOTSOCK); /* bound, not listening */
+    assert_int_equal(listen(lfd, 8), 0);
+    assert_int_equal(vase_session_adopt(lfd, other), -EADDRNOTAVAIL);
+    assert_int_equal(vase_session_adopt(lfd, path), 0);
+    assert_true(fcntl(lfd, F_GETFL) & O_NONBLOCK);
+    assert_true(fcntl(lfd, F_GETFD) & FD_CLOEXEC);
+    int sfd;
+    struct ucred cred;
+    assert_int_equal(vase_session_accept(lfd, &sfd, &cred), -EAGAIN);
+    close(lfd);
+    unlink(path);
+
+    /* A stream socket at the right path, and a file that is no socket, are refused. */
+    int stream = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(stream >= 0);
+    assert_int_equal(bind(stream, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(stream, 8), 0);
+    assert_int_equal(vase_session_adopt(stream, path), -ENOTSOCK);
+    close(stream);
+    unlink(path);
+    int file = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    assert_true(file >= 0);
+    assert_int_equal(vase_session_adopt(file, path), -ENOTSOCK);
+    close(file);
+}
+
 static void test_handshake(void **state) {
     (void)state;
     char path[108];
@@ -181,6 +220,7 @@ static void test_handshake(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe),
+        cmocka_unit_test(test_adopt),
         cmocka_unit_test(test_handshake),
     };
     vase_log_set_max_level(LOG_EMERG);

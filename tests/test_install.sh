@@ -53,7 +53,8 @@ expected() {
         /usr/lib/libvase.so.0 /usr/lib/libvase.so /usr/lib/libvase.a /usr/lib/pkgconfig/vase.pc \
         /usr/include/vase/vase.h /usr/include/vase/vase_admin.h /usr/include/vase/vase_types.h \
         /usr/include/vase/vase_errors.h /usr/include/vase/vase.pb-c.h \
-        /usr/lib/systemd/system/vased.service /usr/lib/sysusers.d/vase.conf \
+        /usr/lib/systemd/system/vased.service /usr/lib/systemd/system/vased.socket \
+        /usr/lib/sysusers.d/vase.conf \
         /usr/lib/tmpfiles.d/vase.conf /etc/vase/vased.conf /usr/share/doc/vase/README.md \
         /usr/lib/python3/dist-packages/vase/__init__.py
     if [ "$have_man" = 1 ]; then

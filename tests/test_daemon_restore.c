@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: MIT */
+
+/* Unit tests of the sequences kept across a restart: daemon/registry.c takes a saved sequence
+ * back only when every field fits what an open of its request holds, with exactly its pages;
+ * daemon/restore.c gives it only to a client of the same uid presenting its token, with a model
+ * of its geometry, and only once. (The fd store and the snapshot file are tested through a
+ * real vased by tests/test_sd_emu.sh.) */
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../daemon/alloc.h"
+#include "../daemon/registry.h"
+#include "../daemon/restore.h"
+#include "../daemon/state.h"
+#include "vase.pb-c.h"
+
+static const struct vase_layout_geometry tiny = {.layers = 4,
+                                                 .q_heads = 6,
+                                                 .kv_heads = 2,
+                                                 .head_dim = 16,
+                                                 .dtype = VASE_DTYPE_F32,
+                                                 .block_tokens = 64};
+#define ARENA (4u << 20)
+#define GRANULE (64u << 10)
+
+struct fixture {
+    struct vased d;
+    struct vase_layout layout;
+    struct vased_seq_saved sv;
+    uint32_t pages[64], plan[1];
+};
+
+/* A streaming sequence of budget 256, window 64, in KV pages 0.. and one plan page in the last
+ * granule. */
+static void saved_seq(struct fixture *f, uint32_t id) {
+    struct vased_seq_footprint fp;
+    char msg[256];
+    f->sv = (struct vased_seq_saved){
+        .id = id,
+        .uid = 1000,
+        .layout = f->layout,
+        .req = {.policy = VASE_POLICY_STREAMING,
+                .params = vase_params_default(256),
+                .slack = 64,
+                .mode = VASE__MODE__MODE_ASYNC,
+                .min_budget = 256,
+                .weight = 1},
+        .budget = 256,
+        .cap_budget = 256,
+        .target_budget = 256,
+        .len = 300,
+        .rounds = 3,
+        .position = 900,
+    };
+    memset(f->sv.token, 0x5a, sizeof(f->sv.token));
+    assert_int_equal(vase_registry_footprint(&f->layout, &f->sv.req, &fp, msg, sizeof(msg)), 0);
+    assert_true(fp.kv_pages <= 64);
+    assert_int_equal(fp.ring_pages, 0);
+    for (uint32_t i = 0; i < fp.kv_pages; i++)
+        f->pages[i] = i;
+    f->plan[0] = (uint32_t)((ARENA - GRANULE) / fp.plan.plan_page_bytes);
+    f->sv.n_pages = fp.kv_pages;
+    f->sv.pages = f->pages;
+    f->sv.n_plan_pages = 1;
+    f->sv.plan_pages = f->plan;
+}
+
+static int setup(void **state) {
+    struct fixture *f = calloc(1, sizeof(*f));
+    char msg[256];
+    assert_non_null(f);
+    assert_int_equal(vase_layout_compute(&tiny, ARENA, &f->layout, msg, sizeof(msg)), 0);
+    assert_int_equal(vase_registry_new(&f->d.reg), 0);
+    assert_int_equal(vase_alloc_new(ARENA, GRANULE, &f->d.allocs[0]), 0);
+    f->d.n_arenas = 1;
+    saved_seq(f, 5);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    struct fixture *f = *state;
+    char msg[256];
+    f->d.reg = vase_registry_free(f->d.reg);
+    assert_int_equal(vase_alloc_check(f->d.allocs[0], msg, sizeof(msg)), 0);
+    vase_alloc_free(f->d.allocs[0]);
+    free(f);
+    return 0;
+}
+
+static void test_restore_checks(void **state) {
+    struct fixture *f = *state;
+    struct vase_alloc *a = f->d.allocs[0];
+    struct vase_registry *reg = f->d.reg;
+    char msg[384];
+
+    assert_int_equal(vase_registry_restore_seq(reg, a, &f->sv, msg, sizeof(msg)), 0);
+    assert_int_equal(reg->n_restored, 1);
+    assert_int_equal(reg->n_seqs, 0); /* nobody's: unreachable by id */
+    assert_null(vase_registry_find_seq(reg, 5));
+    assert_true(reg->next_seq_id > 5); /* new sequences never take its id */
+    struct vased_seq *s = vase_registry_find_restored(reg, 5);
+    assert_non_null(s);
+    assert_int_equal(s->len, 300);
+    assert_int_equal(s->rounds, 3);
+    assert_int_equal(s->position, 900);
+    assert_int_equal(s->keep, 192);
+    uint64_t used = a->used_bytes;
+    assert_int_equal(used, vase_registry_seq_bytes(s));
+    for (uint32_t i = 0; i < f->sv.n_pages; i++)
+        assert_true(vase_alloc_is_used(a, f->layout.page_bytes, i));
+
+    /* The same id again; another id on the same pages: refused, nothing more held. */
+    assert_int_equal(vase_registry_restore_seq(reg, a, &f->sv, msg, sizeof(msg)), -EINVAL);
+    f->sv.id = 6;
+    assert_int_equal(vase_registry_restore_seq(reg, a, &f->sv, msg, sizeof(msg)), -EEXIST);
+    assert_non_null(strstr(msg, "another's"));
+    assert_int_equal(a->used_bytes, used);
+
+    /* Fields that do not fit the request. */
+    struct vased_seq_saved bad = f->sv;
+    bad.n_pages = 0;
+    assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
+    bad = f->sv;
+    bad.budget = 250; /* not a multiple of the window */
+    assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
+    bad = f->sv;
+    bad.len = bad.n_pages * f->layout.block_tokens + 1;
+    assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
+    bad = f->sv;
+    bad.n_plan_pages = 0;
+    assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
+    bad = f->sv;
+    bad.req.params.window = 0;
+    assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
+    uint32_t outside = f->layout.num_blocks;
+    bad = f->sv;
+    bad.pages = &outside;
+    bad.n_pages = 1;
+    bad.len = 0;
+    assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EEXIST);
+    assert_int_equal(a->used_bytes, used);
+    assert_int_equal(reg->n_restored, 1);
+
+    /* Dropped: its pages come back. */
+    vase_registry_drop_restored(reg, a, s);
+    assert_int_equal(reg->n_restored, 0);
+    assert_int_equal(a->used_bytes, 0);
+}
+
+static void test_reopen(void **state) {
+    struct fixture *f = *state;
+    struct vased *d = &f->d;
+    struct vase_alloc *a = d->allocs[0];
+    char msg[384];
+    assert_int_equal(vase_registry_restore_seq(d->reg, a, &f->sv, msg, sizeof(msg)), 0);
+
+    struct vased_client *c, *other;
+    struct vased_model *m, *m_other, *m_wide;
+    assert_int_equal(vase_registry_add_client(d->reg, -1, &c), 0);
+    assert_int_equal(vase_registry_add_client(d->reg, -1, &other), 0);
+    c->uid = 1000;
+    other->uid = 1001;
+    assert_int_equal(vase_registry_add_model(d->reg, c, "m", 0, &f->layout, &m), 0);
+    assert_int_equal(vase_registry_add_model(d->reg, other, "m", 0, &f->layout, &m_other), 0);
+    struct vase_layout_geometry g = tiny;
+    g.head_dim = 32;
+    struct vase_layout wide;
+    assert_int_equal(vase_layout_compute(&g, ARENA, &wide, msg, sizeof(msg)), 0);
+    assert_int_equal(vase_registry_add_model(d->reg, c, "wide", 0, &wide, &m_wide), 0);
+
+    uint8_t token[16], wrong[16];
+    memset(token, 0x5a, sizeof(token));
+    memcpy(wrong, token, sizeof(wrong));
+    wrong[15] ^= 1;
+    struct vased_seq *s = NULL;
+    const enum vase_policy P = VASE_POLICY_STREAMING;
+#define REOPEN(client, model, id, tok, len, policy, budget)                                        \
+    vase_restore_reopen(d, client, model, id, tok, len, policy, budget, 64, &s, msg, sizeof(msg))
+
+    assert_int_equal(REOPEN(c, m, 9, token, 16, P, 256), -ENOENT);
+    assert_int_equal(REOPEN(c, m, 5, wrong, 16, P, 256), -EPERM);
+    assert_int_equal(REOPEN(c, m, 5, token, 15, P, 256), -EPERM);
+    assert_int_equal(REOPEN(c, m, 5, NULL, 0, P, 256), -EPERM);
+    /* The right token from another uid: still not its sequence. */
+    assert_int_equal(REOPEN(other, m_other, 5, token, 16, P, 256), -EPERM);
+    assert_int_equal(REOPEN(c, m_wide, 5, token, 16, P, 256), -EINVAL);
+    assert_int_equal(REOPEN(c, m, 5, token, 16, VASE_POLICY_RANDOM, 256), -EINVAL);
+    assert_int_equal(REOPEN(c, m, 5, token, 16, P, 512), -EINVAL);
+    assert_null(s);
+    assert_int_equal(d->reg->n_restored, 1);
+    assert_int_equal(c->bytes, 0);
+
+    assert_int_equal(REOPEN(c, m, 5, token, 16, P, 256), 0);
+    assert_non_null(s);
+    assert_ptr_equal(s->client, c);
+    assert_ptr_equal(s->model, m);
+    assert_int_equal(d->reg->n_restored, 0);
+    assert_int_equal(c->n_seqs, 1);
+    assert_int_equal(c->bytes, vase_registry_seq_bytes(s));
+    struct vased_seq *found;
+    assert_int_equal(vase_registry_get_seq(d->reg, c, 5, &found), 0);
+    assert_ptr_equal(found, s);
+    assert_int_equal(vase_registry_get_seq(d->reg, other, 5, &found), -EPERM);
+    /* Once only. */
+    assert_int_equal(REOPEN(c, m, 5, token, 16, P, 256), -ENOENT);
+#undef REOPEN
+
+    assert_int_equal(vase_registry_close_seq(d->reg, a, s), 0);
+    assert_int_equal(c->bytes, 0);
+    assert_int_equal(a->used_bytes, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_restore_checks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reopen, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
