@@ -41,6 +41,8 @@ DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq
                 python3 python3-numpy valgrind systemd procps clang-format \
                 python3-dev python3-torch python3-pytest python3-matplotlib libdlpack-dev \
                 scdoc man-db libmicrohttpd-dev prometheus
+# tmux is the terminal in which tests/test_top_tmux.sh drives `vasectl top`.
+DEB_PACKAGES += tmux
 
 # DEPS_PREFIX=DIR builds against packages unpacked into DIR (`dpkg-deb -x PKG.deb DIR`, as on a
 # machine without apt or network): their headers and libraries come from DIR/usr/include and
@@ -906,6 +908,8 @@ check: all
 	  result $$rc "the README's engine"; \
 	if [ "$(BUILD)" = build ]; then echo "  README  the elastic budgets example"; \
 	  tests/readme_elastic.sh; result $$? "the README's elastic budgets example"; fi; \
+	echo "  TOP     tests/test_top_tmux.sh: vasectl top in a tmux terminal and into a pipe"; \
+	  BUILD=$(BUILD) tests/test_top_tmux.sh; result $$? tests/test_top_tmux.sh; \
 	echo "  LOADGEN examples/loadgen/run.sh --quick: static and elastic budgets, private daemon"; \
 	  BUILD=$(BUILD) PYTHON=$(PYTHON) examples/loadgen/run.sh --quick >$(BUILD)/loadgen-quick.out 2>&1; \
 	  rc=$$?; tail -n 25 $(BUILD)/loadgen-quick.out; result $$rc "examples/loadgen/run.sh --quick"; \

@@ -9,13 +9,15 @@
  * vasectl_print.c's (tables for people) and vasectl_json.c's (--json: one JSON document per
  * command, one per line for events, produced from the protobuf descriptors). Its errors go to
  * stderr, as "vasectl: MESSAGE" lines, or under --json as one JSON object each,
- * {"error":"MESSAGE","errno":N} (N the positive errno or vase code).
+ * {"error":"MESSAGE","errno":N} (N the positive errno or vase code). `vasectl top`, the live
+ * view, is vasectl_top.c's.
  */
 
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,12 +34,17 @@
 #define VASECTL_VERSION "0.1.0"
 /* What every usage error ends with. */
 #define HINT "(try 'vasectl --help')"
+/* Bounds of top's --interval, in seconds. */
+#define MIN_INTERVAL 0.1
+#define MAX_INTERVAL 3600.0
 
 static const char *arg_runtime_dir = NULL;
 static bool arg_json = false;
 static int arg_timeout_ms = DEFAULT_TIMEOUT_MS;
-static long long arg_count = -1; /* events to print; -1: until SIGINT */
-static bool arg_persist = false; /* config set: also into the daemon's drop-in */
+static long long arg_count = -1;      /* events to print; -1: until SIGINT */
+static bool arg_persist = false;      /* config set: also into the daemon's drop-in */
+static double arg_interval = 0;       /* top: seconds between samples; 0: 1 */
+static long long arg_iterations = -1; /* top: samples; -1: its default */
 /* The command words: at most four are ever valid ("config set KEY VALUE"); more are counted so
  * that run() can refuse them. */
 #define MAX_WORDS 4
@@ -47,6 +54,18 @@ static int arg_n_command = 0;
 static volatile sig_atomic_t interrupted = 0;
 
 /* ---- small helpers ---- */
+
+static int parse_double(const char *s, double min, double max, double *ret) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v))
+        return -EINVAL;
+    if (errno == ERANGE || v < min || v > max)
+        return -ERANGE;
+    *ret = v;
+    return 0;
+}
 
 static int parse_ll(const char *s, long long min, long long max, long long *ret) {
     char *end;
@@ -98,6 +117,9 @@ static void help(void) {
            "                         the same, written to vased.conf.d/90-vasectl.conf so that\n"
            "                         it lasts across restarts too\n"
            "  events                 follow the event stream until interrupted\n"
+           "  top                    live view of arenas, clients, models and sequences, with\n"
+           "                         rates (keys: s/S sort column, r reverse, q quit); plain\n"
+           "                         text snapshots when stdout is not a terminal\n"
            "  ping                   round trip to the daemon\n"
            "\n"
            "Options:\n"
@@ -110,9 +132,12 @@ static void help(void) {
            "     --timeout=MS        bound on each wait for the daemon (default %d)\n"
            "     --count=N           events: stop after N events\n"
            "     --persist           config set: also write the value to the daemon's drop-in\n"
+           "     --interval=SECONDS  top: time between samples (default 1, %g .. %g)\n"
+           "  -n --iterations=N      top: take N samples, then exit (default: until 'q' in\n"
+           "                         a terminal, else 2, so that the second shows rates)\n"
            "\n"
            "Options may come before, between or after the command's words; '--' ends them.\n",
-           program_invocation_short_name, DEFAULT_TIMEOUT_MS);
+           program_invocation_short_name, DEFAULT_TIMEOUT_MS, MIN_INTERVAL, MAX_INTERVAL);
 }
 
 static void add_word(char *word) {
@@ -135,7 +160,15 @@ static bool value_due(void) {
  * of config set can be taken as it is, and "--" makes every later argument a word.
  */
 static int parse_argv(int argc, char *argv[]) {
-    enum { ARG_RUNTIME_DIR = 0x100, ARG_JSON, ARG_TIMEOUT, ARG_COUNT, ARG_VERSION, ARG_PERSIST };
+    enum {
+        ARG_RUNTIME_DIR = 0x100,
+        ARG_JSON,
+        ARG_TIMEOUT,
+        ARG_COUNT,
+        ARG_VERSION,
+        ARG_INTERVAL,
+        ARG_PERSIST,
+    };
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, ARG_VERSION},
@@ -144,6 +177,8 @@ static int parse_argv(int argc, char *argv[]) {
         {"timeout", required_argument, NULL, ARG_TIMEOUT},
         {"count", required_argument, NULL, ARG_COUNT},
         {"persist", no_argument, NULL, ARG_PERSIST},
+        {"interval", required_argument, NULL, ARG_INTERVAL},
+        {"iterations", required_argument, NULL, 'n'},
         {},
     };
     bool options_ended = false;
@@ -158,7 +193,7 @@ static int parse_argv(int argc, char *argv[]) {
             continue;
         }
         int at = optind;
-        int c = getopt_long(argc, argv, "+:h", options, NULL);
+        int c = getopt_long(argc, argv, "+:hn:", options, NULL);
         if (c < 0) {
             /* A word, or "--" (which getopt steps over). */
             if (optind > at)
@@ -198,6 +233,18 @@ static int parse_argv(int argc, char *argv[]) {
             break;
         case ARG_PERSIST:
             arg_persist = true;
+            break;
+        case ARG_INTERVAL:
+            if (parse_double(optarg, MIN_INTERVAL, MAX_INTERVAL, &arg_interval) < 0) {
+                return fail(-EINVAL, "invalid --interval '%s': expected seconds, %g .. %g", optarg,
+                            MIN_INTERVAL, MAX_INTERVAL);
+            }
+            break;
+        case 'n':
+            if (parse_ll(optarg, 1, LLONG_MAX, &v) < 0) {
+                return fail(-EINVAL, "invalid --iterations '%s': expected a number >= 1", optarg);
+            }
+            arg_iterations = v;
             break;
         case ':':
             return fail(-EINVAL, "option '%s' needs a value " HINT, argv[at]);
@@ -647,7 +694,7 @@ static int check_words(uint32_t *ret_id) {
     bool ok;
 
     if (strcmp(cmd, "status") == 0 || strcmp(cmd, "clients") == 0 || strcmp(cmd, "ping") == 0 ||
-        strcmp(cmd, "events") == 0)
+        strcmp(cmd, "events") == 0 || strcmp(cmd, "top") == 0)
         ok = n == 0;
     else if (strcmp(cmd, "seqs") == 0 || strcmp(cmd, "seq") == 0) {
         bool one = strcmp(cmd, "seq") == 0;
@@ -669,11 +716,32 @@ static int check_words(uint32_t *ret_id) {
     }
     if (arg_persist && !(strcmp(cmd, "config") == 0 && strcmp(args[0], "set") == 0))
         return fail(-EINVAL, "--persist applies to 'config set' only");
+    if ((arg_iterations >= 0 || arg_interval > 0) && strcmp(cmd, "top") != 0) {
+        return fail(-EINVAL, "--interval and --iterations apply to 'top' only");
+    }
+    return 0;
+}
+
+/* The live view, or snapshots when stdout is not a terminal (vasectl_top.c). It may replace
+ * *a when the daemon went away and came back. */
+static int cmd_top(struct vase_admin **a) {
+    struct vasectl_top_options o = {
+        .admin = {.runtime_dir = arg_runtime_dir, .timeout_ms = arg_timeout_ms},
+        .interval = arg_interval > 0 ? arg_interval : 1,
+        .iterations = arg_iterations,
+        .json = arg_json,
+    };
+    char err[1024];
+
+    int r = vasectl_top(a, &o, err, sizeof(err));
+    if (r < 0)
+        return fail(r, "%s", err);
     return 0;
 }
 
 /* Runs the checked command. */
-static int dispatch(struct vase_admin *a, uint32_t id) {
+static int dispatch(struct vase_admin **ap, uint32_t id) {
+    struct vase_admin *a = *ap;
     const char *cmd = arg_command[0];
     int n = arg_n_command - 1;
     char **args = arg_command + 1;
@@ -690,6 +758,8 @@ static int dispatch(struct vase_admin *a, uint32_t id) {
         return cmd_ping(a);
     if (strcmp(cmd, "events") == 0)
         return cmd_events(a);
+    if (strcmp(cmd, "top") == 0)
+        return cmd_top(ap);
     if (strcmp(args[0], "get") == 0)
         return cmd_config_get(a, n == 2 ? args[1] : NULL);
     return cmd_config_set(a, args[1], args[2]);
@@ -706,7 +776,7 @@ static int run(void) {
     r = ctl_open(&a);
     if (r < 0)
         return 1;
-    r = dispatch(a, id);
+    r = dispatch(&a, id);
     vase_admin_free(a);
     if (fflush(stdout) != 0 && r == 0) {
         int e = errno ? errno : EIO;

@@ -34,6 +34,7 @@ struct table {
 /* Adds the next cell, control characters replaced by '?'. 0 or -ENOMEM. */
 int vasectl_table_add(struct table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void vasectl_table_print(const struct table *t);
+void vasectl_table_fprint(FILE *f, const struct table *t);
 /* Frees the cells (not t). */
 void vasectl_table_free(struct table *t);
 
@@ -49,3 +50,23 @@ const char *vasectl_mode_name(Vase__Mode m);
 
 /* One event: a JSON object with its topic first, or a line for people. */
 void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json);
+
+/* ---- vasectl top (vasectl_top.c) ---- */
+
+struct vasectl_top_options {
+    /* How to reach the daemon again after it went away (the live view reconnects). */
+    struct vase_admin_options admin;
+    double interval;      /* seconds between two samples */
+    long long iterations; /* samples to take; -1: until 'q' in a terminal, else 2 */
+    bool json;            /* one JSON object per sample, never the live view */
+};
+
+/*
+ * Runs `vasectl top` on *a, a connected handle: the live view when stdout is a terminal (and
+ * not json), else one plain text (or JSON) snapshot per sample. The live view replaces *a with
+ * a new handle when the daemon went away and answers again; *a stays the caller's to free.
+ * 0, or -errno with the reason in err (err_size bytes): a failed request outside the live view
+ * (which shows the error and retries), the terminal, -ENOMEM.
+ */
+int vasectl_top(struct vase_admin **a, const struct vasectl_top_options *o, char *err,
+                size_t err_size);

@@ -41,6 +41,10 @@ int vasectl_table_add(struct table *t, const char *fmt, ...) {
 }
 
 void vasectl_table_print(const struct table *t) {
+    vasectl_table_fprint(stdout, t);
+}
+
+void vasectl_table_fprint(FILE *f, const struct table *t) {
     size_t width[VASECTL_MAX_COLS] = {0};
     for (size_t c = 0; c < t->ncols; c++)
         width[c] = strlen(t->headers[c] + (t->headers[c][0] == '>'));
@@ -58,13 +62,13 @@ void vasectl_table_print(const struct table *t) {
             const char *s = row == 0 ? h + right : t->cells[(row - 1) * t->ncols + c];
             bool last = c + 1 == t->ncols;
             if (right)
-                printf("%*s%s", (int)width[c], s, last ? "" : "  ");
+                fprintf(f, "%*s%s", (int)width[c], s, last ? "" : "  ");
             else if (last)
-                printf("%s", s);
+                fputs(s, f);
             else
-                printf("%-*s  ", (int)width[c], s);
+                fprintf(f, "%-*s  ", (int)width[c], s);
         }
-        putchar('\n');
+        fputc('\n', f);
     }
 }
 
