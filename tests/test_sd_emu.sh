@@ -87,7 +87,8 @@ start_emu() {
     vlog=$tmp/$name.vased
     : >"$log"
     "$emu" --runtime-dir "$run" --log "$log" "$@" -- "$vased" --config=/dev/null \
-        --runtime-dir="$run" --arena-bytes=64M --log-level=info "${vased_args[@]}" 2>"$vlog" &
+        --runtime-dir="$run" --arena-bytes=64M --log-level=info --metrics-address=off \
+        "${vased_args[@]}" 2>"$vlog" &
     emu_pid=$!
     for _ in $(seq 600); do
         [ -S "$run/notify.sock" ] && return 0

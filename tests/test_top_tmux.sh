@@ -64,7 +64,7 @@ screen_lacks() { ! screen | grep -q -- "$1"; }
 
 start_vased() {
     mkdir -p "$VASE_RUNTIME_DIR"
-    "$vased" --config=/dev/null --runtime-dir="$VASE_RUNTIME_DIR" >>"$dir/vased.log" 2>&1 &
+    "$vased" --config=/dev/null --runtime-dir="$VASE_RUNTIME_DIR" --metrics-address=off >>"$dir/vased.log" 2>&1 &
     vpid=$!
     wait_for "answer from vased" "$vasectl" --timeout=1000 ping >/dev/null 2>&1
 }
