@@ -810,9 +810,13 @@ static int run_live(struct vase_admin **a, const struct vasectl_top_options *o, 
                               .tv_nsec = (long)((wait - floor(wait)) * 1e9)};
         struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
         int k = ppoll(&pfd, t.raw ? 1 : 0, &ts, &t.old_mask);
-        if (k > 0 && (pfd.revents & POLLIN)) {
+        if (k > 0 && (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))) {
+            got_quit = 1; /* the terminal is gone */
+        } else if (k > 0 && (pfd.revents & POLLIN)) {
             char keys[64];
             ssize_t n = read(STDIN_FILENO, keys, sizeof(keys));
+            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+                got_quit = 1; /* end of input: nobody can press 'q' any more */
             bool changed = false;
             for (ssize_t j = 0; j < n; j++) {
                 if (keys[j] == 'q')
@@ -825,8 +829,7 @@ static int run_live(struct vase_admin **a, const struct vasectl_top_options *o, 
                 if ((r = redraw(&v, &ui)) < 0)
                     break;
             }
-        } else if (k > 0 && (pfd.revents & (POLLHUP | POLLERR)))
-            got_quit = 1; /* the terminal is gone */
+        }
     }
     term_leave(&t);
     if (r < 0)

@@ -38,6 +38,7 @@ trap cleanup EXIT
 
 fail() {
     echo "test_top_tmux: $*" >&2
+    if tm has-session -t gone 2>/dev/null; then tm capture-pane -p -t gone >&2; fi
     if tm has-session -t top 2>/dev/null; then
         echo "---- the terminal ----" >&2
         tm capture-pane -p -t top >&2
@@ -167,4 +168,15 @@ tm send-keys -t top C-c
 wait_for "vasectl top's exit after Ctrl-C" test -s "$dir/exit"
 [ "$(cat "$dir/exit")" = 0 ] || fail "vasectl top exited with status $(cat "$dir/exit") after Ctrl-C"
 [ "$(tm display -p -t top '#{alternate_on}')" = 0 ] || fail "still on the alternate screen after Ctrl-C"
+
+# The terminal goes away under a running view (the tmux server ends, the pty hangs up): vasectl
+# top must end too, not spin on a dead terminal.
+tm new-session -d -x 160 -y 40 -s gone "$vasectl top --interval=3600" || fail "cannot start tmux"
+gone_has() { tm capture-pane -p -t gone | grep -q -- "$1"; }
+wait_for "frame in the second terminal" gone_has "^sorted by EVICT/S, descending; every 3600s;"
+top_pid=$(tm display -p -t gone '#{pane_pid}')
+[ -n "$top_pid" ] || fail "no pid for the second terminal's vasectl top"
+tm kill-server
+gone() { ! kill -0 "$top_pid" 2>/dev/null; }
+wait_for "vasectl top's exit once its terminal is gone" gone
 echo "test_top_tmux: ok"
