@@ -843,9 +843,11 @@ check-install: all
 # Debian 12 root that systemd-nspawn boots, checked from inside under a real systemd
 # (tests/boot/checks.sh). Its tools come from systemd-container and mmdebstrap, installed on
 # demand like the build's packages. The engine it runs is the synthetic engine linked against
-# libvase.so, so that it takes the installed library.
+# libvase.so, so that it takes the installed library; examples/reopen_engine, where the tree has
+# it, checks a restart that keeps the arena.
 BOOT_DEB_PACKAGES := systemd-container mmdebstrap
 BOOT_ENGINE := $(BUILD)/boot/synthetic_engine
+BOOT_REOPEN_ENGINE := $(filter %/reopen_engine,$(EXAMPLES))
 
 $(BOOT_ENGINE): $(BUILD)/examples/synthetic_engine.o $(LIBVASE_SO).0
 	$(call say,LD,$@)
@@ -856,8 +858,8 @@ check-boot-deps: DEB_PACKAGES := $(BOOT_DEB_PACKAGES)
 check-boot-deps:
 	$(Q)$(APT_INSTALL_SH)
 
-check-boot: check-boot-deps deb $(BOOT_ENGINE)
-	$(Q)tests/check_boot.sh $(DEB) $(BOOT_ENGINE)
+check-boot: check-boot-deps deb $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE)
+	$(Q)tests/check_boot.sh $(DEB) $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE)
 
 .PHONY: check-boot check-boot-deps
 

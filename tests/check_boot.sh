@@ -1,14 +1,15 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# check_boot.sh DEB ENGINE: `make check-boot`, the vase package under a real systemd. As root:
+# check_boot.sh DEB ENGINE [REOPEN_ENGINE]: `make check-boot`, the vase package under a real systemd. As root:
 #
 #  1. A Debian 12 root (mmdebstrap, variant minbase, with systemd, systemd-sysv, dbus, procps and
 #     the package's dependencies, from this machine's apt sources and Acquire settings), cached as
 #     a tarball in CHECK_BOOT_CACHE (/var/cache/vase-check-boot) under a name that hashes the
 #     package list and the apt configuration: the next run only unpacks it.
 #  2. DEB installed there with dpkg (its postinst creates the user vase and enables
-#     vased.service), with ENGINE (an engine linked against the installed libvase.so), the checks
+#     vased.service), with ENGINE (an engine linked against the installed libvase.so) and
+#     REOPEN_ENGINE (examples/reopen_engine, where the build has it), the checks
 #     (tests/boot/checks.sh) and the unit that runs them and powers off
 #     (tests/boot/vase-boot-check.service).
 #  3. The root booted with systemd-nspawn: systemd is PID 1 there; the checks run inside and
@@ -36,12 +37,16 @@ die() {
     exit 2
 }
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 DEB ENGINE (run by: make check-boot)" >&2
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then
+    echo "usage: $0 DEB ENGINE [REOPEN_ENGINE] (run by: make check-boot)" >&2
     exit 2
 fi
 deb=$(realpath -e "$1") || die "no package $1"
 engine=$(realpath -e "$2") || die "no engine $2"
+reopen=
+if [ $# = 3 ]; then
+    reopen=$(realpath -e "$3") || die "no engine $3"
+fi
 [ "$(id -u)" = 0 ] || die "needs root (mmdebstrap, systemd-nspawn)"
 for c in mmdebstrap systemd-nspawn dpkg-deb readelf timeout; do
     command -v "$c" >/dev/null || die "no $c (make check-boot installs systemd-container and mmdebstrap)"
@@ -145,6 +150,7 @@ mkdir "$root" && tar -C "$root" --numeric-owner --xattrs --xattrs-include='*' -x
 mkdir -p "$root/$DIR" "$root/etc/systemd/system/multi-user.target.wants" &&
     install -m 644 "$deb" "$root/$DIR/vase.deb" &&
     install -m 755 "$engine" "$root/$DIR/synthetic_engine" &&
+    { [ -z "$reopen" ] || install -m 755 "$reopen" "$root/$DIR/reopen_engine"; } &&
     install -m 755 "$src/tests/boot/checks.sh" "$root/$DIR/checks.sh" &&
     install -m 644 "$src/tests/boot/vase-boot-check.service" "$root/etc/systemd/system/" &&
     ln -s ../vase-boot-check.service \
@@ -159,10 +165,10 @@ if ! bounded 300 "$tmp/dpkg.log" "${nspawn[@]}" --pipe -- dpkg -i "/$DIR/vase.de
     die "dpkg -i $(basename "$deb") failed in the root"
 fi
 
-# RUNPATH directories of the package's programs and of the engine that the root lacks.
+# RUNPATH directories of the package's programs and of the engines that the root lacks.
 binds=()
 dpkg-deb -x "$deb" "$tmp/deb" || die "cannot unpack $deb"
-for d in $(find "$tmp/deb" "$engine" -type f -exec readelf -d {} + 2>/dev/null |
+for d in $(find "$tmp/deb" "$engine" $reopen -type f -exec readelf -d {} + 2>/dev/null |
     sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p' | tr ':' '\n' | sort -u); do
     if [ ! -e "$root$d" ] && [ -d "$d" ]; then
         echo "  BIND    $d (read-only, as RUNPATH names it)"
