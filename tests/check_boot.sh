@@ -142,8 +142,8 @@ if [ ! -s "$base" ]; then
 else
     echo "  ROOT    $base (cached)"
 fi
-mkdir "$root" && tar -C "$root" --numeric-owner --xattrs --xattrs-include='*' -xpf "$base" ||
-    die "cannot unpack $base"
+mkdir "$root" && bounded 300 "$tmp/tar.log" tar -C "$root" --numeric-owner --xattrs \
+    --xattrs-include='*' -xpf "$base" || die "cannot unpack $base: $(tail -n 3 "$tmp/tar.log")"
 
 # ---- 2. the package, the engine and the checks ----
 
