@@ -6,6 +6,7 @@
 #   make WERROR=0        nvcc's warnings not fatal (another machine's compilers)
 #   make check           build and run every test and the vector runner
 #   make check-valgrind  the same tests under valgrind
+#   make check-boot      the .deb under a real systemd, in a booted Debian 12 root (as root)
 #   make bench           the kernel benchmark table (every policy and dtype, Qwen3-4B shape)
 #   make SANITIZE=address,undefined check
 #   make V=1             show full commands
@@ -847,6 +848,34 @@ check-install: all
 .PHONY: man install uninstall deb check-install
 
 # ---- end install, man pages, deb ----
+
+# ---- check-boot (tests/check_boot.sh) ----
+#
+# `make check-boot` (as root; not part of `make check`): the package of `make deb` installed in a
+# Debian 12 root that systemd-nspawn boots, checked from inside under a real systemd
+# (tests/boot/checks.sh). Its tools come from systemd-container and mmdebstrap, installed on
+# demand like the build's packages. The engine it runs is the synthetic engine linked against
+# libvase.so, so that it takes the installed library; examples/reopen_engine, where the tree has
+# it, checks a restart that keeps the arena.
+BOOT_DEB_PACKAGES := systemd-container mmdebstrap
+BOOT_ENGINE := $(BUILD)/boot/synthetic_engine
+BOOT_REOPEN_ENGINE := $(filter %/reopen_engine,$(EXAMPLES))
+
+$(BOOT_ENGINE): $(BUILD)/examples/synthetic_engine.o $(LIBVASE_SO).0
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< -L$(BUILD) -lvase -lm
+
+check-boot-deps: DEB_PACKAGES := $(BOOT_DEB_PACKAGES)
+check-boot-deps:
+	$(Q)$(APT_INSTALL_SH)
+
+check-boot: check-boot-deps deb $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE)
+	$(Q)tests/check_boot.sh $(DEB) $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE)
+
+.PHONY: check-boot check-boot-deps
+
+# ---- end check-boot ----
 
 # ---- generic rules --------------------------------------------------------------------
 
