@@ -187,6 +187,21 @@ CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 BLAS_LIBS := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas
+
+# What a build's objects depend on besides their sources: the compiler, the flags (OPT,
+# SANITIZE, WERROR, DEPS_PREFIX), whether CUDA is built and nvcc's flags. $(FLAGS_FILE) holds a
+# checksum of them and is rewritten only when it changes, so `make OPT=-O0` or `make USE_CUDA=0`
+# in an existing build rebuilds every object (and so every program) instead of linking objects
+# compiled another way, and a plain `make` afterwards rebuilds them back.
+FLAGS_FILE := $(BUILD)/.build-flags
+BUILD_FLAGS = CC=$(CC) CPPFLAGS=$(CPPFLAGS) CFLAGS=$(CFLAGS) LDFLAGS=$(LDFLAGS) \
+              KERNEL_OPT=$(KERNEL_OPT) HAVE_CUDA=$(HAVE_CUDA) NVCC=$(NVCC) NVCCFLAGS=$(NVCCFLAGS) \
+              CUDA_LIBS=$(CUDA_LIBS) BLAS_LIBS=$(BLAS_LIBS)
+
+$(FLAGS_FILE): FORCE
+	$(Q)mkdir -p $(dir $@); \
+	sum=$$(printf '%s\n' '$(subst ','\'',$(BUILD_FLAGS))' | cksum | cut -d' ' -f1); \
+	[ "$$(cat $@ 2>/dev/null)" = "$$sum" ] || echo "$$sum" >$@
 LIBM := -lm
 
 # ---- kernels/ -------------------------------------------------------------------------
@@ -235,7 +250,7 @@ CUDA_HOST_OBJS := $(CUDA_HOST_SRCS:%.c=$(BUILD)/%.o)
 
 $(CUDA_HOST_OBJS): CPPFLAGS += -I$(CUDA_INC)
 
-$(BUILD)/kernels/%.cu.o: kernels/%.cu | $(DEPS_STAMP)
+$(BUILD)/kernels/%.cu.o: kernels/%.cu $(FLAGS_FILE) | $(DEPS_STAMP)
 	$(call say,NVCC,$@)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCCFLAGS) -MD -MP -MF $(@:.o=.d) -c -o $@ $<
@@ -247,7 +262,7 @@ $(CUDA_LIB): $(CUDA_OBJS) $(CUDA_HOST_OBJS)
 $(GPU_TEST_DIR)/%.o: CPPFLAGS += -I$(CUDA_INC) -Itests
 
 # CUDA code of the GPU test programs (the benchmark's decode attention).
-$(GPU_TEST_DIR)/%.cu.o: tests/gpu/%.cu | $(DEPS_STAMP)
+$(GPU_TEST_DIR)/%.cu.o: tests/gpu/%.cu $(FLAGS_FILE) | $(DEPS_STAMP)
 	$(call say,NVCC,$@)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCCFLAGS) -MD -MP -MF $(@:.o=.d) -c -o $@ $<
@@ -372,7 +387,7 @@ $(PROTO_H): proto/vase.proto | $(DEPS_STAMP)
 $(PROTO_C): $(PROTO_H)
 	@true
 
-$(PROTO_OBJ): $(PROTO_C)
+$(PROTO_OBJ): $(PROTO_C) $(FLAGS_FILE)
 	$(call say,CC,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(filter-out -Wmissing-prototypes,$(CFLAGS)) -c -o $@ $<
 
@@ -879,12 +894,12 @@ check-boot: check-boot-deps deb $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE)
 
 # ---- generic rules --------------------------------------------------------------------
 
-$(BUILD)/kernels/%.o: kernels/%.c | $(DEPS_STAMP)
+$(BUILD)/kernels/%.o: kernels/%.c $(FLAGS_FILE) | $(DEPS_STAMP)
 	$(call say,CC,$@)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.o: %.c | $(DEPS_STAMP) $(GENERATED_HEADERS)
+$(BUILD)/%.o: %.c $(FLAGS_FILE) | $(DEPS_STAMP) $(GENERATED_HEADERS)
 	$(call say,CC,$@)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<

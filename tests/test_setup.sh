@@ -22,6 +22,8 @@
 #     DIR before the machine's own.
 #  6. DEPS_PREFIX naming an empty folder: make stops with an error that names it, and installs
 #     nothing.
+#  7. A build flag changed in an existing build (OPT, KERNEL_OPT, SANITIZE with BUILD given): the
+#     object is compiled again, and not when the flags are the same as last time.
 #
 # Prints PASS or FAIL per case, with make's output on failure; exits 1 if any failed.
 
@@ -259,5 +261,35 @@ ok=0
     no_packaging || ok=1
 } >>"$c/out"
 result "DEPS_PREFIX without the packages: refused, nothing installed" "$ok"
+
+# ---- 7. A build flag changed in an existing build: what it affects is compiled again.
+new_case flags
+printf 'libcmocka-dev\nvalgrind\n' >"$c/state/missing"
+with_compiler
+ln -sf "$(type -P protoc-c)" "$c/bin/protoc-c" || { echo "$0: no protoc-c on PATH" >&2; exit 1; }
+obj=$c/build/kernels/probe.o
+: >"$c/log"
+# step WANT ARG...: make the probe's object with ARG...; WANT is 1 if it must be compiled.
+step() {
+    local want=$1 got=0
+    shift
+    run_make self BUILD="$c/build" USE_CUDA=0 "$@" "$obj" || { echo "(make $* failed)" >>"$c/log"; return; }
+    grep -q "^  CC      $obj\$" "$c/out" && got=1
+    [ "$got" = "$want" ] ||
+        echo "(make $*: compiled $got, want $want)" >>"$c/log"
+}
+step 1
+step 0
+step 1 OPT=-O0
+step 0 OPT=-O0
+step 1
+step 1 SANITIZE=undefined
+step 1 KERNEL_OPT=-O1 SANITIZE=undefined
+step 1
+step 0
+mv "$c/log" "$c/out"
+[ -s "$c/out" ]
+status=$((1 - $?))
+result "a changed OPT, KERNEL_OPT or SANITIZE compiles again; the same flags do not" "$status"
 
 exit "$failed"
