@@ -870,8 +870,8 @@ check-install: all
 # Debian 12 root that systemd-nspawn boots, checked from inside under a real systemd
 # (tests/boot/checks.sh). Its tools come from systemd-container and mmdebstrap, installed on
 # demand like the build's packages. The engine it runs is the synthetic engine linked against
-# libvase.so, so that it takes the installed library; examples/reopen_engine, where the tree has
-# it, checks a restart that keeps the arena.
+# libvase.so, so that it takes the installed library; examples/reopen_engine checks a restart
+# that keeps the arena.
 BOOT_DEB_PACKAGES := systemd-container mmdebstrap
 BOOT_ENGINE := $(BUILD)/boot/synthetic_engine
 BOOT_REOPEN_ENGINE := $(filter %/reopen_engine,$(EXAMPLES))

@@ -9,7 +9,7 @@
 #     package list and the apt configuration: the next run only unpacks it.
 #  2. DEB installed there with dpkg (its postinst creates the user vase and enables
 #     vased.service), with ENGINE (an engine linked against the installed libvase.so) and
-#     REOPEN_ENGINE (examples/reopen_engine, where the build has it), the checks
+#     REOPEN_ENGINE (examples/reopen_engine), the checks
 #     (tests/boot/checks.sh) and the unit that runs them and powers off
 #     (tests/boot/vase-boot-check.service).
 #  3. The root booted with systemd-nspawn: systemd is PID 1 there; the checks run inside and

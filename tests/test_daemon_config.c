@@ -689,7 +689,7 @@ static void test_config_file_errors(void **state) {
 
 static void test_vased_refuses_bad_files(void **state) {
     (void)state;
-    char out[8192], dir[] = "/tmp/test_daemon_config-dir-XXXXXX", path[64];
+    char out[65536], dir[] = "/tmp/test_daemon_config-dir-XXXXXX", path[64];
     assert_non_null(mkdtemp(dir));
     char config[128];
     snprintf(config, sizeof(config), "--config=%s", dir);
@@ -759,7 +759,7 @@ static void test_memory(void **state) {
 
 static void test_vased_refuses_large_arena(void **state) {
     (void)state;
-    char out[8192], path[64];
+    char out[65536], path[64];
     long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
     assert_true(pages > 0 && page_size > 0);
     uint64_t phys = (uint64_t)pages * (uint64_t)page_size;

@@ -19,14 +19,15 @@
 #                     for an edited restart-only key) and who changed what (vasectl config set
 #                     as root: uid 0, old -> new)
 #  postinst-restart   installing the package again while vased runs restarts it (postinst)
+#  persist            `vasectl config set --persist` writes the drop-in under the unit's
+#                     hardening, and the value outlives a restart
 #  watchdog           the running daemon pings the watchdog; stopped with SIGSTOP, it is killed
 #                     and restarted by the watchdog (WatchdogSec shortened by a drop-in for the
 #                     check), and systemd logged it
 #  socket-activation  with vased.service stopped and vased.socket listening, an engine's first
-#                     connect starts vased (SKIP while the package ships no vased.socket)
+#                     connect starts vased
 #  restart-fdstore    `systemctl restart vased` keeps a host arena through the fd store: an engine
-#                     reopens its sequence and finds its K and V bytes intact (SKIP while the
-#                     build has no examples/reopen_engine)
+#                     reopens its sequence and finds its K and V bytes intact
 #
 # Prints and writes to RESULTS one "PASS|FAIL|SKIP name[: why]" line per check, then "done"; on
 # any failure the boot's journal goes to JOURNAL. Bounded: every wait polls with a deadline.
@@ -249,7 +250,7 @@ check_watchdog() {
 
 check_socket_activation() {
     if [ ! -e /usr/lib/systemd/system/vased.socket ]; then
-        result SKIP "socket-activation: the package ships no vased.socket"
+        result FAIL "socket-activation: the package ships no vased.socket"
         return
     fi
     systemctl stop vased.service
@@ -279,7 +280,7 @@ check_socket_activation() {
 check_restart_fdstore() {
     local reopen=$DIR/reopen_engine ready=/home/$ENGINE_USER/reopen.ready epid pid rc
     if [ ! -x "$reopen" ]; then
-        result SKIP "restart-fdstore: this build has no examples/reopen_engine"
+        result FAIL "restart-fdstore: no reopen_engine was copied into the root"
         return
     fi
     systemctl start vased.service
@@ -312,6 +313,26 @@ check_restart_fdstore() {
 
 # Ordered after vased.service, which is active or failed by now; a slow start gets a moment.
 wait_for 30 is_active
+# `vasectl config set --persist` under the unit's hardening (ProtectSystem=strict; the drop-in
+# folder is the one path ReadWritePaths= opens): the daemon writes its drop-in, owned by vase, and
+# the value outlives a restart, coming from that file.
+check_persist() {
+    local dropin=/etc/vase/vased.conf.d/90-vasectl.conf out rc after source
+    out=$(vasectl config set --persist max_seqs_per_client 777 2>&1)
+    rc=$?
+    systemctl restart vased.service
+    after=$(vasectl config get max_seqs_per_client 2>&1)
+    source=$(vasectl config get 2>&1 | awk '$1 == "max_seqs_per_client"')
+    if [ "$rc" = 0 ] && grep -qx 'max_seqs_per_client = 777' "$dropin" &&
+        [ "$(stat -c %U "$dropin")" = vase ] && [ "$after" = 777 ] &&
+        echo "$source" | grep -q "file $dropin"; then
+        result PASS persist
+    else
+        result FAIL "persist: config set --persist exit $rc ($out), after a restart" \
+            "'$after' (want 777), source '$source', drop-in: $(ls -l "$dropin" 2>&1)"
+    fi
+}
+
 check_boot_active
 check_hardening
 if ! useradd --create-home --groups vase "$ENGINE_USER" || ! useradd --create-home "$OTHER_USER"; then
@@ -321,6 +342,7 @@ check_reload
 check_engine_user
 check_journal
 check_postinst_restart
+check_persist
 check_watchdog
 check_socket_activation
 check_restart_fdstore
