@@ -193,15 +193,14 @@ BLAS_LIBS := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas
 # checksum of them and is rewritten only when it changes, so `make OPT=-O0` or `make USE_CUDA=0`
 # in an existing build rebuilds every object (and so every program) instead of linking objects
 # compiled another way, and a plain `make` afterwards rebuilds them back.
+# The checksum, BUILD_FLAGS_SUM, is taken once at the end of this file, from the global values:
+# expanded in this recipe, the flags would be those of whichever object asked for the file first
+# (target-specific values reach prerequisites), and each goal would rebuild everything.
 FLAGS_FILE := $(BUILD)/.build-flags
-BUILD_FLAGS = CC=$(CC) CPPFLAGS=$(CPPFLAGS) CFLAGS=$(CFLAGS) LDFLAGS=$(LDFLAGS) \
-              KERNEL_OPT=$(KERNEL_OPT) HAVE_CUDA=$(HAVE_CUDA) NVCC=$(NVCC) NVCCFLAGS=$(NVCCFLAGS) \
-              CUDA_LIBS=$(CUDA_LIBS) BLAS_LIBS=$(BLAS_LIBS)
 
 $(FLAGS_FILE): FORCE
 	$(Q)mkdir -p $(dir $@); \
-	sum=$$(printf '%s\n' '$(subst ','\'',$(BUILD_FLAGS))' | cksum | cut -d' ' -f1); \
-	[ "$$(cat $@ 2>/dev/null)" = "$$sum" ] || echo "$$sum" >$@
+	[ "$$(cat $@ 2>/dev/null)" = "$(BUILD_FLAGS_SUM)" ] || echo "$(BUILD_FLAGS_SUM)" >$@
 LIBM := -lm
 
 # ---- kernels/ -------------------------------------------------------------------------
@@ -1002,3 +1001,9 @@ format: | $(DEPS_STAMP)
 .DEFAULT_GOAL := all
 
 -include $(shell find $(BUILD) -name '*.d' -type f 2>/dev/null)
+
+# ---- the build's flags (FLAGS_FILE, above), now that every one of them is set ----
+BUILD_FLAGS := CC=$(CC) CPPFLAGS=$(CPPFLAGS) CFLAGS=$(CFLAGS) LDFLAGS=$(LDFLAGS) \
+               KERNEL_OPT=$(KERNEL_OPT) HAVE_CUDA=$(HAVE_CUDA) NVCC=$(NVCC) NVCCFLAGS=$(NVCCFLAGS) \
+               CUDA_LIBS=$(CUDA_LIBS) BLAS_LIBS=$(BLAS_LIBS)
+BUILD_FLAGS_SUM := $(shell printf '%s\n' '$(subst ','\'',$(BUILD_FLAGS))' | cksum | cut -d' ' -f1)

@@ -224,6 +224,17 @@ static bool given_by_flag(const struct vased *d, const struct vase_setting *s) {
     return false;
 }
 
+/* The drop-in that gives s and is read after VASE_CONFIG_PERSIST_NAME, so that it would win over
+ * a persisted value at the next reload or start; NULL when none does. */
+static const char *given_by_later_dropin(const struct vased *d, const struct vase_setting *s) {
+    const char *dir = d->cfg.dropin_dir;
+    const char *path = d->cfg.origins ? d->cfg.origins[s - vase_settings].file_path : NULL;
+    size_t n = dir ? strlen(dir) : 0;
+    if (!path || !dir || strncmp(path, dir, n) != 0 || path[n] != '/')
+        return NULL;
+    return strcmp(path + n + 1, VASE_CONFIG_PERSIST_NAME) > 0 ? path : NULL;
+}
+
 static int handle_config_set(struct vased *d, const struct vase_reply_to *p,
                              const Vase__ConfigSet *req) {
     const struct vase_setting *s = vase_setting_find(req->key);
@@ -235,6 +246,12 @@ static int handle_config_set(struct vased *d, const struct vase_reply_to *p,
                                 "over the configuration files, so a persisted value would not "
                                 "last; change it without --persist, or change the flag",
                                 s->name, s->name);
+    const char *later = req->persist && s->runtime ? given_by_later_dropin(d, s) : NULL;
+    if (later)
+        return vase_reply_error(d, p, EBUSY,
+                                "%s not changed: %s gives it and is read after %s, so a persisted "
+                                "value would not last; change it there, or without --persist",
+                                s->name, later, VASE_CONFIG_PERSIST_NAME);
     char old[CONFIG_VALUE_MAX];
     vase_config_format(&d->cfg, s, old, sizeof(old));
     int r = vase_config_set(&d->cfg, req->key, req->value, VASE_CONFIG_RUNTIME);

@@ -223,7 +223,7 @@ static int check_parses_back(const char *path, const struct vase_setting *s, con
 /* The new file's text: header, the entries kept, then s's with a comment of who and when. */
 static int compose(const char *path, const char *old, const struct vase_setting *s,
                    const char *value, uint32_t uid, time_t when, struct text *out) {
-    char stamp[64] = "?", line[PATH_MAX + 160];
+    char stamp[64] = "?";
     struct tm tm;
     text_add(out, header, strlen(header));
     int r = keep_entries(path, old, s, out);
@@ -231,9 +231,12 @@ static int compose(const char *path, const char *old, const struct vase_setting 
         return r;
     if (gmtime_r(&when, &tm))
         strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S UTC", &tm);
-    int n = snprintf(line, sizeof(line), "\n# %s: set by uid %" PRIu32 " at %s\n%s = %s\n", s->name,
-                     uid, stamp, s->name, value);
-    text_add(out, line, (size_t)n);
+    char who[160];
+    int n = snprintf(who, sizeof(who), "\n# %s: set by uid %" PRIu32 " at %s\n%s = ", s->name, uid,
+                     stamp, s->name);
+    text_add(out, who, (size_t)n);
+    text_add(out, value, strlen(value));
+    text_add(out, "\n", 1);
     return out->oom ? -ENOMEM : 0;
 }
 

@@ -378,27 +378,39 @@ static int release_surplus(struct vased *d, struct vased_seq *s, uint32_t new_le
 
 /*
  * The engine's cumulative counters of s as the commit reports them (EvictCommit 4-6), untrusted:
- * taken only when finite, non-negative and none below the last accepted ones; their increase
- * goes to the metrics of s's policy. A report that is not taken changes nothing (the commit
- * goes on) and is logged once per sequence.
+ * taken only when finite, non-negative, none below the last accepted ones and each increase
+ * within what the client's time connected allows; the increase goes to the metrics of s's
+ * policy. A report that is not taken adds nothing (the commit goes on) and is logged once per
+ * sequence; one that only jumped is the base of the next.
  */
 static void take_engine_report(struct vased *d, struct vased_client *c, struct vased_seq *s,
                                const Vase__EvictCommit *req) {
     double stall = req->stall_seconds, compact = req->compact_seconds;
-    if (!isfinite(stall) || !isfinite(compact) || stall < s->engine_stall_seconds ||
-        compact < s->engine_compact_seconds || req->stalls < s->engine_stalls) {
+    bool sane = isfinite(stall) && isfinite(compact) && stall >= s->engine_stall_seconds &&
+                compact >= s->engine_compact_seconds && req->stalls >= s->engine_stalls;
+    /* Nothing the engine did since its last report can take longer than it has been connected,
+     * nor can it have waited more times than the bound below: a report beyond either would let
+     * one client wrap or saturate the counters every client shares. */
+    double connected = vased_now() - c->connected_at + 1.0;
+    bool bounded = sane && stall - s->engine_stall_seconds <= connected &&
+                   compact - s->engine_compact_seconds <= connected &&
+                   req->stalls - s->engine_stalls <= UINT32_MAX;
+    if (!bounded) {
         d->metrics.engine_reports_ignored++;
         if (!s->engine_report_logged && vase_clients_log_ok(c))
             log_notice("Client %u: the commit of sequence %u reports stalls %llu, stall_seconds "
-                       "%g, compact_seconds %g: not finite, negative or below the last ones "
-                       "(%llu, %g, %g); not counted.",
+                       "%g, compact_seconds %g: not finite, negative, below the last ones "
+                       "(%llu, %g, %g) or more than the client's time connected allows; not "
+                       "counted.",
                        c->id, s->id, (unsigned long long)req->stalls, stall, compact,
                        (unsigned long long)s->engine_stalls, s->engine_stall_seconds,
                        s->engine_compact_seconds);
         s->engine_report_logged = true;
-        return;
-    }
-    if ((unsigned)s->policy < _VASE_POLICY_MAX) {
+        /* Values that only jumped (a sequence reopened after a restart carries its engine's
+         * earlier totals) become the base the next reports are counted from. */
+        if (!sane)
+            return;
+    } else if ((unsigned)s->policy < _VASE_POLICY_MAX) {
         struct vase_metrics_policy *mp = &d->metrics.policy[s->policy];
         mp->engine_stalls += req->stalls - s->engine_stalls;
         mp->engine_stall_seconds += stall - s->engine_stall_seconds;

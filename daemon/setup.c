@@ -390,8 +390,17 @@ static int render_metrics(void *userdata, struct vase_metrics_buf *b) {
     return vase_metrics_render(userdata, b);
 }
 
-/* The metrics endpoint, unless metrics_address is off. A bind failure stops the start: an
- * operator who asked for metrics is told at once, not by a scraper's alert. */
+/* Whether the configuration (a file, a flag) names metrics_address, rather than leaving it to
+ * its default. */
+static bool metrics_address_given(const struct vased *d) {
+    const struct vase_setting *s = vase_setting_find("metrics_address");
+    return s && d->cfg.origins && d->cfg.origins[s - vase_settings].from != VASE_CONFIG_FROM_DEFAULT;
+}
+
+/* The metrics endpoint, unless metrics_address is off. When the configuration names the
+ * address, a bind failure stops the start: an operator who asked for metrics is told at once,
+ * not by a scraper's alert. The default address only warns: another program (or another user)
+ * holding port 9464 must not keep vased from starting. */
 static int setup_metrics(struct vased *d) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -401,6 +410,12 @@ static int setup_metrics(struct vased *d) {
         return 0;
     }
     int r = vase_metrics_http_new(d->cfg.metrics_address, render_metrics, d, &d->metrics_http);
+    if (r < 0 && !metrics_address_given(d)) {
+        log_warning("No metrics endpoint: the default metrics_address %s is not free; set "
+                    "metrics_address to another address, or to off.",
+                    d->cfg.metrics_address);
+        return 0;
+    }
     if (r < 0)
         return r;
     log_info("Metrics on http://%s/metrics.", vase_metrics_http_address(d->metrics_http));

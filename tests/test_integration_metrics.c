@@ -13,6 +13,7 @@
  * that does not parse, does not start and says why; with metrics off there is no endpoint.
  */
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -23,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -345,6 +348,18 @@ static void test_scrape_under_load(void **state) {
     harness_close_all(s, 2);
 }
 
+static char log_text[1 << 16];
+
+/* Whether d's log (read into log_text) says want. */
+static bool log_has(const struct harness_daemon *d, const char *want) {
+    FILE *log = fopen(d->log, "r");
+    assert_non_null(log);
+    size_t n = fread(log_text, 1, sizeof(log_text) - 1, log);
+    fclose(log);
+    log_text[n] = '\0';
+    return strstr(log_text, want) != NULL;
+}
+
 /* A daemon whose metrics_address cannot be bound does not start, and its log names the address;
  * one with metrics off has no endpoint. */
 static void test_bind_errors(void **state) {
@@ -364,17 +379,32 @@ static void test_bind_errors(void **state) {
     for (int i = 0; i < 2; i++) {
         struct harness_daemon other = {0};
         assert_true(harness_daemon_start(&other, cases[i]) < 0);
-        FILE *log = fopen(other.log, "r");
-        assert_non_null(log);
-        static char text[1 << 16];
-        size_t n = fread(text, 1, sizeof(text) - 1, log);
-        fclose(log);
-        text[n] = '\0';
-        if (!strstr(text, wants[i]))
+        if (!log_has(&other, wants[i]))
             fail_msg("the log of a daemon started with %s does not say \"%s\":\n%s", cases[i][0],
-                     wants[i], text);
+                     wants[i], log_text);
         harness_daemon_free(&other);
     }
+
+    /* Left to its default, an address another program holds only costs the endpoint: vased
+     * starts, says so, and serves none. The test holds 127.0.0.1:9464 itself (or someone else
+     * does). */
+    int hold = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(hold >= 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(9464)};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(hold, (struct sockaddr *)&sin, sizeof(sin)) == 0)
+        assert_int_equal(listen(hold, 1), 0);
+    else
+        assert_int_equal(errno, EADDRINUSE);
+    struct harness_daemon dflt = {.metrics_default = true};
+    assert_int_equal(harness_daemon_start(&dflt, NULL), 0);
+    st = harness_status_of(&dflt);
+    assert_string_equal(st.metrics_address, "");
+    if (!log_has(&dflt, "No metrics endpoint: the default metrics_address 127.0.0.1:9464 is "
+                        "not free"))
+        fail_msg("the log of a daemon on the default, taken address:\n%s", log_text);
+    harness_daemon_free(&dflt);
+    close(hold);
 
     /* The harness's own default: off. */
     struct harness_daemon off = {0};

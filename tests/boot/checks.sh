@@ -311,8 +311,6 @@ check_restart_fdstore() {
     fi
 }
 
-# Ordered after vased.service, which is active or failed by now; a slow start gets a moment.
-wait_for 30 is_active
 # `vasectl config set --persist` under the unit's hardening (ProtectSystem=strict; the drop-in
 # folder is the one path ReadWritePaths= opens): the daemon writes its drop-in, owned by vase, and
 # the value outlives a restart, coming from that file.
@@ -333,6 +331,8 @@ check_persist() {
     fi
 }
 
+# Ordered after vased.service, which is active or failed by now; a slow start gets a moment.
+wait_for 30 is_active
 check_boot_active
 check_hardening
 if ! useradd --create-home --groups vase "$ENGINE_USER" || ! useradd --create-home "$OTHER_USER"; then

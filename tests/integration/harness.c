@@ -843,12 +843,13 @@ int harness_daemon_start(struct harness_daemon *d, const char *const *args) {
                             page_arg,
                             "--evictor-threads=2",
                             "--metrics-address=off"};
-    size_t argc = 7;
+    size_t argc = d->metrics_default ? 6 : 7;
     for (size_t i = 0; args && args[i]; i++) {
         if (argc + 1 >= sizeof(argv) / sizeof(argv[0]))
             return -E2BIG;
         argv[argc++] = args[i];
     }
+    argv[argc] = NULL;
 
     int log_fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (log_fd < 0)

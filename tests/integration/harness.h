@@ -63,12 +63,14 @@ struct harness_daemon {
     char dir[64]; /* runtime directory; "" until the first start */
     char log[96]; /* the daemon's stdout and stderr, appended across restarts */
     uint64_t incarnation;
+    /* Set before a start: leave metrics_address to vased's default instead of "off". */
+    bool metrics_default;
 };
 
 /*
  * Starts build/vased (or the program of the build tree named by $VASE_VASED_PROGRAM, such as
  * "tests/vased_alloc_fail") with --runtime-dir, an empty --config file, --evictor-threads=2, the
- * small arena above and --metrics-address=off, then args (NULL-terminated "--key=value" strings,
+ * small arena above and --metrics-address=off (unless d->metrics_default), then args (NULL-terminated "--key=value" strings,
  * later ones win; may be NULL). The first start makes a fresh directory under /tmp; later starts
  * reuse d->dir (a restart on the same runtime directory). Waits until the daemon answers Ping and
  * records its incarnation. On failure the daemon is killed and its log printed. 0 or -errno.
