@@ -323,7 +323,7 @@ int vase_restore_arena(struct vased *d, uint32_t i, const char *name, const char
 
 /* One sequence record into sv (pages pointing into the snapshot), its model name into name. */
 static bool read_seq(struct reader *rd, const struct vased *d, struct vased_seq_saved *sv,
-                     char *name, char *msg, size_t msg_size) {
+                     bool *ret_kept, char *name, char *msg, size_t msg_size) {
     uint32_t uid, geo[6], policy, f[9], mode, slack, min_budget, weight;
     uint32_t prompt_len;
     uint64_t seed;
@@ -344,13 +344,19 @@ static bool read_seq(struct reader *rd, const struct vased *d, struct vased_seq_
         return false;
     }
     sv->uid = (uid_t)uid;
-    if (sv->arena_id >= d->n_arenas || policy >= _VASE_POLICY_MAX || f[8] >= _VASE_METRIC_MAX ||
+    const struct vase_restore *rs = d->restore;
+    if (sv->arena_id >= rs->n_arenas || policy >= _VASE_POLICY_MAX || f[8] >= _VASE_METRIC_MAX ||
         geo[4] >= _VASE_DTYPE_MAX ||
         (mode != VASE__MODE__MODE_ASYNC && mode != VASE__MODE__MODE_SYNC)) {
         snprintf(msg, msg_size, "sequence %u names an unknown arena, policy, metric, dtype or mode",
                  sv->id);
         return false;
     }
+    /* A sequence of an arena not kept (gone, or configured otherwise now) is read past: only
+     * its own arena's size can tell whether its layout is valid. */
+    *ret_kept = rs->kept[sv->arena_id];
+    if (!*ret_kept)
+        return true;
     struct vase_layout_geometry g = {.layers = geo[0],
                                      .q_heads = geo[1],
                                      .kv_heads = geo[2],
@@ -418,11 +424,12 @@ int vase_restore_seqs(struct vased *d) {
     int r = 0;
     for (uint32_t k = 0; k < rs->n_seqs && r == 0; k++) {
         struct vased_seq_saved sv;
-        if (!read_seq(&rd, d, &sv, name, msg, sizeof(msg))) {
+        bool on_kept;
+        if (!read_seq(&rd, d, &sv, &on_kept, name, msg, sizeof(msg))) {
             r = -EBADMSG;
             break;
         }
-        if (!rs->kept[sv.arena_id]) {
+        if (!on_kept) {
             lost++; /* its arena was discarded */
             continue;
         }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 #
-# test_sd_activation.sh: vased under socket activation, without systemd as PID 1: tests/sd_emu.py
+# test_sd_emu.sh: vased under socket activation, without systemd as PID 1: tests/sd_emu.py
 # plays vased.socket and vased.service (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES, NOTIFY_SOCKET).
 # Run by `make check` with BUILD naming the build directory.
 #
@@ -21,7 +21,8 @@
 #     shows the kept sequence until the engine reopens it; the block table and every K and V
 #     byte are identical after the reopen, a second reopen is refused, and decoding goes on with
 #     evictions.
-#  5. A changed arena_bytes discards the kept arena (logged): the reopen fails with -ENOENT.
+#  5. A changed arena_bytes discards the kept arena (logged): the reopen fails with -ENOENT. An
+#     arena removed from the configuration loses its own sequences, not those of the others.
 #  6. A corrupt snapshot is refused with the reason logged: the reopen fails with -ENOENT.
 #  7. Sequences nobody reopens are freed after restore_grace (1 s here; the engine reopens only
 #     once the daemon logged it): the reopen fails with -ENOENT.
@@ -179,7 +180,7 @@ restart_case() {
         >"$eout" 2>&1 &
     local epid=$!
     wait_file "$tmp/$name.ready" && wait_line "$log" "^FDSTORE arena-0" &&
-        kill -"$sig" "$emu_pid"
+        { [ -z "${before_restart:-}" ] || $before_restart; } && kill -"$sig" "$emu_pid"
     [ -n "${on_restart:-}" ] && $on_restart
     wait "$epid"
     local s=$?
@@ -226,6 +227,38 @@ if restart_case resized USR1 --expect-lost -- --next-args "$tmp/next-args" &&
     status=0
 fi
 result "a changed arena_bytes discards the kept arena" $status "$eout" "$log" "$vlog"
+
+# 5b. An arena gone from the configuration: its sequences are lost, those of the arenas kept
+# are not. A second engine holds a sequence on arena 1 when the daemon stops; the next start
+# has no [arena extra].
+status=1
+printf '[arena extra]\narena = host\narena_bytes = 16M\n' >"$tmp/two-arenas.conf"
+vased_args=(--config="$tmp/two-arenas.conf")
+echo "--config=/dev/null" >"$tmp/next-args"
+other_seq() {
+    "$engine" --runtime-dir "$run" --arena=1 --seqs 1 --steps 1000000 --budget 128 --window 16 \
+        >"$tmp/other.out" 2>&1 &
+    other_pid=$!
+    for _ in $(seq 600); do
+        VASE_RUNTIME_DIR=$run "$BUILD/vasectl" --json status 2>/dev/null | grep -q '"seqs":2[,}]' &&
+            return 0
+        sleep 0.05
+    done
+    return 1
+}
+before_restart=other_seq
+if restart_case shrunk USR1 -- --next-args "$tmp/next-args" &&
+    grep -q "^reopened: .*K/V identical" "$eout" &&
+    grep -q "Discarding the kept memory of arena 1: the configuration has no such arena" "$vlog" &&
+    grep -q "1 sequences of the previous vased were on arenas not kept: lost" "$vlog"; then
+    status=0
+fi
+before_restart=
+vased_args=()
+kill "$other_pid" 2>/dev/null
+wait "$other_pid" 2>/dev/null
+result "an arena gone from the configuration loses its sequences, not the others'" $status \
+    "$eout" "$log" "$vlog" "$tmp/other.out"
 
 # 6. A corrupt snapshot.
 status=1
