@@ -57,7 +57,7 @@ struct vase_restore {
     uint32_t n_arenas, n_seqs;
     struct saved_arena arenas[VASED_MAX_ARENAS];
     size_t seqs_at; /* offset of the first sequence */
-    double grace_deadline;
+    double restored_at; /* when the sequences were kept: restore_grace counts from it */
 };
 
 /* ---- the store ---- */
@@ -458,7 +458,7 @@ int vase_restore_seqs(struct vased *d) {
     if (lost)
         log_notice("%u sequences of the previous vased were on arenas not kept: lost.", lost);
     if (kept) {
-        rs->grace_deadline = vased_now() + d->cfg.restore_grace;
+        rs->restored_at = vased_now();
         log_notice("%u sequences of the previous vased kept with their pages; engines may reopen "
                    "them within %u s (restore_grace).",
                    kept, d->cfg.restore_grace);
@@ -679,7 +679,9 @@ void vase_restore_save(struct vased *d) {
 }
 
 void vase_restore_tick(struct vased *d, double now) {
-    if (!d->reg || !d->reg->n_restored || !d->restore || now < d->restore->grace_deadline)
+    /* restore_grace as it is now: a change at run time applies to the sequences waiting. */
+    if (!d->reg || !d->reg->n_restored || !d->restore ||
+        now < d->restore->restored_at + d->cfg.restore_grace)
         return;
     uint32_t n = d->reg->n_restored;
     uint64_t bytes = vase_restore_bytes(d);
