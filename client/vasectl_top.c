@@ -414,19 +414,25 @@ static int top_render(FILE *f, const struct top_view *v, const struct top_ui *ui
     for (int c = 0; c < N_COLS; c++)
         seqs.headers[c] = top_cols[c].header;
     snprintf(iv, sizeof(iv), "%g", ui->interval);
-    if (s)
+    /* The daemon's words reach a terminal: control characters escaped, as in the tables. */
+    char text[1024], version[128];
+    if (s) {
+        vase_admin_escape(s->version, version, sizeof(version));
         fprintf(f,
                 "vased %s, up %s, clients %" PRIu32 ", seqs %" PRIu32 ", opens waiting %" PRIu32
                 ", evictions %s (%s/s)\n",
-                s->version, vasectl_fmt_duration(s->uptime_seconds, up, sizeof(up)), s->clients,
+                version, vasectl_fmt_duration(s->uptime_seconds, up, sizeof(up)), s->clients,
                 s->seqs, s->opens_waiting,
                 vasectl_fmt_count(s->evictions_total, total, sizeof(total)),
                 fmt_rate(v->evictions, rate, sizeof(rate)));
+    }
     fprintf(f, "sorted by %s, %s; every %ss%s\n", col_name(ui->sort),
             top_descending(ui) ? "descending" : "ascending", iv,
             ui->keys ? "; keys: s/S column, r reverse, e p t m b l i c sort by, q quit" : "");
-    if (ui->error)
-        fprintf(f, "error: %s\n", ui->error);
+    if (ui->error) {
+        vase_admin_escape(ui->error, text, sizeof(text));
+        fprintf(f, "error: %s\n", text);
+    }
     fputc('\n', f);
     if (!s)
         return 0;

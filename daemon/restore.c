@@ -56,7 +56,7 @@ struct vase_restore {
     size_t snap_len;
     uint32_t n_arenas, n_seqs;
     struct saved_arena arenas[VASED_MAX_ARENAS];
-    size_t seqs_at; /* offset of the first sequence */
+    size_t seqs_at;     /* offset of the first sequence */
     double restored_at; /* when the sequences were kept: restore_grace counts from it */
 };
 

@@ -394,7 +394,8 @@ static int render_metrics(void *userdata, struct vase_metrics_buf *b) {
  * its default. */
 static bool metrics_address_given(const struct vased *d) {
     const struct vase_setting *s = vase_setting_find("metrics_address");
-    return s && d->cfg.origins && d->cfg.origins[s - vase_settings].from != VASE_CONFIG_FROM_DEFAULT;
+    return s && d->cfg.origins &&
+           d->cfg.origins[s - vase_settings].from != VASE_CONFIG_FROM_DEFAULT;
 }
 
 /* The metrics endpoint, unless metrics_address is off. When the configuration names the

@@ -286,11 +286,12 @@ static void test_render_plain(void **state) {
      * tables cut to max_rows with the rest counted. No escape sequence of any kind. */
     ui.keys = true;
     ui.max_rows = 1;
-    ui.error = "cannot reach vased at /run/vase/control.sock: No such file or directory";
+    /* The daemon's words come escaped: no escape sequence of theirs reaches the terminal. */
+    ui.error = "cannot reach vased at /run/vase/control.sock: \x1b[2JNo such file or directory";
     text = render(&v, &ui);
     assert_non_null(strstr(text, "every 2s; keys: s/S column, r reverse"));
-    assert_non_null(strstr(text, "\nerror: cannot reach vased at /run/vase/control.sock: No "
-                                 "such file or directory\n\n"));
+    assert_non_null(strstr(text, "\nerror: cannot reach vased at /run/vase/control.sock: "
+                                 "\\x1b[2JNo such file or directory\n\n"));
     assert_non_null(strstr(text, "  1000     2  2.0 MiB\n(1 more)\n\n"));
     assert_non_null(strstr(text, "#9        1  3.0 MiB        -\n(1 more)\n\n"));
     assert_null(strchr(text, '\x1b'));
@@ -303,9 +304,10 @@ static void test_render_plain(void **state) {
     ui.max_rows = 0;
     text = render(&v, &ui);
     assert_string_equal(
-        text, "sorted by EVICT/S, descending; every 2s; keys: s/S column, r reverse, e p t m b l i "
-              "c sort by, q quit\nerror: cannot reach vased at /run/vase/control.sock: No such "
-              "file or directory\n\n");
+        text,
+        "sorted by EVICT/S, descending; every 2s; keys: s/S column, r reverse, e p t m b l i "
+        "c sort by, q quit\nerror: cannot reach vased at /run/vase/control.sock: \\x1b[2JNo such "
+        "file or directory\n\n");
     free(text);
 }
 

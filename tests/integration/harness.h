@@ -70,10 +70,11 @@ struct harness_daemon {
 /*
  * Starts build/vased (or the program of the build tree named by $VASE_VASED_PROGRAM, such as
  * "tests/vased_alloc_fail") with --runtime-dir, an empty --config file, --evictor-threads=2, the
- * small arena above and --metrics-address=off (unless d->metrics_default), then args (NULL-terminated "--key=value" strings,
- * later ones win; may be NULL). The first start makes a fresh directory under /tmp; later starts
- * reuse d->dir (a restart on the same runtime directory). Waits until the daemon answers Ping and
- * records its incarnation. On failure the daemon is killed and its log printed. 0 or -errno.
+ * small arena above and --metrics-address=off (unless d->metrics_default), then args
+ * (NULL-terminated "--key=value" strings, later ones win; may be NULL). The first start makes a
+ * fresh directory under /tmp; later starts reuse d->dir (a restart on the same runtime directory).
+ * Waits until the daemon answers Ping and records its incarnation. On failure the daemon is killed
+ * and its log printed. 0 or -errno.
  */
 int harness_daemon_start(struct harness_daemon *d, const char *const *args);
 /* Sends sig and waits for the exit; after HARNESS_STOP_MS, SIGKILL and -ETIMEDOUT. 0 on a
