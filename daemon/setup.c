@@ -400,8 +400,8 @@ static bool metrics_address_given(const struct vased *d) {
 
 /* The metrics endpoint, unless metrics_address is off. When the configuration names the
  * address, a bind failure stops the start: an operator who asked for metrics is told at once,
- * not by a scraper's alert. The default address only warns: another program (or another user)
- * holding port 9464 must not keep vased from starting. */
+ * not by a scraper's alert. The default address only warns when it cannot be bound: another
+ * program (or another user) holding port 9464 must not keep vased from starting. */
 static int setup_metrics(struct vased *d) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -411,7 +411,7 @@ static int setup_metrics(struct vased *d) {
         return 0;
     }
     int r = vase_metrics_http_new(d->cfg.metrics_address, render_metrics, d, &d->metrics_http);
-    if (r < 0 && !metrics_address_given(d)) {
+    if ((r == -EADDRINUSE || r == -EACCES || r == -EADDRNOTAVAIL) && !metrics_address_given(d)) {
         log_warning("No metrics endpoint: the default metrics_address %s is not free; set "
                     "metrics_address to another address, or to off.",
                     d->cfg.metrics_address);

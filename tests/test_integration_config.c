@@ -316,14 +316,14 @@ static void test_persist(void **state) {
 
     /* A drop-in read after 90-vasectl.conf that gives the key would win at the next reload:
      * refused, nothing changed. */
-    write_text(f->dropins, "95-local.conf", "[vased]\nstats_interval = 9\n");
+    write_text(f->dropins, "95-local.conf", "[vased]\nmax_models_per_client = 9\n");
     assert_int_equal(reload(f), 0);
-    assert_int_equal(set(f, "stats_interval", "3", true), -EBUSY);
+    assert_int_equal(set(f, "max_models_per_client", "3", true), -EBUSY);
     assert_non_null(strstr(vase_admin_last_error(f->a), "95-local.conf gives it and is read after "
                                                         "90-vasectl.conf"));
-    expect(f, "stats_interval", "9", "file vased.conf.d/95-local.conf");
-    assert_null(strstr(read_text(path, text, sizeof(text)), "stats_interval"));
-    assert_int_equal(set(f, "stats_interval", "3", false), 0);
+    expect(f, "max_models_per_client", "9", "file vased.conf.d/95-local.conf");
+    assert_null(strstr(read_text(path, text, sizeof(text)), "max_models_per_client"));
+    assert_int_equal(set(f, "max_models_per_client", "3", false), 0);
 
     /* The drop-in is now the files' value: a reload keeps it; so does a restart. */
     assert_int_equal(reload(f), 0);
