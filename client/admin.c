@@ -385,3 +385,7 @@ int vase_admin_events_next(struct vase_admin_events *ev, char *topic, size_t top
 size_t vase_admin_escape(const char *in, char *out, size_t out_size) {
     return vase_wire_escape(in, out, out_size);
 }
+
+int vase_admin_hidden_char(uint32_t cp) {
+    return vase_wire_hidden_char(cp);
+}

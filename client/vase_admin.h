@@ -104,9 +104,17 @@ int vase_admin_events_next(struct vase_admin_events *ev, char *topic, size_t top
                            Vase__Event **ret);
 
 /* Copies text a peer chose to out (out_size bytes, NUL included) with every control character
- * written as \xNN, cut at a character boundary if out is too small; returns the length
- * written. For terminals and logs. */
+ * (C0, DEL) and every byte that is not UTF-8 written as \xNN, and the C1 controls, format
+ * characters (bidi overrides, zero-width characters) and the line and paragraph separators as
+ * \uNNNN or \UNNNNNNNN; other UTF-8 passes. Cut at a character boundary if out is too small;
+ * returns the length written. An out of 4 * strlen(in) + 1 bytes always holds the whole text.
+ * Escaping escaped text changes nothing. For terminals and logs. */
 size_t vase_admin_escape(const char *in, char *out, size_t out_size);
+
+/* 1 if the Unicode code point cp is a control character (C0, DEL, C1), a format character
+ * (general category Cf) or the line or paragraph separator: the characters vase_admin_escape()
+ * writes as escapes; 0 otherwise. */
+int vase_admin_hidden_char(uint32_t cp);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,9 @@
 /*
  * vasectl's JSON output, produced from the protobuf descriptors, so that every field of the
  * schema shows up without this file having to list it. Strings are escaped and invalid UTF-8
- * is replaced by U+FFFD, so the output always parses, whatever a client named itself.
+ * is replaced by U+FFFD, so the output always parses, whatever a client named itself; C1
+ * controls and format characters (vase_admin_hidden_char()) are written as \u escapes, so the
+ * output is the same text but also safe to read on a terminal.
  */
 
 #include <inttypes.h>
@@ -14,10 +16,10 @@
 
 #include "vasectl.h"
 
-/* The length of the valid UTF-8 sequence at p (at most avail bytes), 0 if there is none. The
- * range the second byte must be in rules out overlong forms, surrogates and values past
- * U+10FFFF. */
-static size_t utf8_len(const unsigned char *p, size_t avail) {
+/* The length of the valid UTF-8 sequence at p (at most avail bytes) with its code point in
+ * *ret_cp, 0 if there is none. The range the second byte must be in rules out overlong forms,
+ * surrogates and values past U+10FFFF. */
+static size_t utf8_len(const unsigned char *p, size_t avail, uint32_t *ret_cp) {
     unsigned char ch = p[0], lo = 0x80, hi = 0xbf;
     size_t n = 0;
 
@@ -34,10 +36,25 @@ static size_t utf8_len(const unsigned char *p, size_t avail) {
     }
     if (n == 0 || n > avail || p[1] < lo || p[1] > hi)
         return 0;
-    for (size_t k = 2; k < n; k++)
+    uint32_t cp = ch & (0x7f >> n);
+    for (size_t k = 1; k < n; k++) {
         if (p[k] < 0x80 || p[k] > 0xbf)
             return 0;
+        cp = cp << 6 | (p[k] & 0x3f);
+    }
+    *ret_cp = cp;
     return n;
+}
+
+/* One character of a JSON string as \uXXXX, beyond the BMP as a UTF-16 surrogate pair. */
+static void json_u_escape(FILE *f, uint32_t cp) {
+    if (cp <= 0xffff) {
+        fprintf(f, "\\u%04x", (unsigned)cp);
+        return;
+    }
+    cp -= 0x10000;
+    fprintf(f, "\\u%04x\\u%04x", (unsigned)(0xd800 + (cp >> 10)),
+            (unsigned)(0xdc00 + (cp & 0x3ff)));
 }
 
 void vasectl_json_string(FILE *f, const char *s, size_t len) {
@@ -45,6 +62,7 @@ void vasectl_json_string(FILE *f, const char *s, size_t len) {
     fputc('"', f);
     for (size_t i = 0; i < len;) {
         unsigned char ch = p[i];
+        uint32_t cp = 0;
         size_t n = 1;
         if (ch == '"' || ch == '\\')
             fprintf(f, "\\%c", ch);
@@ -56,7 +74,9 @@ void vasectl_json_string(FILE *f, const char *s, size_t len) {
             fprintf(f, "\\u%04x", ch);
         else if (ch < 0x80)
             fputc(ch, f);
-        else if ((n = utf8_len(p + i, len - i)) > 0)
+        else if ((n = utf8_len(p + i, len - i, &cp)) > 0 && vase_admin_hidden_char(cp))
+            json_u_escape(f, cp); /* the same string, with nothing a terminal acts on */
+        else if (n > 0)
             fwrite(p + i, 1, n, f);
         else {
             fputs("\\ufffd", f);

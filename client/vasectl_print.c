@@ -32,11 +32,19 @@ int vasectl_table_add(struct table *t, const char *fmt, ...) {
     va_end(ap);
     if (r < 0)
         return -ENOMEM;
-    /* Names come from clients: keep control characters out of the terminal. */
-    for (char *p = t->cells[t->n]; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = '?';
-    t->n++;
+    /* Names come from clients: control and format characters reach the terminal escaped
+     * (vase_admin_escape(); escaping a name escaped already changes nothing). An escape takes
+     * at most four bytes for each byte it replaces. */
+    char *cell = t->cells[t->n];
+    size_t len = strlen(cell);
+    char *clean = malloc(4 * len + 1);
+    if (!clean) {
+        free(cell);
+        return -ENOMEM;
+    }
+    vase_admin_escape(cell, clean, 4 * len + 1);
+    free(cell);
+    t->cells[t->n++] = clean;
     return 0;
 }
 

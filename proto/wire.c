@@ -8,7 +8,9 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "wire.h"
 
@@ -45,25 +47,101 @@ const char *vase_wire_body_name(const Vase__Envelope *e) {
     return f ? f->name : "none";
 }
 
+size_t vase_wire_utf8_len(const unsigned char *p, size_t avail, uint32_t *ret_cp) {
+    unsigned char ch = p[0], lo = 0x80, hi = 0xbf;
+    size_t n = 0;
+    uint32_t cp;
+
+    if (avail == 0)
+        return 0;
+    if (ch < 0x80) {
+        *ret_cp = ch;
+        return 1;
+    }
+    /* The range the second byte must be in rules out overlong forms, surrogates and values
+     * past U+10FFFF. */
+    if (ch >= 0xc2 && ch <= 0xdf) {
+        n = 2;
+        cp = ch & 0x1f;
+    } else if (ch >= 0xe0 && ch <= 0xef) {
+        n = 3;
+        cp = ch & 0x0f;
+        lo = ch == 0xe0 ? 0xa0 : 0x80;
+        hi = ch == 0xed ? 0x9f : 0xbf;
+    } else if (ch >= 0xf0 && ch <= 0xf4) {
+        n = 4;
+        cp = ch & 0x07;
+        lo = ch == 0xf0 ? 0x90 : 0x80;
+        hi = ch == 0xf4 ? 0x8f : 0xbf;
+    } else {
+        return 0;
+    }
+    if (n > avail || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t k = 1; k < n; k++) {
+        if (p[k] < 0x80 || p[k] > 0xbf)
+            return 0;
+        cp = cp << 6 | (p[k] & 0x3f);
+    }
+    *ret_cp = cp;
+    return n;
+}
+
+/* Format characters (general category Cf, Unicode 15), the line and paragraph separators, and
+ * the C1 controls: a terminal acts on them, or they change what the text around them shows
+ * (U+202E writes the rest of a line backwards, U+200B hides a difference between two names). */
+static const struct {
+    uint32_t first, last;
+} hidden_ranges[] = {
+    {0x0080, 0x009f},   {0x00ad, 0x00ad},   {0x0600, 0x0605},   {0x061c, 0x061c},
+    {0x06dd, 0x06dd},   {0x070f, 0x070f},   {0x0890, 0x0891},   {0x08e2, 0x08e2},
+    {0x180e, 0x180e},   {0x200b, 0x200f},   {0x2028, 0x202e},   {0x2060, 0x2064},
+    {0x2066, 0x206f},   {0xfeff, 0xfeff},   {0xfff9, 0xfffb},   {0x110bd, 0x110bd},
+    {0x110cd, 0x110cd}, {0x13430, 0x1343f}, {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a},
+    {0xe0001, 0xe0001}, {0xe0020, 0xe007f},
+};
+
+bool vase_wire_hidden_char(uint32_t cp) {
+    if (cp < 0x20 || cp == 0x7f)
+        return true;
+    for (size_t i = 0; i < sizeof(hidden_ranges) / sizeof(hidden_ranges[0]); i++)
+        if (cp >= hidden_ranges[i].first && cp <= hidden_ranges[i].last)
+            return true;
+    return false;
+}
+
 size_t vase_wire_escape(const char *in, char *out, size_t out_len) {
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)in;
+    size_t o = 0, left = strlen(in);
 
     if (out_len == 0)
         return 0;
-    for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
-        bool control = *p < 0x20 || *p == 0x7f;
-        size_t need = control ? 4 : 1;
+    while (left > 0) {
+        uint32_t cp = 0;
+        size_t n = vase_wire_utf8_len(p, left, &cp);
+        char esc[16];
+        const char *piece = (const char *)p;
+        size_t need = n;
+
+        if (n == 0) { /* not UTF-8: the byte itself (a raw 0x9b is CSI to an 8-bit terminal) */
+            need = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", *p);
+            piece = esc;
+            n = 1;
+        } else if (vase_wire_hidden_char(cp)) {
+            if (cp < 0x80)
+                need = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", (unsigned)cp);
+            else if (cp <= 0xffff)
+                need = (size_t)snprintf(esc, sizeof(esc), "\\u%04x", (unsigned)cp);
+            else
+                need = (size_t)snprintf(esc, sizeof(esc), "\\U%08x", (unsigned)cp);
+            piece = esc;
+        }
         if (o + need >= out_len)
             break;
-        if (control) {
-            out[o++] = '\\';
-            out[o++] = 'x';
-            out[o++] = hex[*p >> 4];
-            out[o++] = hex[*p & 15];
-        } else {
-            out[o++] = (char)*p;
-        }
+        memcpy(out + o, piece, need);
+        o += need;
+        p += n;
+        left -= n;
     }
     out[o] = '\0';
     return o;

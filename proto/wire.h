@@ -4,6 +4,7 @@
 /* Envelope framing shared by vased, libvase and vasectl: size limits checked before
  * unpacking, version checks, and packing into freshly allocated buffers. */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,8 +34,21 @@ const char *vase_wire_body_name(const Vase__Envelope *e);
 
 /*
  * Copies the text in, which a peer may have chosen, to out (out_len bytes, NUL included) with
- * every control character (C0 and DEL) written as \xNN, cut at a character boundary if out is
- * too small; UTF-8 passes. For logs and terminals: such text can then neither end a line (and
- * forge the next) nor send escape sequences. Returns the length written.
+ * every character a terminal or a reader could be fooled by escaped: C0 controls and DEL as
+ * \xNN, bytes that are not UTF-8 as \xNN each, C1 controls, format characters (bidi
+ * overrides, zero-width characters: vase_wire_hidden_char()) and the line and paragraph
+ * separators as \uNNNN or \UNNNNNNNN. Other UTF-8 passes. The result is cut at a character
+ * boundary if out is too small. For logs and terminals: such text can then neither end a line
+ * (and forge the next), nor send escape sequences, nor show one name as another. Escaping
+ * escaped text changes nothing. Returns the length written.
  */
 size_t vase_wire_escape(const char *in, char *out, size_t out_len);
+
+/* The length of the valid UTF-8 sequence at p (at most avail bytes) with its code point in
+ * *ret_cp, or 0 (*ret_cp untouched) if there is none: a stray or truncated byte, an overlong
+ * form, a surrogate or a value past U+10FFFF. */
+size_t vase_wire_utf8_len(const unsigned char *p, size_t avail, uint32_t *ret_cp);
+
+/* Whether cp is a control character (C0, DEL, C1), a format character (general category Cf)
+ * or the line or paragraph separator: the characters vase_wire_escape() writes as escapes. */
+bool vase_wire_hidden_char(uint32_t cp);

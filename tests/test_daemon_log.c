@@ -35,6 +35,55 @@ static void test_escape(void **state) {
     vase_wire_escape("abcdef", out, 4);
     assert_string_equal(out, "abc");
     assert_int_equal(vase_wire_escape("x", out, 0), 0);
+    /* A multi-byte character is never split either. */
+    vase_wire_escape("a\xc3\xaf", out, 3);
+    assert_string_equal(out, "a");
+}
+
+/* What an 8-bit terminal or a bidi-aware one acts on, and what hides a difference between two
+ * names, comes out escaped: the C1 controls raw and as UTF-8, format characters, separators. */
+static void test_escape_c1_and_format(void **state) {
+    (void)state;
+    char out[256];
+    /* A raw 0x9b is CSI on an 8-bit terminal; it is not UTF-8, so it is written as a byte. */
+    vase_wire_escape("a\x9b"
+                     "2Jb",
+                     out, sizeof(out));
+    assert_string_equal(out, "a\\x9b2Jb");
+    /* U+009B, CSI as UTF-8. */
+    vase_wire_escape("a\xc2\x9b"
+                     "2Jb",
+                     out, sizeof(out));
+    assert_string_equal(out, "a\\u009b2Jb");
+    /* U+202E (right-to-left override), U+200B (zero width space), U+2066 (isolate), U+FEFF,
+     * U+2028 (line separator), U+E0041 (a tag character, beyond the BMP). */
+    vase_wire_escape("x\xe2\x80\xae"
+                     "evil\xe2\x80\x8by\xe2\x81\xa6\xef\xbb\xbf\xe2\x80\xa8"
+                     "\xf3\xa0\x81\x81z",
+                     out, sizeof(out));
+    assert_string_equal(out, "x\\u202eevil\\u200by\\u2066\\ufeff\\u2028\\U000e0041z");
+    /* Not UTF-8: a truncated sequence, an overlong '/', a surrogate; each byte escaped. */
+    vase_wire_escape("\xe2\x80", out, sizeof(out));
+    assert_string_equal(out, "\\xe2\\x80");
+    vase_wire_escape("\xc0\xaf", out, sizeof(out));
+    assert_string_equal(out, "\\xc0\\xaf");
+    vase_wire_escape("\xed\xa0\x80", out, sizeof(out));
+    assert_string_equal(out, "\\xed\\xa0\\x80");
+    /* Printable characters around them pass: Latin, CJK, an emoji, U+00A0. */
+    vase_wire_escape("\xc3\xa9\xe6\xbc\xa2\xf0\x9f\x98\x80\xc2\xa0", out, sizeof(out));
+    assert_string_equal(out, "\xc3\xa9\xe6\xbc\xa2\xf0\x9f\x98\x80\xc2\xa0");
+    /* Escaping escaped text changes nothing. */
+    char twice[256];
+    vase_wire_escape("\x1b\xc2\x9b\xe2\x80\xae\x9b", out, sizeof(out));
+    vase_wire_escape(out, twice, sizeof(twice));
+    assert_string_equal(twice, out);
+    /* Every escape is cut whole: "\u202e" needs 6 bytes. */
+    vase_wire_escape("ab\xe2\x80\xae", out, 8);
+    assert_string_equal(out, "ab");
+    assert_true(vase_wire_hidden_char(0x85));
+    assert_true(vase_wire_hidden_char(0x202e));
+    assert_false(vase_wire_hidden_char(0xa0));
+    assert_false(vase_wire_hidden_char('a'));
 }
 
 static void test_ratelimit(void **state) {
@@ -152,9 +201,9 @@ static void test_journal_stream(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_escape),         cmocka_unit_test(test_ratelimit),
-        cmocka_unit_test(test_journal_format), cmocka_unit_test(test_timestamp_format),
-        cmocka_unit_test(test_journal_stream),
+        cmocka_unit_test(test_escape),           cmocka_unit_test(test_escape_c1_and_format),
+        cmocka_unit_test(test_ratelimit),        cmocka_unit_test(test_journal_format),
+        cmocka_unit_test(test_timestamp_format), cmocka_unit_test(test_journal_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -503,6 +503,70 @@ static void test_log_injection(void **state) {
     harness_proc_free(&p);
 }
 
+/* The bytes that an 8-bit or bidi-aware terminal acts on, or that make one name look like
+ * another: a raw 0x9b (CSI), U+009B (CSI in UTF-8), U+202E (right-to-left override), U+200B
+ * (zero width space). */
+#define HOSTILE_NAME                                                                               \
+    "a\x9b"                                                                                        \
+    "2Jb\xc2\x9b"                                                                                  \
+    "2Jc\xe2\x80\xae"                                                                              \
+    "d\xe2\x80\x8b"                                                                                \
+    "e"
+#define HOSTILE_ESCAPED "a\\x9b2Jb\\u009b2Jc\\u202ed\\u200be"
+
+static bool has_hidden_bytes(const char *text) {
+    return strchr(text, '\x9b') || strstr(text, "\xe2\x80\xae") || strstr(text, "\xe2\x80\x8b");
+}
+
+/* Neither the log nor vasectl's tables, live view or JSON pass those on: a client and a model
+ * named with them show escaped. */
+static void test_log_and_tables_escape_c1_and_format(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m;
+    struct vase_seq *s;
+    struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 16, 0);
+    g.name = HOSTILE_NAME;
+    assert_int_equal(harness_engine_open(&f->d, HOSTILE_NAME, &g, &f->c[0], &m), 0);
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s), 0);
+    assert_int_equal(vase_ping(f->c[0]), 0);
+
+    FILE *log = fopen(f->d.log, "r");
+    assert_non_null(log);
+    char line[4096];
+    size_t named = 0;
+    while (fgets(line, sizeof(line), log)) {
+        assert_false(has_hidden_bytes(line));
+        named += strstr(line, HOSTILE_ESCAPED) != NULL;
+    }
+    fclose(log);
+    assert_true(named >= 1);
+
+    char vasectl[512];
+    assert_int_equal(harness_program("vasectl", vasectl, sizeof(vasectl)), 0);
+    const char *commands[][5] = {
+        {vasectl, "clients", NULL},
+        {vasectl, "seqs", NULL},
+        {vasectl, "top", "-n", "1", NULL},
+    };
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        struct harness_proc p;
+        assert_int_equal(harness_run(&p, commands[i], &f->d, 10000), 0);
+        assert_false(has_hidden_bytes(p.out));
+        assert_non_null(strstr(p.out, HOSTILE_ESCAPED));
+        harness_proc_free(&p);
+    }
+    /* JSON keeps the name exact, as \u escapes a terminal shows as text; the raw byte that is
+     * not UTF-8 becomes U+FFFD as before. */
+    const char *json[] = {vasectl, "--json", "clients", NULL};
+    struct harness_proc p;
+    assert_int_equal(harness_run(&p, json, &f->d, 10000), 0);
+    assert_false(has_hidden_bytes(p.out));
+    assert_non_null(strstr(p.out, "\"a\\ufffd2Jb\\u009b2Jc\\u202ed\\u200be\""));
+    harness_proc_free(&p);
+    vase_seq_close(s);
+}
+
 /* Packets on an established session and client_seq gaps log a burst, then a summary. */
 static void test_log_flood(void **state) {
     struct harness_fixture *f = *state;
@@ -813,6 +877,8 @@ int main(void) {
                                         harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_runtime_dir, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_log_injection, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_log_and_tables_escape_c1_and_format, setup,
+                                        harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_log_flood, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_stats_quota, setup_stats_quota,
                                         harness_fixture_teardown),
