@@ -302,9 +302,9 @@ void vase_open_cancel(struct vase_open *o);
  * client's mapping). m is a model of the new client registered with old's geometry on the same
  * arena; old keeps its configuration and the daemon's resume token. old and its dead client stay
  * valid: close them (vase_seq_close(), vase_disconnect()) after the reopen; closing old does not
- * touch the reopened sequence. 0 and *ret; -ENOENT (the daemon kept no such sequence: it did not
- * stop cleanly, its arena changed, or restore_grace passed), -EPERM (another user's, or a wrong
- * token), -EINVAL (old is m's client's already, has no token, or m's geometry is not old's),
+ * touch the reopened sequence. 0 and *ret; -ENOENT (the daemon kept no such sequence for this
+ * user: it did not stop cleanly, its arena changed, restore_grace passed, or the sequence is
+ * another user's or the token is wrong, which the daemon answers the same way), -EINVAL (old is m's client's already, has no token, or m's geometry is not old's),
  * -EPROTO (the daemon's copy is not old's state: a commit it never saw), or a call's -errno.
  */
 int vase_seq_reopen(struct vase_model *m, const struct vase_seq *old, struct vase_seq **ret);

@@ -378,10 +378,8 @@ static int open_seq(struct vased *d, struct vased_client *c, const struct vase_r
                     const Vase__OpenSeq *o) {
     struct vased_model *m;
     int r = vase_registry_get_model(d->reg, c, o->model_id, &m);
-    if (r == -ENOENT)
-        return vase_reply_error(d, p, ENOENT, "no model %u", o->model_id);
     if (r < 0)
-        return vase_reply_error(d, p, EPERM, "model %u belongs to another client", o->model_id);
+        return vase_reply_error(d, p, -r, "no model %u", o->model_id);
 
     struct vased_seq_request req;
     const char *msg = NULL;

@@ -192,8 +192,10 @@ int vase_registry_get_model(const struct vase_registry *reg, const struct vased_
     for (const struct vased_client *o = reg->clients; o; o = o->next)
         for (struct vased_model *m = o->models; m; m = m->next)
             if (m->id == id) {
+                /* Another client's model is answered as one that does not exist: ids are
+                 * not a way to learn what other tenants run. */
                 if (o != c)
-                    return -EPERM;
+                    return -ENOENT;
                 *ret = m;
                 return 0;
             }
@@ -225,10 +227,9 @@ struct vased_seq *vase_registry_find_seq(const struct vase_registry *reg, uint32
 int vase_registry_get_seq(const struct vase_registry *reg, const struct vased_client *c,
                           uint32_t id, struct vased_seq **ret) {
     struct vased_seq *s = vase_registry_find_seq(reg, id);
-    if (!s)
+    /* Another client's sequence is answered as one that does not exist (as for models). */
+    if (!s || s->client != c)
         return -ENOENT;
-    if (s->client != c)
-        return -EPERM;
     *ret = s;
     return 0;
 }

@@ -157,7 +157,8 @@ void vase_registry_remove_client(struct vase_registry *reg, struct vased_client 
 int vase_registry_add_model(struct vase_registry *reg, struct vased_client *c, const char *name,
                             uint32_t arena_id, const struct vase_layout *layout,
                             struct vased_model **ret);
-/* The client's model id: -ENOENT if there is none, -EPERM if another client's. */
+/* The client's model id: -ENOENT if there is none or it is another client's (the same
+ * answer, so that ids reveal nothing of other tenants). */
 int vase_registry_get_model(const struct vase_registry *reg, const struct vased_client *c,
                             uint32_t id, struct vased_model **ret);
 
@@ -233,7 +234,8 @@ void vase_registry_adopt_restored(struct vase_registry *reg, struct vased_client
 /* Frees restored sequence s, its pages back to alloc. */
 void vase_registry_drop_restored(struct vase_registry *reg, struct vase_alloc *alloc,
                                  struct vased_seq *s);
-/* The client's sequence: -ENOENT if there is none, -EPERM if another client's. */
+/* The client's sequence: -ENOENT if there is none or it is another client's (the same
+ * answer). */
 int vase_registry_get_seq(const struct vase_registry *reg, const struct vased_client *c,
                           uint32_t id, struct vased_seq **ret);
 struct vased_seq *vase_registry_find_seq(const struct vase_registry *reg, uint32_t id);

@@ -127,9 +127,7 @@ struct vased_seq *vase_reply_own_seq(struct vased *d, struct vased_client *c,
                                      const struct vase_reply_to *p, uint32_t id) {
     struct vased_seq *s;
     int r = vase_registry_get_seq(d->reg, c, id, &s);
-    if (r == -ENOENT)
-        vase_reply_error(d, p, ENOENT, "no sequence %u", id);
-    else if (r < 0)
-        vase_reply_error(d, p, EPERM, "sequence %u belongs to another client", id);
+    if (r < 0)
+        vase_reply_error(d, p, -r, "no sequence %u", id);
     return r < 0 ? NULL : s;
 }

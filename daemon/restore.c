@@ -485,14 +485,12 @@ int vase_restore_reopen(struct vased *d, struct vased_client *c, struct vased_mo
                         uint32_t budget, uint32_t window, struct vased_seq **ret, char *msg,
                         size_t msg_size) {
     struct vased_seq *s = vase_registry_find_restored(d->reg, id);
-    if (!s) {
-        snprintf(msg, msg_size, "no sequence %u waits to be reopened", id);
+    /* A wrong token or another uid's sequence is answered as no sequence at all: the reply
+     * tells a prober nothing of which ids other tenants had kept. */
+    if (!s || token_len != sizeof(s->resume_token) ||
+        !token_equal(token, s->resume_token, token_len) || c->uid != s->owner_uid) {
+        snprintf(msg, msg_size, "no sequence %u of this client's uid waits to be reopened", id);
         return -ENOENT;
-    }
-    if (token_len != sizeof(s->resume_token) || !token_equal(token, s->resume_token, token_len) ||
-        c->uid != s->owner_uid) {
-        snprintf(msg, msg_size, "sequence %u is not this client's to reopen (token or uid)", id);
-        return -EPERM;
     }
     if (m->arena_id != s->arena_id || !geometry_equal(&m->layout, &s->layout)) {
         snprintf(msg, msg_size, "model %u is not the geometry or arena sequence %u was opened with",
