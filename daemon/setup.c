@@ -150,6 +150,43 @@ static int check_runtime_dir(struct vased *d, const char *dir, bool created) {
     return 0;
 }
 
+/*
+ * Clients find the sockets by the runtime directory's path, so each directory above it matters
+ * too: whoever can write one (and rename entries in it) can move the runtime directory aside and
+ * put their own, with their own listener, at the path clients connect to. Each must belong to
+ * root or the daemon's user and be writable by no one else, unless it is sticky (as /tmp is),
+ * where only an entry's owner may rename it. dir is a resolved path (no symlinks, no "..").
+ */
+static int check_runtime_parents(struct vased *d, const char *dir) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char *slash = strrchr(path, '/'); slash; slash = strrchr(path, '/')) {
+        if (slash == path)
+            slash[1] = '\0'; /* the root itself */
+        else
+            *slash = '\0';
+        struct stat st;
+        if (lstat(path, &st) < 0)
+            return log_error_errno(-errno, "Cannot stat %s, above the runtime directory %s: %m",
+                                   path, dir);
+        const char *why = NULL;
+        if (st.st_uid != d->self_uid && st.st_uid != 0)
+            why = "it belongs to another user";
+        else if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+            why = "others than its owner can write it and it is not sticky (chmod go-w or +t)";
+        if (why)
+            return log_error_errno(-EPERM,
+                                   "Refusing the runtime directory %s: the directory %s above it "
+                                   "(owner uid %u, mode %04o) is not safe: %s; whoever can write "
+                                   "it could put another directory and other sockets in its place.",
+                                   dir, path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+                                   why);
+        if (slash == path)
+            break;
+    }
+    return 0;
+}
+
 static int setup_runtime_dir(struct vased *d) {
     const char *dir = d->cfg.runtime_dir;
     char first[PATH_MAX];
@@ -176,6 +213,8 @@ static int setup_runtime_dir(struct vased *d) {
     d->runtime_dir = realpath(dir, NULL);
     if (!d->runtime_dir)
         return log_error_errno(-errno, "Cannot resolve the runtime directory %s: %m", dir);
+    if ((r = check_runtime_parents(d, d->runtime_dir)) < 0)
+        return r;
 
     d->session_path = path_join(d->runtime_dir, "session.sock");
     d->control_path = path_join(d->runtime_dir, "control.sock");

@@ -461,6 +461,18 @@ static void test_runtime_dir(void **state) {
     assert_int_equal(symlink(dir, link), 0);
     expect_refused_dir(link, "is a symlink");
     assert_int_equal(unlink(link), 0);
+    /* The directories above it too: whoever can write one could move it aside and put their
+     * own in its place. A sticky one (as /tmp) is safe: only an entry's owner may rename it. */
+    assert_int_equal(chmod(base, 0777), 0);
+    expect_refused_dir(dir, "sits in a directory everyone can write");
+    assert_int_equal(chmod(base, 0775), 0);
+    expect_refused_dir(dir, "sits in a directory its group can write");
+    assert_int_equal(chmod(base, 0755), 0);
+    assert_int_equal(chown(base, STRANGER, STRANGER), 0);
+    expect_refused_dir(dir, "sits in another user's directory");
+    assert_int_equal(chown(base, 0, 0), 0);
+    /* (Every harness daemon, this fixture's included, runs in a directory made under the
+     * sticky /tmp: that one is accepted.) */
     assert_int_equal(rmdir(dir), 0);
     assert_int_equal(rmdir(base), 0);
 
