@@ -57,6 +57,17 @@ static void refuse(struct vased *d, int fd, int code, const char *fmt, ...) {
     vase_session_send_error(fd, d->incarnation, code, msg);
 }
 
+/* Whether a session's beginning or end gets its log line: a burst per interval, then one line
+ * that counts the rest, so a peer that connects in a loop cannot flood the journal. */
+static bool churn_log_ok(struct vased *d) {
+    unsigned suppressed;
+    bool pass = vase_ratelimit_pass(&d->churn_log, vased_now(), &suppressed);
+    if (suppressed)
+        log_notice("%u more sessions began or ended in %.0f s without a log line each.", suppressed,
+                   d->churn_log.interval);
+    return pass;
+}
+
 bool vase_clients_log_ok(struct vased_client *c) {
     unsigned suppressed;
     bool pass = vase_ratelimit_pass(&c->log_limit, vased_now(), &suppressed);
@@ -187,8 +198,9 @@ static void on_pending(struct vased *d, size_t i) {
         vase_registry_remove_client(d->reg, c);
         return;
     }
-    log_info("Client %u \"%s\" (pid %u, uid %u) connected.", c->id, c->name, c->pid,
-             (unsigned)c->uid);
+    if (churn_log_ok(d))
+        log_info("Client %u \"%s\" (pid %u, uid %u) connected.", c->id, c->name, c->pid,
+                 (unsigned)c->uid);
     vase_publish_client(d, c, true);
 }
 
@@ -220,10 +232,11 @@ static void drop_client(struct vased *d, struct vased_client *c) {
     if (c->log_limit.suppressed)
         log_notice("Client %u: %u more messages about it were suppressed.", c->id,
                    c->log_limit.suppressed);
-    log_info("Client %u \"%s\" (pid %u) disconnected; %llu bytes released%s%s.", c->id,
-             c->name ? c->name : "", c->pid, (unsigned long long)(bytes - c->bytes),
-             waiting ? " (those of sequences with a plan in flight when it finishes)" : "",
-             held ? ", those of its device sequences held while its process may use them" : "");
+    if (churn_log_ok(d))
+        log_info("Client %u \"%s\" (pid %u) disconnected; %llu bytes released%s%s.", c->id,
+                 c->name ? c->name : "", c->pid, (unsigned long long)(bytes - c->bytes),
+                 waiting ? " (those of sequences with a plan in flight when it finishes)" : "",
+                 held ? ", those of its device sequences held while its process may use them" : "");
     if (held)
         vase_drain_start(d, c);
     else
@@ -327,11 +340,23 @@ void vase_clients_on_pending(struct vased *d, int fd) {
         }
 }
 
+void vase_clients_flush_logs(struct vased *d, double now) {
+    unsigned n;
+    if ((n = vase_ratelimit_flush(&d->churn_log, now)) > 0)
+        log_notice("%u more sessions began or ended in %.0f s without a log line each.", n,
+                   d->churn_log.interval);
+    if ((n = vase_ratelimit_flush(&d->refuse_log, now)) > 0)
+        log_notice("%u more sessions or connections were refused in %.0f s without a log line "
+                   "each.",
+                   n, d->refuse_log.interval);
+}
+
 void vase_clients_expire_pending(struct vased *d, double now) {
     for (size_t i = 0; i < d->n_pending;) {
         if (now >= d->pending[i].deadline) {
-            log_notice("Session of pid %d sent no hello in %.0f s; closed.",
-                       (int)d->pending[i].cred.pid, VASED_HELLO_TIMEOUT);
+            if (churn_log_ok(d))
+                log_notice("Session of pid %d sent no hello in %.0f s; closed.",
+                           (int)d->pending[i].cred.pid, VASED_HELLO_TIMEOUT);
             drop_pending(d, i);
         } else {
             i++;

@@ -18,6 +18,9 @@ void vase_clients_accept(struct vased *d);
 /* The pending session on fd said something (if it is still pending): its hello makes it a
  * client, anything else refuses it. */
 void vase_clients_on_pending(struct vased *d, int fd);
+/* Logs the summaries of session lines held back (begun and ended, refused) once their
+ * interval has ended, even if no session follows. For the timer. */
+void vase_clients_flush_logs(struct vased *d, double now);
 /* Closes the pending sessions whose hello is overdue at now. */
 void vase_clients_expire_pending(struct vased *d, double now);
 /* Closes every pending session (shutdown). */

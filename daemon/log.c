@@ -147,3 +147,13 @@ bool vase_ratelimit_pass(struct vase_ratelimit *rl, double now, unsigned *ret_su
     rl->suppressed++;
     return false;
 }
+
+unsigned vase_ratelimit_flush(struct vase_ratelimit *rl, double now) {
+    if (rl->suppressed == 0 || now - rl->begin < rl->interval)
+        return 0;
+    unsigned n = rl->suppressed;
+    rl->begin = 0.0; /* the next line starts an interval of its own */
+    rl->passed = 0;
+    rl->suppressed = 0;
+    return n;
+}

@@ -52,6 +52,9 @@ struct vase_ratelimit {
     unsigned passed, suppressed;
 };
 bool vase_ratelimit_pass(struct vase_ratelimit *rl, double now, unsigned *ret_suppressed);
+/* For a timer: once the interval that held messages back has ended, returns how many it held
+ * (and starts afresh), so the summary is logged even when no message follows; 0 otherwise. */
+unsigned vase_ratelimit_flush(struct vase_ratelimit *rl, double now);
 
 #define log_full_errno(level, error, ...) vase_log_internal((level), (error), __VA_ARGS__)
 #define log_debug(...) vase_log_internal(LOG_DEBUG, 0, __VA_ARGS__)

@@ -30,6 +30,10 @@
 /* Refused sessions logged: a burst, then a summary per interval. */
 #define VASED_REFUSE_LOG_INTERVAL 10.0
 #define VASED_REFUSE_LOG_BURST 10u
+/* Sessions that begin and end (connected, disconnected, no hello): any admitted peer can make
+ * them at will, so they are logged in a burst too, then summed up. */
+#define VASED_CHURN_LOG_INTERVAL 10.0
+#define VASED_CHURN_LOG_BURST 32u
 
 struct vase_arena;
 struct vase_alloc;
@@ -103,6 +107,7 @@ struct vased {
     struct vased_pending pending[VASED_MAX_PENDING];
     size_t n_pending;
     struct vase_ratelimit refuse_log;
+    struct vase_ratelimit churn_log; /* sessions begun and ended (VASED_CHURN_LOG_*) */
     bool unwatchable_logged; /* a client's process could not be watched (drain.h), said once */
 
     bool stopping;        /* SIGTERM seen: draining in-flight plans */

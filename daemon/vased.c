@@ -146,6 +146,7 @@ static void on_timer(struct vased *d) {
         log_debug_errno(-errno, "timerfd read: %m");
 
     vase_clients_expire_pending(d, now);
+    vase_clients_flush_logs(d, now);
     vase_restore_tick(d, now);
     vase_drain_tick(d, now); /* parked opens expire after every round of the main loop */
     if (d->watchdog_usec && now - d->last_watchdog >= (double)d->watchdog_usec / 2e6) {
@@ -391,6 +392,8 @@ int vased_run(struct vase_config *cfg, const struct vase_cmdline *cmdline) {
     d->self_uid = geteuid();
     d->refuse_log = (struct vase_ratelimit){.interval = VASED_REFUSE_LOG_INTERVAL,
                                             .burst = VASED_REFUSE_LOG_BURST};
+    d->churn_log = (struct vase_ratelimit){.interval = VASED_CHURN_LOG_INTERVAL,
+                                           .burst = VASED_CHURN_LOG_BURST};
     d->started_at = vased_now();
     vase_log_set_max_level(d->cfg.log_level);
 

@@ -86,6 +86,24 @@ static void test_escape_c1_and_format(void **state) {
     assert_false(vase_wire_hidden_char('a'));
 }
 
+/* A timer learns, once the interval is over, how many were held back, even with no message
+ * after them; then the next message starts an interval of its own. */
+static void test_ratelimit_flush(void **state) {
+    (void)state;
+    struct vase_ratelimit rl = {.interval = 10.0, .burst = 2};
+    unsigned suppressed;
+    assert_int_equal(vase_ratelimit_flush(&rl, 1.0), 0);
+    for (int i = 0; i < 5; i++)
+        vase_ratelimit_pass(&rl, 1.0 + i, &suppressed);
+    assert_int_equal(vase_ratelimit_flush(&rl, 10.9), 0); /* the interval is not over */
+    assert_int_equal(vase_ratelimit_flush(&rl, 11.0), 3);
+    assert_int_equal(vase_ratelimit_flush(&rl, 30.0), 0); /* said once */
+    assert_true(vase_ratelimit_pass(&rl, 30.0, &suppressed));
+    assert_int_equal(suppressed, 0);
+    assert_true(vase_ratelimit_pass(&rl, 30.5, &suppressed));
+    assert_false(vase_ratelimit_pass(&rl, 31.0, &suppressed));
+}
+
 static void test_ratelimit(void **state) {
     (void)state;
     struct vase_ratelimit rl = {.interval = 10.0, .burst = 3};
@@ -201,9 +219,10 @@ static void test_journal_stream(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_escape),           cmocka_unit_test(test_escape_c1_and_format),
-        cmocka_unit_test(test_ratelimit),        cmocka_unit_test(test_journal_format),
-        cmocka_unit_test(test_timestamp_format), cmocka_unit_test(test_journal_stream),
+        cmocka_unit_test(test_escape),         cmocka_unit_test(test_escape_c1_and_format),
+        cmocka_unit_test(test_ratelimit),      cmocka_unit_test(test_ratelimit_flush),
+        cmocka_unit_test(test_journal_format), cmocka_unit_test(test_timestamp_format),
+        cmocka_unit_test(test_journal_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

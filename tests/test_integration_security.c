@@ -614,6 +614,27 @@ static void test_log_flood(void **state) {
     assert_true(log_count(&f->d, "more messages about it were suppressed", false) >= 1);
 }
 
+/* Sessions opened and closed in a loop log a burst, then a line that counts the rest; an
+ * engine connecting after the flood is still admitted. */
+static void test_session_churn_log(void **state) {
+    struct harness_fixture *f = *state;
+    double t0 = harness_now();
+    const int n = 300;
+    for (int i = 0; i < n; i++) {
+        struct harness_session s;
+        assert_int_equal(harness_session_open(&f->d, &s), 0);
+        harness_session_close(&s);
+    }
+    assert_int_equal(harness_wait_clients(&f->d, 0, 20000), 0);
+    size_t up = log_count(&f->d, ") connected.", false),
+           down = log_count(&f->d, ") disconnected;", false);
+    printf("%d sessions begun and ended: %zu + %zu log lines\n", n, up, down);
+    assert_true(up + down >= 1 && up + down <= burst_bound(t0, 32, 10.0) && up + down < 2 * n);
+    assert_int_equal(harness_connect(&f->d, "after the flood", &f->c[0]), 0);
+    assert_int_equal(vase_ping(f->c[0]), 0);
+    assert_true(log_wait(&f->d, "without a log line each", 30000));
+}
+
 /* ---- statistics memory ---- */
 
 static int setup_stats_quota(void **state) {
@@ -892,6 +913,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_log_and_tables_escape_c1_and_format, setup,
                                         harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_log_flood, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_session_churn_log, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_stats_quota, setup_stats_quota,
                                         harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_arenas, setup_arenas, teardown_arenas),
