@@ -51,6 +51,14 @@ static size_t first_nonfinite(const float *x, size_t n) {
     return i;
 }
 
+/* The index of the first value of x[0 .. n) that is NaN, Inf or negative, n if none. */
+static size_t first_not_weight(const float *x, size_t n) {
+    size_t i = 0;
+    while (i < n && isfinite(x[i]) && x[i] >= 0.0f)
+        i++;
+    return i;
+}
+
 static int finish_commit(struct vase_seq *s, bool wait);
 static int flush_queued(struct vase_seq *s, bool wait);
 
@@ -659,7 +667,9 @@ int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind
                               l->layers, (int)kind, len, values ? "" : ", no values");
         goto out;
     }
-    size_t bad = first_nonfinite(values, count);
+    /* Attention received and window scores are means of probabilities (the daemon refuses
+     * others too, later, as a deferred error). */
+    size_t bad = first_not_weight(values, count);
     if (bad < count) {
         r = vase__client_fail(s->client, -EINVAL,
                               "vase_seq_push_stats: the value of KV head %zu, slot %zu is %g",

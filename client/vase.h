@@ -464,7 +464,7 @@ enum vase_stats_kind {
 };
 
 /* Pushes statistics for one layer: values [kv_heads][len], 1 <= len <= the sequence's len,
- * all finite (-EINVAL otherwise, nothing sent). values is copied. Not acknowledged: a refusal
+ * all finite and non-negative (-EINVAL otherwise, nothing sent). values is copied. Not acknowledged: a refusal
  * by the daemon is returned, once, by the next vase_seq_append(), vase_seq_poll(),
  * vase_seq_wait() or vase_seq_push_stats() on this sequence, which then does nothing else. */
 int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind kind,

@@ -498,9 +498,13 @@ static int handle_attn_stats(struct vased *d, struct vased_client *c, const stru
     if (req->n_values != (size_t)H * req->len)
         return vase_reply_error(d, p, EINVAL, "attn_stats: %zu values; kv_heads * len = %zu",
                                 req->n_values, (size_t)H * req->len);
-    if (!all_finite(req->values, req->n_values, false))
-        return vase_reply_error(d, p, EINVAL, "attn_stats: NaN or Inf in the values of layer %u",
-                                req->layer);
+    /* Attention received and window scores are means of probabilities: a negative one would
+     * lower an accumulator that every later plan reads, or weigh a sample (ALGORITHM: weights
+     * are non-negative). */
+    if (!all_finite(req->values, req->n_values, true))
+        return vase_reply_error(
+            d, p, EINVAL, "attn_stats: NaN, Inf or a negative value in the values of layer %u",
+            req->layer);
 
     /* What the daemon keeps of this message is charged to the client first: its heap is
      * shared by every client. */

@@ -553,6 +553,12 @@ static void test_last_error(void **state) {
         fail_msg("after a refused push, vase_last_error() is \"%s\"", vase_last_error(c));
     assert_int_equal(vase_seq_append(s, 1), 0);
     assert_string_equal(vase_last_error(c), "");
+    /* Statistics are attention, never negative: refused before anything is sent. */
+    float negative[2] = {0.5f, -1.0f};
+    assert_int_equal(vase_seq_push_stats(s, 0, VASE_STATS_ACC_ADD, negative, 1), -EINVAL);
+    if (!strstr(vase_last_error(c), "is -1"))
+        fail_msg("after a negative push, vase_last_error() is \"%s\"", vase_last_error(c));
+    assert_int_equal(vase_ping(c), 0);
     assert_int_equal(vase_seq_open(c, m, &huge, &none), -ENOSPC);
     assert_int_equal(vase_seq_append(s, vase_seq_capacity(s)), -ENOSPC);
     if (!strstr(vase_last_error(c), "do not fit"))

@@ -407,16 +407,23 @@ static Vase__Envelope *evict_commit(struct harness_session *s, uint32_t seq_id, 
     return evict_commit_report(s, seq_id, round, new_len, (struct engine_report){0});
 }
 
-static Vase__Envelope *attn_stats(struct harness_session *s, uint32_t seq_id, uint32_t layer,
-                                  uint32_t len, float *values, size_t n_values) {
+static Vase__Envelope *attn_stats_kind(struct harness_session *s, uint32_t seq_id, uint32_t layer,
+                                       Vase__StatsKind kind, uint32_t len, float *values,
+                                       size_t n_values) {
     Vase__AttnStats st = VASE__ATTN_STATS__INIT;
     st.seq_id = seq_id;
     st.layer = layer;
-    st.kind = VASE__STATS_KIND__STATS_ACC_ADD;
+    st.kind = kind;
     st.len = len;
     st.values = values;
     st.n_values = n_values;
     return session_call(s, VASE__ENVELOPE__BODY_ATTN_STATS, &st);
+}
+
+static Vase__Envelope *attn_stats(struct harness_session *s, uint32_t seq_id, uint32_t layer,
+                                  uint32_t len, float *values, size_t n_values) {
+    return attn_stats_kind(s, seq_id, layer, VASE__STATS_KIND__STATS_ACC_ADD, len, values,
+                           n_values);
 }
 
 /*
@@ -522,6 +529,15 @@ static void test_session_rules(void **state) {
     expect_error(&f->h.d, attn_stats(&f->s[0], seq, 0, 8, values, 15), EINVAL, 0,
                  "stats with kv_heads * len - 1 values");
     expect_error(&f->h.d, attn_stats(&f->s[0], seq, 0, 0, values, 0), EINVAL, 0, "stats of len 0");
+    /* Attention a slot received, and window scores, are means of probabilities: never below 0
+     * (a negative one would lower an accumulator every later plan reads, or weigh a sample). */
+    values[5] = -0.25f;
+    expect_error(&f->h.d, attn_stats(&f->s[0], seq, 0, 8, values, 16), EINVAL, 0,
+                 "stats with a negative value");
+    expect_error(
+        &f->h.d,
+        attn_stats_kind(&f->s[0], seq, 0, VASE__STATS_KIND__STATS_WINDOW_SCORES, 8, values, 16),
+        EINVAL, 0, "window scores with a negative value");
     values[5] = NAN;
     expect_error(&f->h.d, attn_stats(&f->s[0], seq, 0, 8, values, 16), EINVAL, 0,
                  "stats with a NaN");
