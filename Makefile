@@ -633,7 +633,8 @@ $(README_ENGINE): $(BUILD)/tests/readme_engine.c $(LIBVASE_A) | $(PUBLIC_STAMP)
 # ---- run, demo, systemd (examples/systemd owner) ----
 
 # make run: vased in the foreground on the host arena, its sockets in ./run (RUN_DIR);
-# RUN_FLAGS adds settings (RUN_FLAGS=--arena-bytes=1G). No configuration file is read.
+# RUN_FLAGS adds settings (RUN_FLAGS=--arena-bytes=1G). No configuration file is read; the
+# drop-ins, and what `vasectl config set --persist` writes, are in RUN_DIR/vased.conf.d.
 RUN_DIR ?= $(CURDIR)/run
 RUN_FLAGS ?=
 SYNTHETIC_ENGINE := $(BUILD)/examples/synthetic_engine
@@ -654,7 +655,8 @@ run: $(VASED) $(VASECTL) $(EXAMPLES)
 	@echo "vased: host arena, sockets in $(RUN_DIR); Ctrl-C stops it. From another shell:"
 	@echo "  $(SYNTHETIC_ENGINE) --runtime-dir=$(RUN_DIR) --seqs=2 --duration=30"
 	@echo "  VASE_RUNTIME_DIR=$(RUN_DIR) $(VASECTL) status    (also: clients, seqs, config)"
-	$(Q)VASE_RUNTIME_DIR=$(RUN_DIR) exec $(VASED) --config=/dev/null --runtime-dir=$(RUN_DIR) $(RUN_FLAGS)
+	$(Q)VASE_RUNTIME_DIR=$(RUN_DIR) exec $(VASED) --config=/dev/null --runtime-dir=$(RUN_DIR) \
+	  --config-dir=$(RUN_DIR)/vased.conf.d $(RUN_FLAGS)
 
 # Two engines of different models share one private daemon; nothing is left running.
 demo: $(VASED) $(VASECTL) $(SYNTHETIC_ENGINE)

@@ -80,8 +80,10 @@ int vase_admin_config_set(struct vase_admin *a, const char *key, const char *val
                           Vase__ConfigReply **ret);
 /* The same, and the daemon writes the value into its drop-in vased.conf.d/90-vasectl.conf, so
  * that it lasts across reloads and restarts (source "file PATH"). The value changes only if the
- * file was written: else the daemon's -errno of the write (-EACCES, -EROFS, -ENOSPC, ...) and
- * nothing changed. */
+ * file was written: else the daemon's -errno of the write (-EACCES, -EROFS, -ENOSPC, ...),
+ * -EPERM or -ELOOP (the daemon refused the directory or the file: writable by others, another
+ * user's, a symlink, not a regular file), -ENOTSUP (the daemon has no drop-in directory: it was
+ * started with --config=/dev/null and no --config-dir), and nothing changed. */
 int vase_admin_config_persist(struct vase_admin *a, const char *key, const char *value,
                               Vase__ConfigReply **ret);
 

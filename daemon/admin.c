@@ -252,6 +252,15 @@ static int handle_config_set(struct vased *d, const struct vase_reply_to *p,
                                 "%s not changed: %s gives it and is read after %s, so a persisted "
                                 "value would not last; change it there, or without --persist",
                                 s->name, later, VASE_CONFIG_PERSIST_NAME);
+    /* --config=/dev/null and no config_dir: no directory of this daemon's own to write in. */
+    if (req->persist && s->runtime && !d->cfg.dropin_dir)
+        return vase_reply_error(
+            d, p, ENOTSUP,
+            "%s not changed: vased has no drop-in directory to persist it in "
+            "(its configuration, %s, is not a file, and config_dir is "
+            "empty); change it without --persist, or start vased with "
+            "--config-dir=DIR",
+            s->name, d->cmdline && d->cmdline->config_path ? d->cmdline->config_path : "/dev/null");
     char old[CONFIG_VALUE_MAX];
     vase_config_format(&d->cfg, s, old, sizeof(old));
     int r = vase_config_set(&d->cfg, req->key, req->value, VASE_CONFIG_RUNTIME);
@@ -279,9 +288,13 @@ static int handle_config_set(struct vased *d, const struct vase_reply_to *p,
             log_error_errno(r, "Setting %s to \"%s\" for uid %u not persisted in %s/%s: %m",
                             s->name, now, (unsigned)p->cred.uid, d->cfg.dropin_dir,
                             VASE_CONFIG_PERSIST_NAME);
-            return vase_reply_error(d, p, -r, "%s not changed: cannot persist it in %s/%s: %s",
-                                    s->name, d->cfg.dropin_dir, VASE_CONFIG_PERSIST_NAME,
-                                    strerror(-r));
+            return vase_reply_error(
+                d, p, -r, "%s not changed: cannot persist it in %s/%s: %s%s", s->name,
+                d->cfg.dropin_dir, VASE_CONFIG_PERSIST_NAME, strerror(-r),
+                r == -EPERM || r == -ELOOP
+                    ? " (vased refused the directory or the file: a symlink, not a regular file, "
+                      "or writable by others than its owner; its log says which and why)"
+                    : "");
         }
         r = vase_config_note_file(&d->cfg, s, path);
         if (r < 0)

@@ -38,7 +38,10 @@ const struct vase_setting vase_settings[] = {
      "Directory of drop-in files read after the main configuration file, in lexical order, "
      "later ones overriding earlier ones: every NAME.conf in it (not dotfiles), each in the "
      "main file's format. Empty: vased.conf.d next to the main file (/etc/vase/vased.conf.d for "
-     "/etc/vase/vased.conf). `vasectl config set --persist` writes 90-vasectl.conf there."},
+     "/etc/vase/vased.conf); none for a main file that is no file (/dev/null). The directory "
+     "and each drop-in must belong to root or the daemon's user and be writable by no one else; "
+     "a drop-in must be a regular file, not a symlink. `vasectl config set --persist` writes "
+     "90-vasectl.conf there."},
     {"arena", VASE_SETTING_STRING, OFF(arena), 0, 0, "host", false,
      "Where the KV arena lives: \"host\" (a memfd shared with SCM_RIGHTS), or a GPU as "
      "\"cuda:N\" (device N as this process numbers them) or \"cuda:GPU-<uuid>\" (as nvidia-smi "

@@ -92,7 +92,8 @@ struct vase_config {
 
     /* One per row of vase_settings[], allocated by vase_config_init(); NULL in a zeroed struct. */
     struct vase_config_origin *origins;
-    /* The drop-in directory vase_config_load() read (config_dir or its default); NULL before. */
+    /* The drop-in directory vase_config_load() read (config_dir or its default); NULL before,
+     * and NULL when there is none (the main configuration is /dev/null, config_dir empty). */
     char *dropin_dir;
 };
 
@@ -201,10 +202,14 @@ bool vase_config_arenas_equal(const struct vase_config *a, const struct vase_con
 
 /*
  * Parses an INI file into c: settings in [vased], arenas in [arena NAME] (at most
- * VASE_CONFIG_MAX_EXTRA_ARENAS in c in all; they are appended to c's). Failures in reading the
- * file are returned without a log message: -errno of open(2)/read(2) (-ENOENT, -EACCES...),
- * -EISDIR (a directory), -EFBIG (over 1 MiB). Failures in what it says stop the parse at the
- * first bad line and are logged with its number:
+ * VASE_CONFIG_MAX_EXTRA_ARENAS in c in all; they are appended to c's). The file must be one
+ * vased can trust: a regular file (a symlink to one is followed) that belongs to root or to
+ * this process's user and that neither its group nor others may write; /dev/null (the device
+ * 1:3) is an empty configuration. Else -EPERM, logged with the path, its owner and mode and
+ * the reason (a FIFO is refused without waiting on it). Failures in reading the file are
+ * returned without a log message: -errno of open(2)/read(2) (-ENOENT, -EACCES...), -EISDIR (a
+ * directory), -EFBIG (over 1 MiB). Failures in what it says stop the parse at the first bad
+ * line and are logged with its number:
  *   -EINVAL  a key before any section, an unknown key or section, a malformed value or line,
  *            a bad arena name, an arena whose granule_bytes and arena_bytes do not fit;
  *   -ERANGE  a value out of its bounds;
@@ -233,8 +238,12 @@ void vase_config_help(FILE *f, const char *program);
 /*
  * The drop-in files of dir: the paths "dir/NAME" of its entries whose NAME ends in ".conf" and
  * does not start with '.', sorted bytewise. 0 and *ret (free with vase_config_dropins_free()),
- * *ret_n entries; no entries when dir does not exist. -errno of opendir(3)/readdir(3) (not
- * logged), -E2BIG (more than VASE_CONFIG_MAX_DROPINS), -ENOMEM.
+ * *ret_n entries; no entries when dir does not exist. -EPERM (logged): dir belongs to another
+ * user than root and this process's, or its group or others may write it (a symlink to a
+ * directory is followed and what it names checked). -errno of open(2)/readdir(3) (-ENOTDIR...;
+ * not logged), -E2BIG (more than VASE_CONFIG_MAX_DROPINS), -ENOMEM. Each entry is checked when
+ * it is read: a drop-in must be a regular file of the directory, not a symlink (-ELOOP), owned
+ * and moded as dir (-EPERM); both logged.
  */
 int vase_config_dropins(const char *dir, char ***ret, size_t *ret_n);
 void vase_config_dropins_free(char **list, size_t n);
@@ -248,8 +257,11 @@ void vase_config_dropins_free(char **list, size_t n);
  * the directory is synced: the old file or the new one, never a mix. 0 and the file's path in
  * *ret_path (the caller's); -EINVAL (bad arguments, or the file holds text this writer does not
  * write: logged with its line), -EBADMSG (the new file would not give value back), the parser's
- * errors (logged), -errno of mkdir(2), open(2), write(2), fsync(2), rename(2) (-EACCES, -EROFS,
- * -ENOSPC, -EDQUOT, ...; not logged), -ENOMEM. On failure the directory is left as it was.
+ * errors (logged), -EPERM and -ELOOP (logged: dir or the old file refused as a load refuses
+ * them, vase_config_dropins(): a symlinked, non-regular or others-writable 90-vasectl.conf is
+ * never read, so its target's text is never copied), -errno of mkdir(2), open(2), write(2),
+ * fsync(2), rename(2) (-EACCES, -EROFS, -ENOSPC, -EDQUOT, ...; not logged), -ENOMEM. On failure
+ * the directory is left as it was.
  */
 int vase_config_persist(const char *dir, const struct vase_setting *s, const char *value,
                         uint32_t uid, time_t when, char **ret_path);
@@ -279,7 +291,10 @@ void vase_cmdline_done(struct vase_cmdline *cmd);
  * readable, or VASE_CONFIG_DEFAULT_PATH, which may be missing (any other failure to read it
  * counts). The drop-ins are vase_config_dropins() of config_dir (as the command line, else the
  * main file gives it) or of vased.conf.d beside the main file, which may be missing; each must
- * be readable and valid, later ones overriding earlier ones. 0 or -errno, logged: those of
+ * be readable and valid, later ones overriding earlier ones. A main configuration that is no
+ * file (/dev/null) has nothing beside it: without config_dir no drop-in is read and
+ * c->dropin_dir is NULL. Files and directories vased cannot trust are refused (-EPERM,
+ * -ELOOP; see vase_config_parse_file() and vase_config_dropins()). 0 or -errno, logged: those of
  * vase_config_parse_file() (-ENOENT, -EACCES, -EISDIR, ... for a file that must be read), of
  * vase_config_dropins() for the directory, of vase_config_set() for a flag, -EINVAL from
  * vase_config_check(). Host memory is not checked here (see vase_config_check_memory()).

@@ -177,11 +177,13 @@ finish:
     return r;
 }
 
-/* Parses one configuration file, the main one or a drop-in, into c and notes the keys it gives
- * as theirs. A missing file is no error when optional. */
-static int load_file(struct vase_config *c, const char *path, bool optional) {
+/* Parses one configuration file, the main one or a drop-in (kind), into c and notes the keys it
+ * gives as theirs. A missing file is no error when optional. 0, 1 for /dev/null (no file), or
+ * -errno (logged). */
+static int load_file(struct vase_config *c, const char *path, enum vase_config_kind kind,
+                     bool optional) {
     bool failed_read, given[VASE_SETTINGS_N] = {false};
-    int r = vase_config_parse_path(c, path, &failed_read, given);
+    int r = vase_config_parse_path(c, path, kind, &failed_read, given);
     if (r == -ENOENT && failed_read && optional)
         return 0;
     if (r < 0 && failed_read)
@@ -191,11 +193,12 @@ static int load_file(struct vase_config *c, const char *path, bool optional) {
     for (size_t i = 0; i < vase_settings_count; i++)
         if (given[i] && vase_config_note_file(c, &vase_settings[i], path) < 0)
             return log_oom();
-    return 0;
+    return r;
 }
 
 /* The drop-in directory: config_dir as the command line or else the main file gives it, or
- * vased.conf.d beside the main file. Into *ret (malloc'd). */
+ * vased.conf.d beside the main file; none (*ret NULL) when main_path is NULL (the main
+ * configuration is no file, /dev/null) and config_dir is empty. Into *ret (malloc'd). */
 static int find_dropin_dir(const struct vase_config *c, const struct vase_cmdline *cmd,
                            const char *main_path, char **ret) {
     const char *dir = c->config_dir;
@@ -204,7 +207,10 @@ static int find_dropin_dir(const struct vase_config *c, const struct vase_cmdlin
             dir = cmd->values[i];
     if (dir && *dir)
         *ret = strdup(dir);
-    else {
+    else if (!main_path) {
+        *ret = NULL;
+        return 0;
+    } else {
         const char *slash = strrchr(main_path, '/');
         int n = slash ? (int)(slash - main_path) : 0;
         if (asprintf(ret, "%s%.*s%svased.conf.d", slash == main_path ? "/" : "", n, main_path,
@@ -214,19 +220,23 @@ static int find_dropin_dir(const struct vase_config *c, const struct vase_cmdlin
     return *ret ? 0 : -ENOMEM;
 }
 
-/* The drop-ins of c->dropin_dir, in order, into c. */
+/* The drop-ins of c->dropin_dir, in order, into c; none without a drop-in directory. */
 static int load_dropins(struct vase_config *c) {
     char **files;
     size_t n;
+    if (!c->dropin_dir)
+        return 0;
     int r = vase_config_dropins(c->dropin_dir, &files, &n);
     if (r == -ENOMEM)
         return log_oom();
+    if (r == -EPERM || r == -ELOOP)
+        return r; /* refused, and logged */
     if (r < 0)
         return log_error_errno(r, "Failed to list the drop-in directory %s: %m", c->dropin_dir);
     for (size_t i = 0; i < n && r >= 0; i++)
-        r = load_file(c, files[i], false);
+        r = load_file(c, files[i], VASE_CONFIG_DROPIN, false);
     vase_config_dropins_free(files, n);
-    return r;
+    return r < 0 ? r : 0;
 }
 
 int vase_config_load(struct vase_config *c, const struct vase_cmdline *cmd) {
@@ -238,10 +248,12 @@ int vase_config_load(struct vase_config *c, const struct vase_cmdline *cmd) {
      * then the flags, which win over every file. */
     bool named = cmd && cmd->config_path;
     const char *path = named ? cmd->config_path : VASE_CONFIG_DEFAULT_PATH;
-    r = load_file(c, path, !named);
+    r = load_file(c, path, VASE_CONFIG_MAIN, !named);
     if (r < 0)
         return r;
-    if (find_dropin_dir(c, cmd, path, &c->dropin_dir) < 0)
+    /* /dev/null is no file and has nothing beside it: no drop-ins, and nowhere to persist,
+     * unless config_dir names a directory. */
+    if (find_dropin_dir(c, cmd, r > 0 ? NULL : path, &c->dropin_dir) < 0)
         return log_oom();
     r = load_dropins(c);
     if (r < 0)

@@ -7,7 +7,11 @@
  * and not starting with '.' count, sorted bytewise (strcmp, not the locale's order), so that a
  * temporary file of the writer (a dotfile) is never read; the writer replaces the file whole
  * (temporary file, fsync, rename, fsync of the directory), so a reader sees the old file or the
- * new one, never a mix, and a file that does not parse back is never put in place.
+ * new one, never a mix, and a file that does not parse back is never put in place. The
+ * directory and every drop-in pass vase_config_open() (config_ini.c) before they are read, the
+ * writer's directory and old file included: a drop-in is a regular file of the directory, never
+ * a symlink, and neither it nor the directory may be written by others than root and vased's
+ * user.
  */
 
 #include <dirent.h>
@@ -44,13 +48,19 @@ void vase_config_dropins_free(char **list, size_t n) {
 int vase_config_dropins(const char *dir, char ***ret, size_t *ret_n) {
     if (!dir || !ret || !ret_n)
         return -EINVAL;
-    DIR *d = opendir(dir);
-    if (!d) {
-        if (errno != ENOENT)
-            return -errno;
+    int fd = vase_config_open(dir, VASE_CONFIG_DIR, NULL);
+    if (fd == -ENOENT) {
         *ret = NULL;
         *ret_n = 0;
         return 0;
+    }
+    if (fd < 0)
+        return fd;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int r = -errno;
+        close(fd);
+        return r;
     }
     char **list = NULL;
     size_t n = 0;
@@ -210,7 +220,7 @@ static int check_parses_back(const char *path, const struct vase_setting *s, con
     char now[PATH_MAX + 1];
     int r = vase_config_init(&c);
     if (r >= 0)
-        r = vase_config_parse_path(&c, path, &failed_read, given);
+        r = vase_config_parse_path(&c, path, VASE_CONFIG_DROPIN, &failed_read, given);
     if (r >= 0) {
         vase_config_format(&c, s, now, sizeof(now));
         if (!given[s - vase_settings] || strcmp(now, value) != 0)
@@ -240,15 +250,16 @@ static int compose(const char *path, const char *old, const struct vase_setting 
     return out->oom ? -ENOMEM : 0;
 }
 
-/* Opens dir (created with mode 0755 if missing) as a directory fd. -errno. */
+/* Opens dir (created with mode 0755 if missing) as a directory fd, checked as the drop-in
+ * directory is at start. -errno (-EPERM, -ELOOP logged). */
 static int open_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) {
+    int fd = vase_config_open(dir, VASE_CONFIG_DIR, NULL);
+    if (fd == -ENOENT) {
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
             return -errno;
-        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        fd = vase_config_open(dir, VASE_CONFIG_DIR, NULL);
     }
-    return fd < 0 ? -errno : fd;
+    return fd;
 }
 
 int vase_config_persist(const char *dir, const struct vase_setting *s, const char *value,
@@ -272,7 +283,9 @@ int vase_config_persist(const char *dir, const struct vase_setting *s, const cha
         goto free_tmp;
     }
 
-    r = vase_config_read_file(path, &old, &old_len);
+    /* The old file is read as a drop-in is: a symlink, a FIFO or a file others can write is
+     * refused, not copied into the new file. */
+    r = vase_config_read_file(path, VASE_CONFIG_DROPIN, &old, &old_len);
     if (r == -ENOENT)
         r = 0;
     if (r < 0)

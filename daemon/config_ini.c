@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * The configuration file: reading it (size-limited, no NUL bytes), parsing it through libinih
- * into a struct vase_config with line numbers in every refusal, the [arena NAME] sections, and
- * --dump-config, which writes a file this parser reads back into the same values. Invariants:
- * the parse stops at the first bad line; [vased] keys go through vase_config_set() one by one,
- * so those before the bad line stay applied; an [arena NAME] section is added to the struct
- * whole, every field filled, or not at all, and none is added when the parse fails. Each arena
- * key borrows the parser and bounds of a [vased] row of the table (config.c).
+ * The configuration file: opening it only where vased can trust it (vase_config_open(): root's
+ * or vased's user's, writable by no one else, a regular file; the checks are made on the open
+ * descriptor, never on the path before it), reading it (size-limited, no NUL bytes), parsing
+ * it through libinih into a struct vase_config with line numbers in every refusal, the [arena
+ * NAME] sections, and --dump-config, which writes a file this parser reads back into the same
+ * values. Invariants: the parse stops at the first bad line; [vased] keys go through
+ * vase_config_set() one by one, so those before the bad line stay applied; an [arena NAME]
+ * section is added to the struct whole, every field filled, or not at all, and none is added
+ * when the parse fails. Each arena key borrows the parser and bounds of a [vased] row of the
+ * table (config.c).
  */
 
 #include <assert.h>
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <ini.h>
@@ -421,24 +425,92 @@ static int parse_text(struct vase_config *c, const char *source, const char *tex
     return r < 0 ? r : 0;
 }
 
-int vase_config_read_file(const char *path, char **ret, size_t *ret_len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+/* What a message calls a path of kind. */
+static const char *kind_name(enum vase_config_kind kind) {
+    switch (kind) {
+    case VASE_CONFIG_DIR:
+        return "drop-in directory";
+    case VASE_CONFIG_DROPIN:
+        return "drop-in";
+    case VASE_CONFIG_MAIN:
+    default:
+        return "configuration file";
+    }
+}
+
+/* Whether st is /dev/null's: the character device 1:3, whatever path names it. */
+static bool is_dev_null(const struct stat *st) {
+    return S_ISCHR(st->st_mode) && major(st->st_rdev) == 1 && minor(st->st_rdev) == 3;
+}
+
+int vase_config_open(const char *path, enum vase_config_kind kind, struct stat *ret_st) {
+    int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+    if (kind == VASE_CONFIG_DIR)
+        flags |= O_DIRECTORY;
+    if (kind == VASE_CONFIG_DROPIN)
+        flags |= O_NOFOLLOW;
+    int fd = open(path, flags);
+    if (fd < 0 && errno == ELOOP && kind == VASE_CONFIG_DROPIN)
+        return log_error_errno(-ELOOP,
+                               "Refusing the drop-in %s: it is a symlink (a drop-in must be a "
+                               "regular file of the directory).",
+                               path);
+    if (fd < 0 && (errno == ELOOP || errno == EPERM))
+        return log_error_errno(-errno, "Cannot open the %s %s: %m", kind_name(kind), path);
     if (fd < 0)
         return -errno;
 
     struct stat st;
-    char *buf = NULL;
-    size_t len = 0;
     int r;
     if (fstat(fd, &st) < 0) {
         r = -errno;
         goto close_fd;
     }
-    if (S_ISDIR(st.st_mode)) {
+    static const char risk[] = "; whoever can write vased's configuration can change who "
+                               "may use it.";
+    const char *why = NULL, *then = risk;
+    if (kind == VASE_CONFIG_MAIN && is_dev_null(&st))
+        goto done; /* an empty configuration: nothing to trust or to distrust */
+    if (kind != VASE_CONFIG_DIR && S_ISDIR(st.st_mode)) {
         r = -EISDIR;
         goto close_fd;
     }
-    /* A FIFO or a device (/dev/null) has no size to trust: read until the end. */
+    if (kind != VASE_CONFIG_DIR && !S_ISREG(st.st_mode)) {
+        why = S_ISFIFO(st.st_mode)   ? "not a regular file but a FIFO"
+              : S_ISSOCK(st.st_mode) ? "not a regular file but a socket"
+                                     : "not a regular file but a device";
+        then = ".";
+    } else if (st.st_uid != 0 && st.st_uid != geteuid())
+        why = "it belongs to another user than root and vased's own";
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
+        why = "others than its owner can write it (chmod go-w)";
+    if (why) {
+        r = log_error_errno(-EPERM, "Refusing the %s %s (owner uid %u, mode %04o): %s%s",
+                            kind_name(kind), path, (unsigned)st.st_uid,
+                            (unsigned)(st.st_mode & 07777), why, then);
+        goto close_fd;
+    }
+done:
+    if (ret_st)
+        *ret_st = st;
+    return fd;
+
+close_fd:
+    close(fd);
+    return r;
+}
+
+int vase_config_read_file(const char *path, enum vase_config_kind kind, char **ret,
+                          size_t *ret_len) {
+    struct stat st;
+    int fd = vase_config_open(path, kind, &st);
+    if (fd < 0)
+        return fd;
+
+    char *buf = NULL;
+    size_t len = 0;
+    int r;
+    /* /dev/null has no size to trust either: read until the end. */
     buf = malloc(CONFIG_FILE_MAX + 1);
     if (!buf) {
         r = -ENOMEM;
@@ -464,7 +536,7 @@ int vase_config_read_file(const char *path, char **ret, size_t *ret_len) {
     close(fd);
     *ret = buf;
     *ret_len = len;
-    return 0;
+    return S_ISREG(st.st_mode) ? 0 : 1;
 
 free_buf:
     free(buf);
@@ -473,30 +545,30 @@ close_fd:
     return r;
 }
 
-/* Reads and parses the file at path. *ret_read tells whether a failure was in reading it
- * (returned unlogged) rather than in what it says (logged with the line). */
-int vase_config_parse_path(struct vase_config *c, const char *path, bool *ret_read,
-                           bool *ret_given) {
+int vase_config_parse_path(struct vase_config *c, const char *path, enum vase_config_kind kind,
+                           bool *ret_read, bool *ret_given) {
     char *text = NULL;
     size_t len = 0;
-    int r = vase_config_read_file(path, &text, &len);
-    *ret_read = r < 0;
+    int r = vase_config_read_file(path, kind, &text, &len);
+    *ret_read = r < 0 && r != -EPERM && r != -ELOOP;
     if (r < 0)
         return r;
+    bool no_file = r > 0;
     /* The reader walks C strings; a NUL byte would hide the rest of the file. */
     if (memchr(text, '\0', len))
         r = log_error_errno(-EINVAL, "%s: a NUL byte; not a configuration file", path);
     else
         r = parse_text(c, path, text, ret_given);
     free(text);
-    return r;
+    return r < 0 ? r : no_file;
 }
 
 int vase_config_parse_file(struct vase_config *c, const char *path) {
     bool failed_read;
     if (!c || !path)
         return -EINVAL;
-    return vase_config_parse_path(c, path, &failed_read, NULL);
+    int r = vase_config_parse_path(c, path, VASE_CONFIG_MAIN, &failed_read, NULL);
+    return r < 0 ? r : 0;
 }
 
 int vase_config_parse_string(struct vase_config *c, const char *text) {

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/stat.h>
+
 #include "config.h"
 
 /* The number of rows of vase_settings[] (checked against the table in config.c), for arrays
@@ -34,13 +36,41 @@ const char *vase_arena_problem(uint64_t arena_bytes, uint64_t granule_bytes,
 /* Whether name may name an [arena NAME] section. */
 bool vase_arena_name_valid(const char *name);
 
-/* Reads and parses the file at path into c, as vase_config_parse_file(). *ret_read tells
- * whether a failure was in reading it (returned unlogged) rather than in what it says (logged
- * with the line). ret_given, when not NULL (VASE_SETTINGS_N entries), is set true for each
- * [vased] key the file gives. */
-int vase_config_parse_path(struct vase_config *c, const char *path, bool *ret_read,
-                           bool *ret_given);
+/* What vase_config_open() opens, and so which rules it applies. */
+enum vase_config_kind {
+    VASE_CONFIG_MAIN,   /* the main file: a symlink is followed; /dev/null is no file, empty */
+    VASE_CONFIG_DIR,    /* the drop-in directory: a symlink is followed */
+    VASE_CONFIG_DROPIN, /* an entry of the drop-in directory: never a symlink */
+};
 
-/* Reads a whole configuration file (at most 1 MiB) into a NUL-terminated buffer (*ret, the
- * caller's). -errno of open() or read(), -EISDIR, -EFBIG, -ENOMEM; nothing is logged. */
-int vase_config_read_file(const char *path, char **ret, size_t *ret_len);
+/*
+ * Opens path for reading as a configuration file or directory (kind) and checks what was
+ * opened, by fstat(2) of the descriptor, so that nothing can be swapped in between: it must
+ * belong to root or to this process's user (geteuid()), no one else may write it (no group or
+ * other write bit, whatever the group), and it must be a regular file (a directory for
+ * VASE_CONFIG_DIR). Exceptions: VASE_CONFIG_MAIN takes /dev/null (the character device 1:3) as
+ * an empty configuration. O_NONBLOCK, so that a FIFO never blocks the open; O_NOFOLLOW for a
+ * drop-in. Whoever could write a configuration file could change allow_users or admin_group,
+ * and a symlinked drop-in would have --persist copy its target into a world-readable file.
+ * Returns the descriptor (O_CLOEXEC; the caller closes it), its fstat in *ret_st when not NULL.
+ * -ELOOP (a symlinked drop-in, or a loop) and -EPERM (refused: another owner, writable by
+ * others, not a regular file) are logged here, naming the path, its owner and mode, and the
+ * reason; any other -errno of open(2) or fstat(2) (-ENOENT, -EACCES, -ENOTDIR), and -EISDIR
+ * (a directory where a file is wanted), is returned unlogged.
+ */
+int vase_config_open(const char *path, enum vase_config_kind kind, struct stat *ret_st);
+
+/* Reads and parses the file at path (opened as kind) into c, as vase_config_parse_file(). 0, or
+ * 1 when path is /dev/null (VASE_CONFIG_MAIN only: no file, nothing read). *ret_read tells
+ * whether a failure was in reading it (returned unlogged) rather than a refusal of
+ * vase_config_open() or what it says (logged). ret_given, when not NULL (VASE_SETTINGS_N
+ * entries), is set true for each [vased] key the file gives. */
+int vase_config_parse_path(struct vase_config *c, const char *path, enum vase_config_kind kind,
+                           bool *ret_read, bool *ret_given);
+
+/* Reads a whole configuration file (at most 1 MiB), opened by vase_config_open() as kind, into
+ * a NUL-terminated buffer (*ret, the caller's). 0, or 1 for /dev/null (*ret empty); the errors
+ * of vase_config_open() (-EPERM and -ELOOP logged), -errno of read(), -EFBIG, -ENOMEM; nothing
+ * else is logged. */
+int vase_config_read_file(const char *path, enum vase_config_kind kind, char **ret,
+                          size_t *ret_len);

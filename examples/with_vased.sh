@@ -4,7 +4,8 @@
 # with_vased.sh VASED [SETTING...] -- COMMAND [ARG...]
 #
 # Runs COMMAND against a private vased: starts VASED with the given --key=value settings (and
-# no configuration file) on a fresh temporary runtime directory, waits until it answers a Ping
+# no configuration file; its drop-in directory is DIR/vased.conf.d) on a fresh temporary
+# runtime directory DIR, waits until it answers a Ping
 # (from the vasectl beside VASED; without one, until its sockets exist), runs COMMAND with
 # VASE_RUNTIME_DIR pointing there, then stops the daemon with SIGTERM and checks that it exits
 # cleanly. The exit status is COMMAND's, or 1 if the daemon failed to
@@ -84,8 +85,10 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # Metrics off unless a setting asks for them: private daemons must not take the operator's port.
-"$vased" --config=/dev/null --runtime-dir="$dir" --metrics-address=off "${settings[@]}" \
-    >"$dir/vased.log" 2>&1 &
+# The drop-in directory is private too (`vasectl config set --persist` writes there), and goes
+# with the rest.
+"$vased" --config=/dev/null --runtime-dir="$dir" --config-dir="$dir/vased.conf.d" \
+    --metrics-address=off "${settings[@]}" >"$dir/vased.log" 2>&1 &
 pid=$!
 
 # READY=1 goes to systemd only. The socket files appear as the daemon binds them (the session

@@ -715,6 +715,23 @@ static void test_vased_refuses_bad_files(void **state) {
     assert_int_equal(run_vased(a5, out, sizeof(out)), 1);
     assert_non_null(strstr(out, "(lines 2 and 3)"));
     unlink(path);
+
+    /* A FIFO, as a drop-in or as the main file, stops vased at once with the reason; it is
+     * never opened for a read that waits for a writer (run_vased() gives up after 15 s). */
+    char fifo[96], dir_arg[128];
+    snprintf(fifo, sizeof(fifo), "%s/10-fifo.conf", dir);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    snprintf(dir_arg, sizeof(dir_arg), "--config-dir=%s", dir);
+    const char *a6[] = {"--config=/dev/null", dir_arg, NULL};
+    assert_int_equal(run_vased(a6, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, fifo));
+    assert_non_null(strstr(out, "not a regular file but a FIFO"));
+    snprintf(config, sizeof(config), "--config=%s", fifo);
+    const char *a7[] = {config, NULL};
+    assert_int_equal(run_vased(a7, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "Refusing the configuration file"));
+    assert_non_null(strstr(out, "not a regular file but a FIFO"));
+    unlink(fifo);
     rmdir(dir);
 }
 

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -76,12 +77,24 @@ static void put(const char *name, const char *text) {
     assert_non_null(f);
     fputs(text, f);
     assert_int_equal(fclose(f), 0);
+    /* vased refuses a file others can write, whatever this process's umask. */
+    assert_int_equal(chmod(path, 0644), 0);
+}
+
+/* The path of name in tmp, in a static buffer (one of two, for two at once). */
+static const char *at(const char *name) {
+    static char bufs[2][PATH_MAX];
+    static int i;
+    i = !i;
+    snprintf(bufs[i], sizeof(bufs[i]), "%s/%s", tmp, name);
+    return bufs[i];
 }
 
 static void make_dir(const char *name) {
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/%s", tmp, name);
     assert_int_equal(mkdir(path, 0755), 0);
+    assert_int_equal(chmod(path, 0755), 0);
 }
 
 static const char *get_text(const char *name) {
@@ -404,6 +417,256 @@ static void test_persist_failures(void **state) {
     assert_null(path);
 }
 
+/* ---- files vased does not trust ---- */
+
+/* load() that must fail with r, its log naming tmp/name and saying why. */
+static void expect_refused(const char *const *flags, int r, const char *name, const char *why) {
+    struct vase_config c;
+    char conf[PATH_MAX], *log;
+    snprintf(conf, sizeof(conf), "%s/vased.conf", tmp);
+    struct vase_cmdline cmd = {.config_path = conf};
+    char *keys[2], *values[2];
+    if (flags) {
+        keys[0] = (char *)flags[0];
+        values[0] = (char *)flags[1];
+        cmd.keys = keys;
+        cmd.values = values;
+        cmd.n_overrides = 1;
+    }
+    log_capture_begin();
+    int got = vase_config_load(&c, &cmd);
+    log = (char *)log_capture_end();
+    vase_config_done(&c);
+    if (got != r || !strstr(log, at(name)) || !strstr(log, why))
+        fail_msg("load: %d (expected %d), log \"%s\" (expected %s and \"%s\")", got, r, log,
+                 at(name), why);
+}
+
+static void test_refused_files(void **state) {
+    (void)state;
+    struct vase_config c;
+
+    put("vased.conf", "[vased]\nmax_clients = 10\n");
+    make_dir("vased.conf.d");
+    put("vased.conf.d/10-a.conf", "[vased]\nmax_clients = 11\n");
+    assert_int_equal(load(&c, NULL), 0);
+    expect(&c, "max_clients", "11", "file vased.conf.d/10-a.conf");
+    vase_config_done(&c);
+
+    /* A drop-in directory anyone can write: anyone could add allow_users. */
+    assert_int_equal(chmod(at("vased.conf.d"), 0777), 0);
+    expect_refused(NULL, -EPERM, "vased.conf.d (owner uid ",
+                   "mode 0777): others than its owner can write it");
+    assert_int_equal(chmod(at("vased.conf.d"), 01777), 0); /* sticky as /tmp: the same */
+    expect_refused(NULL, -EPERM, "vased.conf.d", "others than its owner can write it");
+    assert_int_equal(chmod(at("vased.conf.d"), 0775), 0); /* its group: the same */
+    expect_refused(NULL, -EPERM, "vased.conf.d", "others than its owner can write it");
+    assert_int_equal(chmod(at("vased.conf.d"), 0755), 0);
+
+    /* A drop-in, or the main file, its group can write. */
+    assert_int_equal(chmod(at("vased.conf.d/10-a.conf"), 0664), 0);
+    expect_refused(NULL, -EPERM, "vased.conf.d/10-a.conf (owner uid ",
+                   "mode 0664): others than its owner can write it");
+    assert_int_equal(chmod(at("vased.conf.d/10-a.conf"), 0644), 0);
+    assert_int_equal(chmod(at("vased.conf"), 0646), 0);
+    expect_refused(NULL, -EPERM, "vased.conf (owner uid ",
+                   "mode 0646): others than its owner can write it");
+    assert_int_equal(chmod(at("vased.conf"), 0644), 0);
+
+    /* A symlinked drop-in, to a file outside the directory or inside it: refused either way. */
+    put("outside.conf", "[vased]\nallow_users = mallory\n");
+    assert_int_equal(symlink(at("outside.conf"), at("vased.conf.d/20-link.conf")), 0);
+    expect_refused(NULL, -ELOOP, "vased.conf.d/20-link.conf", "it is a symlink");
+    assert_int_equal(unlink(at("vased.conf.d/20-link.conf")), 0);
+    assert_int_equal(symlink("10-a.conf", at("vased.conf.d/20-link.conf")), 0);
+    expect_refused(NULL, -ELOOP, "vased.conf.d/20-link.conf", "it is a symlink");
+    assert_int_equal(unlink(at("vased.conf.d/20-link.conf")), 0);
+
+    /* A FIFO, as a drop-in or as the main file: refused at once, never waited on (an open
+     * that blocks is ended by SIGALRM, which fails the test). */
+    alarm(20);
+    assert_int_equal(mkfifo(at("vased.conf.d/30-fifo.conf"), 0644), 0);
+    expect_refused(NULL, -EPERM, "vased.conf.d/30-fifo.conf", "not a regular file but a FIFO");
+    assert_int_equal(unlink(at("vased.conf.d/30-fifo.conf")), 0);
+    assert_int_equal(unlink(at("vased.conf")), 0);
+    assert_int_equal(mkfifo(at("vased.conf"), 0644), 0);
+    expect_refused(NULL, -EPERM, "vased.conf (owner uid ",
+                   "mode 0644): not a regular file but a FIFO");
+    alarm(0);
+    assert_int_equal(unlink(at("vased.conf")), 0);
+    put("vased.conf", "[vased]\nmax_clients = 10\n");
+
+    /* A directory named by config_dir is checked as the default one is. */
+    make_dir("other.d");
+    assert_int_equal(chmod(at("other.d"), 0757), 0);
+    expect_refused((const char *const[]){"config_dir", at("other.d")}, -EPERM, "other.d",
+                   "others than its owner can write it");
+    assert_int_equal(load(&c, NULL), 0);
+    vase_config_done(&c);
+}
+
+/* Files of another user than root and this process's own: root chowns them (tests run as
+ * root). */
+static void test_refused_owner(void **state) {
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    put("vased.conf", "[vased]\n");
+    make_dir("vased.conf.d");
+    put("vased.conf.d/10-a.conf", "[vased]\nmax_clients = 11\n");
+    assert_int_equal(chown(at("vased.conf.d/10-a.conf"), 4242, 4242), 0);
+    expect_refused(NULL, -EPERM, "vased.conf.d/10-a.conf (owner uid 4242, mode 0644)",
+                   "it belongs to another user than root and vased's own");
+    assert_int_equal(chown(at("vased.conf.d/10-a.conf"), 0, 0), 0);
+    assert_int_equal(chown(at("vased.conf.d"), 4242, 0), 0);
+    expect_refused(NULL, -EPERM, "vased.conf.d (owner uid 4242, mode 0755)",
+                   "it belongs to another user");
+    assert_int_equal(chown(at("vased.conf"), 4242, 0), 0);
+    expect_refused(NULL, -EPERM, "vased.conf (owner uid 4242, mode 0644)",
+                   "it belongs to another user");
+}
+
+/* As packaged: /etc/vase/vased.conf root's, vased.conf.d and 90-vasectl.conf the daemon's user's
+ * (tmpfiles and --persist make them so): accepted, at load and by the writer, for vased running
+ * as that user (a child that becomes uid 4242). */
+static void test_daemon_user_files(void **state) {
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    assert_int_equal(chmod(tmp, 0755), 0); /* the child must reach its files */
+    put("vased.conf", "[vased]\nmax_clients = 10\n");
+    make_dir("vased.conf.d");
+    put("vased.conf.d/10-a.conf", "[vased]\nmax_clients = 11\n");
+    assert_int_equal(chown(at("vased.conf.d"), 4242, 4242), 0);
+    assert_int_equal(chown(at("vased.conf.d/10-a.conf"), 4242, 4242), 0);
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* No cmocka assertion here: a failure is the exit status. */
+        const struct vase_setting *mc = vase_setting_find("max_clients");
+        struct vase_config c;
+        char *path = NULL, v[32] = "";
+        if (setgid(4242) < 0 || setuid(4242) < 0)
+            _exit(2);
+        if (load(&c, NULL) != 0 || vase_config_format(&c, mc, v, sizeof(v)) < 0 ||
+            strcmp(v, "11") != 0)
+            _exit(3);
+        if (vase_config_persist(c.dropin_dir, mc, "12", 4242, 0, &path) != 0)
+            _exit(4);
+        free(path);
+        vase_config_done(&c);
+        if (load(&c, NULL) != 0 || vase_config_format(&c, mc, v, sizeof(v)) < 0 ||
+            strcmp(v, "12") != 0)
+            _exit(5);
+        vase_config_done(&c);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    struct stat st;
+    assert_int_equal(lstat(at("vased.conf.d/90-vasectl.conf"), &st), 0);
+    assert_int_equal(st.st_uid, 4242);
+    assert_int_equal(st.st_mode & 07777, 0644);
+}
+
+/* The writer refuses what a load would: it never reads through a symlink (copying its target's
+ * settings into a file everyone may read), never waits on a FIFO, never writes into a directory
+ * others can write; and the file stays as it was. */
+static void test_persist_refused(void **state) {
+    (void)state;
+    const struct vase_setting *mc = vase_setting_find("max_clients");
+    char *path = NULL, *log;
+    int r;
+    const char *dir = at("conf.d");
+    char d[PATH_MAX];
+    snprintf(d, sizeof(d), "%s", dir);
+
+    make_dir("conf.d");
+    put("secret.conf", "[vased]\nallow_users = mallory\n");
+    assert_int_equal(chmod(at("secret.conf"), 0600), 0);
+    assert_int_equal(symlink(at("secret.conf"), at("conf.d/90-vasectl.conf")), 0);
+    log_capture_begin();
+    r = vase_config_persist(d, mc, "12", 0, 0, &path);
+    log = (char *)log_capture_end();
+    assert_int_equal(r, -ELOOP);
+    assert_non_null(strstr(log, at("conf.d/90-vasectl.conf")));
+    assert_non_null(strstr(log, "it is a symlink"));
+    assert_null(path);
+    assert_string_equal(listing("conf.d"), "90-vasectl.conf ");
+    assert_string_equal(get_text("secret.conf"), "[vased]\nallow_users = mallory\n");
+    struct stat st;
+    assert_int_equal(lstat(at("conf.d/90-vasectl.conf"), &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_int_equal(unlink(at("conf.d/90-vasectl.conf")), 0);
+
+    alarm(20); /* a blocked open would end the test here */
+    assert_int_equal(mkfifo(at("conf.d/90-vasectl.conf"), 0644), 0);
+    log_capture_begin();
+    r = vase_config_persist(d, mc, "12", 0, 0, &path);
+    log = (char *)log_capture_end();
+    assert_int_equal(r, -EPERM);
+    assert_non_null(strstr(log, "not a regular file but a FIFO"));
+    alarm(0);
+    assert_int_equal(unlink(at("conf.d/90-vasectl.conf")), 0);
+
+    put("conf.d/90-vasectl.conf", "[vased]\nmax_clients = 3\n");
+    assert_int_equal(chmod(at("conf.d/90-vasectl.conf"), 0666), 0);
+    log_capture_begin();
+    r = vase_config_persist(d, mc, "12", 0, 0, &path);
+    log = (char *)log_capture_end();
+    assert_int_equal(r, -EPERM);
+    assert_non_null(strstr(log, "others than its owner can write it"));
+    assert_int_equal(chmod(at("conf.d/90-vasectl.conf"), 0644), 0);
+
+    assert_int_equal(chmod(d, 0777), 0);
+    log_capture_begin();
+    r = vase_config_persist(d, mc, "12", 0, 0, &path);
+    log = (char *)log_capture_end();
+    assert_int_equal(r, -EPERM);
+    assert_non_null(strstr(log, "Refusing the drop-in directory"));
+    assert_non_null(strstr(log, "mode 0777"));
+    assert_string_equal(get_text("conf.d/90-vasectl.conf"), "[vased]\nmax_clients = 3\n");
+    assert_string_equal(listing("conf.d"), "90-vasectl.conf ");
+    assert_int_equal(chmod(d, 0755), 0);
+    assert_int_equal(vase_config_persist(d, mc, "12", 0, 0, &path), 0);
+    free(path);
+}
+
+/* /dev/null is an empty configuration and no file: nothing beside it is a drop-in directory,
+ * unless config_dir names one. */
+static void test_dev_null(void **state) {
+    (void)state;
+    struct vase_config c;
+    struct vase_cmdline cmd = {.config_path = "/dev/null"};
+    assert_int_equal(vase_config_load(&c, &cmd), 0);
+    assert_null(c.dropin_dir);
+    expect(&c, "max_clients", "64", "default");
+    vase_config_done(&c);
+
+    make_dir("d");
+    put("d/1.conf", "[vased]\nmax_clients = 5\n");
+    char *keys[] = {"config-dir"}, *values[] = {(char *)at("d")};
+    cmd = (struct vase_cmdline){
+        .config_path = "/dev/null", .n_overrides = 1, .keys = keys, .values = values};
+    assert_int_equal(vase_config_load(&c, &cmd), 0);
+    assert_string_equal(c.dropin_dir, at("d"));
+    expect(&c, "max_clients", "5", "file d/1.conf");
+    vase_config_done(&c);
+
+    /* Another character device is no configuration. */
+    cmd = (struct vase_cmdline){.config_path = "/dev/zero"};
+    log_capture_begin();
+    int r = vase_config_load(&c, &cmd);
+    const char *log = log_capture_end();
+    assert_int_equal(r, -EPERM);
+    assert_non_null(strstr(log, "Refusing the configuration file /dev/zero (owner uid "));
+    assert_non_null(strstr(log, "): not a regular file but a device"));
+    vase_config_done(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_dropins_listed, setup, teardown),
@@ -411,6 +674,11 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_reload_setting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_persist_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_persist_failures, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refused_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refused_owner, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_daemon_user_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_persist_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dev_null, setup, teardown),
     };
     /* Every message is logged inside a capture. */
     vase_log_set_max_level(LOG_INFO);

@@ -96,6 +96,8 @@ static void write_text(const char *dir, const char *name, const char *text) {
     assert_non_null(out);
     assert_int_equal(fputs(text, out) >= 0, 1);
     assert_int_equal(fclose(out), 0);
+    /* vased refuses a file others can write, whatever this process's umask. */
+    assert_int_equal(chmod(path, 0644), 0);
 }
 
 /* The whole of a small file, into buf; "" when it does not exist. */
@@ -355,6 +357,93 @@ static void test_persist(void **state) {
     assert_non_null(strstr(f->p.out, "--persist applies to 'config set' only"));
 }
 
+/* ---- files vased does not trust ---- */
+
+/* A reload refuses, whole, a drop-in others can write, a symlinked drop-in and a FIFO (without
+ * waiting on it), saying which file and why; the running configuration stays, and the daemon
+ * still answers. */
+static void test_reload_refuses_untrusted(void **state) {
+    struct fixture *f = *state;
+    char path[192], line[320];
+
+    write_text(f->dropins, "10-a.conf", "[vased]\nmax_clients = 11\nallow_users = 4242\n");
+    snprintf(path, sizeof(path), "%s/10-a.conf", f->dropins);
+    assert_int_equal(chmod(path, 0666), 0);
+    assert_int_equal(reload(f), -EINVAL);
+    snprintf(line, sizeof(line),
+             "Refusing the drop-in %s (owner uid %u, mode 0666): others than its owner can "
+             "write it",
+             path, (unsigned)geteuid());
+    expect_log(f, line, 1);
+    expect(f, "max_clients", "64", "default");
+    expect(f, "allow_users", "", "default");
+
+    /* Made safe, it applies. */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(reload(f), 0);
+    expect(f, "max_clients", "11", "file vased.conf.d/10-a.conf");
+
+    /* A symlink to a file outside the directory. */
+    char outside[192], link[192];
+    harness_daemon_path(&f->h.d, "outside.conf", outside, sizeof(outside));
+    write_text(outside, NULL, "[vased]\nmax_clients = 12\n");
+    snprintf(link, sizeof(link), "%s/20-link.conf", f->dropins);
+    assert_int_equal(symlink(outside, link), 0);
+    assert_int_equal(reload(f), -EINVAL);
+    snprintf(line, sizeof(line), "Refusing the drop-in %s: it is a symlink", link);
+    expect_log(f, line, 1);
+    expect(f, "max_clients", "11", "file vased.conf.d/10-a.conf");
+    assert_int_equal(unlink(link), 0);
+
+    /* A FIFO: refused at once; a reload that waited on it would never end. */
+    snprintf(path, sizeof(path), "%s/30-fifo.conf", f->dropins);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    assert_int_equal(reload(f), -EINVAL);
+    snprintf(line, sizeof(line),
+             "Refusing the drop-in %s (owner uid %u, mode 0644): not a regular "
+             "file but a FIFO",
+             path, (unsigned)geteuid());
+    expect_log(f, line, 1);
+    expect(f, "max_clients", "11", "file vased.conf.d/10-a.conf");
+    assert_int_equal(unlink(path), 0);
+
+    /* At start, the same refusals are fatal. */
+    assert_int_equal(chmod(f->dropins, 0777), 0);
+    assert_int_equal(restart(f, NULL), -ECHILD);
+    snprintf(line, sizeof(line), "Refusing the drop-in directory %s (owner uid %u, mode 0777)",
+             f->dropins, (unsigned)geteuid());
+    expect_log(f, line, 1);
+}
+
+/* --config=/dev/null is no file: no drop-in directory beside it (/dev/vased.conf.d), so
+ * --persist is refused with ENOTSUP and nothing is written; --config-dir gives one. */
+static void test_persist_without_dropin_dir(void **state) {
+    struct fixture *f = *state;
+    struct stat st;
+    bool had_dev_dir = stat("/dev/vased.conf.d", &st) == 0;
+
+    assert_int_equal(restart(f, (const char *const[]){"--config=/dev/null", NULL}), 0);
+    assert_int_equal(set(f, "max_clients", "15", true), -ENOTSUP);
+    const char *why = vase_admin_last_error(f->a);
+    if (!strstr(why, "max_clients not changed: vased has no drop-in directory to persist it in "
+                     "(its configuration, /dev/null, is not a file"))
+        fail_msg("error \"%s\"", why);
+    expect(f, "max_clients", "64", "default");
+    if (!had_dev_dir)
+        assert_int_equal(stat("/dev/vased.conf.d", &st), -1);
+    /* Without --persist the change is made. */
+    assert_int_equal(set(f, "max_clients", "15", false), 0);
+    expect(f, "max_clients", "15", "runtime");
+
+    char arg[200], path[200];
+    snprintf(arg, sizeof(arg), "--config-dir=%s", f->dropins);
+    assert_int_equal(restart(f, (const char *const[]){"--config=/dev/null", arg, NULL}), 0);
+    assert_int_equal(set(f, "max_clients", "16", true), 0);
+    expect(f, "max_clients", "16", "file vased.conf.d/90-vasectl.conf");
+    snprintf(path, sizeof(path), "%s/90-vasectl.conf", f->dropins);
+    assert_int_equal(access(path, F_OK), 0);
+}
+
 /* The drop-in directory cannot be written: the value is not changed, and the error says why
  * and where. Root writes anywhere, so the daemon is restarted without CAP_DAC_OVERRIDE (dropped
  * from this process's bounding set, which vased inherits); this is the last test of the file. */
@@ -391,6 +480,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_set_survives_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dropins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_persist, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reload_refuses_untrusted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_persist_without_dropin_dir, setup, teardown),
         /* Last: it drops a capability of this process for good. */
         cmocka_unit_test_setup_teardown(test_persist_unwritable, setup, teardown),
     };
