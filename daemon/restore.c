@@ -15,14 +15,14 @@
  *
  * Format (native byte order: the same host writes and reads it), all integers unsigned:
  *   magic "VASESNAP", u32 version, u32 n_arenas, u32 n_seqs, u32 0, u64 payload bytes,
- *   u64 FNV-1a of the payload; then the stop: u64 incarnation of the vased that wrote it,
- *   16-byte stop id (both also in each kept arena's stamp); per arena: u32 name length, name, u64
- * bytes, u64 granule_bytes; per sequence: u32 id, arena, uid, 16-byte token, geometry (u32 layers,
- *   q_heads, kv_heads, head_dim, dtype, block_tokens), u32 name length, model name, u32 policy,
- *   params (u32 budget, window, n_sink, n_large, f32 temperature, u32 rank, f32 lambda,
- *   u32 smooth, metric), u32 prompt_len, u64 seed, u32 mode, slack, min_budget, weight, budget,
- *   cap_budget, target_budget, budget_changes, len, rounds, u64 position, u32 n_pages,
- *   n_ring_pages, n_plan_pages, then those page indices.
+ *   u64 FNV-1a of the payload; then the stop: u64 incarnation of the vased that wrote it and
+ *   its 16-byte stop id (both also in each kept arena's stamp); per arena: u32 name length,
+ *   name, u64 bytes, u64 granule_bytes; per sequence: u32 id, arena, uid, 16-byte token,
+ *   geometry (u32 layers, q_heads, kv_heads, head_dim, dtype, block_tokens), u32 name length,
+ *   model name, u32 policy, params (u32 budget, window, n_sink, n_large, f32 temperature,
+ *   u32 rank, f32 lambda, u32 smooth, metric), u32 prompt_len, u64 seed, u32 mode, slack,
+ *   min_budget, weight, budget, cap_budget, target_budget, budget_changes, len, rounds,
+ *   u64 position, u32 n_pages, n_ring_pages, n_plan_pages, then those page indices.
  */
 
 #include <errno.h>
