@@ -555,6 +555,8 @@ $(BUILD)/tests/test_daemon_alloc_fail: $(BUILD)/tests/alloc_fail.o
 # The drop-in writer's failures: write(2) and mkostemp(3) fail on demand.
 $(BUILD)/tests/test_daemon_config_dropin: TEST_WRAP := -Wl,--wrap=write,--wrap=mkostemp
 $(BUILD)/tests/test_daemon_config_dropin: $(BUILD)/tests/log_capture.o
+# test_daemon_restore checks the reasons vased logs for a kept arena it discards.
+$(BUILD)/tests/test_daemon_restore: $(BUILD)/tests/log_capture.o
 
 # vased with the allocation-failure hook, armed on its main thread once it is ready
 # (tests/vased_alloc_fail.c); test_integration_alloc_fail starts it. Only for the tests.

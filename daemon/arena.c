@@ -6,7 +6,9 @@
  * sealed against further sealing so that no client can change that; the daemon maps it
  * MAP_SHARED and passes the fd to clients. The memory lives until the daemon frees the arena
  * at exit, after every session is gone (LESSONS.md, "Memory that other processes have
- * mapped").
+ * mapped"). The memfd is one page longer than the arena: the stamp page (arena.h), which
+ * neither the daemon's mapping nor a client's covers; the stamp is read and written with
+ * pread/pwrite.
  *
  * vase_arena_new() checks the spec's syntax for every backend ("cuda:N", "cuda:GPU-<uuid>"), so
  * that a typo is the same error in builds with and without CUDA; the CUDA backend resolves the
@@ -36,7 +38,7 @@ static int host_adopt(struct vase_arena *a, int fd) {
     int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
     if (!S_ISREG(st.st_mode) || seals < 0 || (seals & want) != want)
         return -EBADFD;
-    if ((uint64_t)st.st_size != a->size)
+    if ((uint64_t)st.st_size != a->size + VASE_ARENA_STAMP_PAGE)
         return -EMEDIUMTYPE;
     void *map = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED)
@@ -52,7 +54,7 @@ static int host_create(struct vase_arena *a) {
     int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return log_error_errno(-errno, "Failed to create memfd for arena %u: %m", a->id);
-    if (ftruncate(fd, (off_t)a->size) < 0) {
+    if (ftruncate(fd, (off_t)(a->size + VASE_ARENA_STAMP_PAGE)) < 0) {
         int r = log_error_errno(-errno, "Failed to size arena %u to %llu bytes: %m", a->id,
                                 (unsigned long long)a->size);
         close(fd);
@@ -238,6 +240,59 @@ struct vase_arena *vase_arena_free(struct vase_arena *a) {
     free(a->kind);
     free(a);
     return NULL;
+}
+
+/* The stamp as stored: magic, u32 version, u32 arena id, u64 incarnation, the stop id (native
+ * byte order: the same host writes and reads it). */
+#define STAMP_MAGIC "VASESTMP"
+#define STAMP_VERSION 1u
+#define STAMP_BYTES (8 + 4 + 4 + 8 + VASE_ARENA_STOP_ID_BYTES)
+
+static int stamp_io(const struct vase_arena *a, void *buf, bool out) {
+    if (a->ops != &vase_arena_host_ops || a->fd < 0)
+        return -EOPNOTSUPP;
+    ssize_t n = out ? pwrite(a->fd, buf, STAMP_BYTES, (off_t)a->size)
+                    : pread(a->fd, buf, STAMP_BYTES, (off_t)a->size);
+    if (n < 0)
+        return -errno;
+    return n == STAMP_BYTES ? 0 : -EIO;
+}
+
+int vase_arena_write_stamp(const struct vase_arena *a, const struct vase_arena_stamp *st) {
+    uint8_t buf[STAMP_BYTES];
+    uint32_t version = STAMP_VERSION;
+    if (!a || !st)
+        return -EINVAL;
+    memcpy(buf, STAMP_MAGIC, 8);
+    memcpy(buf + 8, &version, 4);
+    memcpy(buf + 12, &st->arena_id, 4);
+    memcpy(buf + 16, &st->incarnation, 8);
+    memcpy(buf + 24, st->stop_id, VASE_ARENA_STOP_ID_BYTES);
+    return stamp_io(a, buf, true);
+}
+
+int vase_arena_read_stamp(const struct vase_arena *a, struct vase_arena_stamp *ret) {
+    uint8_t buf[STAMP_BYTES];
+    uint32_t version;
+    if (!a || !ret)
+        return -EINVAL;
+    int r = stamp_io(a, buf, false);
+    if (r < 0)
+        return r;
+    memcpy(&version, buf + 8, 4);
+    if (memcmp(buf, STAMP_MAGIC, 8) != 0 || version != STAMP_VERSION)
+        return -ENOMSG;
+    memcpy(&ret->arena_id, buf + 12, 4);
+    memcpy(&ret->incarnation, buf + 16, 8);
+    memcpy(ret->stop_id, buf + 24, VASE_ARENA_STOP_ID_BYTES);
+    return 0;
+}
+
+int vase_arena_clear_stamp(const struct vase_arena *a) {
+    uint8_t buf[STAMP_BYTES] = {0};
+    if (!a)
+        return -EINVAL;
+    return stamp_io(a, buf, true);
 }
 
 void *vase_arena_at(const struct vase_arena *a, uint64_t off) {

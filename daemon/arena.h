@@ -75,12 +75,40 @@ int vase_arena_new(uint32_t id, const char *spec, enum vase_cuda_share share, ui
 /*
  * A host arena on memfd fd, one a previous vased made and systemd's fd store kept (restore.h):
  * its contents are kept. On success the arena owns fd; on failure it stays the caller's.
- * -EBADFD (not a memfd sealed as host arenas are), -EMEDIUMTYPE (its size is not size), -EINVAL
- * (geometry), -ENOMEM, or mmap()'s -errno. Logs nothing: the caller says why it is discarded.
+ * -EBADFD (not a memfd sealed as host arenas are), -EMEDIUMTYPE (its size is not size and the
+ * stamp page), -EINVAL (geometry), -ENOMEM, or mmap()'s -errno. Logs nothing: the caller says
+ * why it is discarded. Whether the memory is the one a snapshot describes is the stamp's to say.
  */
 int vase_arena_adopt_host(uint32_t id, int fd, uint64_t size, uint64_t granule_bytes,
                           struct vase_arena **ret);
 struct vase_arena *vase_arena_free(struct vase_arena *a);
+
+/*
+ * The stamp page. A host arena's memfd is one page longer than the arena: clients are told the
+ * arena's size (ArenaInfo.size_bytes) and map that much; the page past it is the daemon's. A
+ * clean stop writes there which vased stopped with the memory and a random identity of that
+ * stop, and records the same in its snapshot (restore.h); the next start takes the memory back
+ * only when the two agree, and clears the stamp, so that a snapshot of another stop or a memfd
+ * that is not the arena's is discarded, and one pair cannot be taken back twice. A client holds
+ * the fd and can read or write the page, but what it reads before the stop is nothing the next
+ * stop writes, and what it writes after can only have the memory discarded.
+ */
+#define VASE_ARENA_STAMP_PAGE 4096u
+#define VASE_ARENA_STOP_ID_BYTES 16
+
+struct vase_arena_stamp {
+    uint32_t arena_id;    /* the arena's place among the arenas */
+    uint64_t incarnation; /* the vased that stopped with it */
+    uint8_t stop_id[VASE_ARENA_STOP_ID_BYTES];
+};
+
+/* Host arenas only (-EOPNOTSUPP otherwise). Writes st; 0 or -errno (-EIO for a short write). */
+int vase_arena_write_stamp(const struct vase_arena *a, const struct vase_arena_stamp *st);
+/* Reads the stamp into *ret: 0, -ENOMSG when the page holds none (a new or cleared arena, a
+ * blank memfd), or -errno. */
+int vase_arena_read_stamp(const struct vase_arena *a, struct vase_arena_stamp *ret);
+/* Zeroes the stamp page's stamp: 0 or -errno. */
+int vase_arena_clear_stamp(const struct vase_arena *a);
 
 /* Address of byte offset off in the daemon's mapping (a device address for CUDA arenas). */
 void *vase_arena_at(const struct vase_arena *a, uint64_t off);

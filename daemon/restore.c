@@ -6,17 +6,23 @@
  * checked again by the registry against what an open of its request holds before any page is
  * claimed; one bad sequence discards the whole snapshot, since its pages might overlap another's.
  * A snapshot is used once: it is removed from the store as soon as it is read, so that a crash
- * after this start does not bring back sequences that moved on. Only the main thread calls in.
+ * after this start does not bring back sequences that moved on. It is also bound to the memory
+ * it describes: the stop that writes it draws a random stop id and stamps it, with the stopping
+ * vased's incarnation, into each kept arena's stamp page (arena.h); an arena is taken back only
+ * when its stamp names the snapshot's stop, and the stamp is cleared as it is, so that a
+ * snapshot of an earlier stop, a memfd that is not the arena's (a blank one of the right size)
+ * or a second replay of one pair is discarded. Only the main thread calls in.
  *
  * Format (native byte order: the same host writes and reads it), all integers unsigned:
  *   magic "VASESNAP", u32 version, u32 n_arenas, u32 n_seqs, u32 0, u64 payload bytes,
- *   u64 FNV-1a of the payload; then per arena: u32 name length, name, u64 bytes,
- *   u64 granule_bytes; per sequence: u32 id, arena, uid, 16-byte token, geometry (u32 layers,
- *   q_heads, kv_heads, head_dim, dtype, block_tokens), u32 name length, model name, u32 policy,
- *   params (u32 budget, window, n_sink, n_large, f32 temperature, u32 rank, f32 lambda,
- *   u32 smooth, metric), u32 prompt_len, u64 seed, u32 mode, slack, min_budget, weight, budget,
- *   cap_budget, target_budget, budget_changes, len, rounds, u64 position, u32 n_pages,
- *   n_ring_pages, n_plan_pages, then those page indices.
+ *   u64 FNV-1a of the payload; then the stop: u64 incarnation of the vased that wrote it and
+ *   its 16-byte stop id (both also in each kept arena's stamp); per arena: u32 name length,
+ *   name, u64 bytes, u64 granule_bytes; per sequence: u32 id, arena, uid, 16-byte token,
+ *   geometry (u32 layers, q_heads, kv_heads, head_dim, dtype, block_tokens), u32 name length,
+ *   model name, u32 policy, params (u32 budget, window, n_sink, n_large, f32 temperature,
+ *   u32 rank, f32 lambda, u32 smooth, metric), u32 prompt_len, u64 seed, u32 mode, slack,
+ *   min_budget, weight, budget, cap_budget, target_budget, budget_changes, len, rounds,
+ *   u64 position, u32 n_pages, n_ring_pages, n_plan_pages, then those page indices.
  */
 
 #include <errno.h>
@@ -25,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -55,6 +62,8 @@ struct vase_restore {
     uint8_t *snap;
     size_t snap_len;
     uint32_t n_arenas, n_seqs;
+    uint64_t incarnation; /* of the vased that wrote it, and its stop id: the arenas' stamps */
+    uint8_t stop_id[VASE_ARENA_STOP_ID_BYTES];
     struct saved_arena arenas[VASED_MAX_ARENAS];
     size_t seqs_at;     /* offset of the first sequence */
     double restored_at; /* when the sequences were kept: restore_grace counts from it */
@@ -211,6 +220,10 @@ static int parse_header(struct vase_restore *rs, const char **why) {
         *why = "its length or checksum is wrong (corrupt)";
         return -EBADMSG;
     }
+    if (!get_u64(&rd, &rs->incarnation) || !get(&rd, rs->stop_id, sizeof(rs->stop_id))) {
+        *why = "its stop record is cut short";
+        return -EBADMSG;
+    }
     if (rs->n_arenas > VASED_MAX_ARENAS) {
         *why = "it names too many arenas";
         return -EBADMSG;
@@ -257,8 +270,8 @@ int vase_restore_load(struct vased *d) {
         rs->n_arenas = rs->n_seqs = 0;
         return 0;
     }
-    log_info("State snapshot of the previous vased: %u arenas, %u sequences.", rs->n_arenas,
-             rs->n_seqs);
+    log_info("State snapshot of the previous vased (incarnation %016llx): %u arenas, %u sequences.",
+             (unsigned long long)rs->incarnation, rs->n_arenas, rs->n_seqs);
     return 0;
 }
 
@@ -284,6 +297,42 @@ static const char *arena_mismatch(const struct vase_restore *rs, uint32_t i, con
     return NULL;
 }
 
+/*
+ * Why adopted arena a, at place i, is not the memory the snapshot describes (its stamp names
+ * another stop, or none), or NULL if it is; then its stamp is cleared, so that the same pair
+ * cannot be taken back again. buf holds a reason that needs formatting.
+ */
+static const char *stamp_mismatch(const struct vase_restore *rs, uint32_t i,
+                                  const struct vase_arena *a, char *buf, size_t len) {
+    struct vase_arena_stamp st;
+    int r = vase_arena_read_stamp(a, &st);
+    if (r == -ENOMSG)
+        return "its memfd carries no stamp of a stop (a blank or foreign memfd, or memory already "
+               "taken back once)";
+    if (r < 0) {
+        snprintf(buf, len, "its stamp cannot be read (%s)", strerror(-r));
+        return buf;
+    }
+    if (st.arena_id != i) {
+        snprintf(buf, len, "its memfd is stamped as arena %u's", st.arena_id);
+        return buf;
+    }
+    if (st.incarnation != rs->incarnation ||
+        memcmp(st.stop_id, rs->stop_id, sizeof(st.stop_id)) != 0) {
+        snprintf(buf, len,
+                 "the snapshot is of another stop than the one that stamped this memory (the "
+                 "snapshot's vased %016llx, the memory's %016llx): a stale or foreign pair",
+                 (unsigned long long)rs->incarnation, (unsigned long long)st.incarnation);
+        return buf;
+    }
+    r = vase_arena_clear_stamp(a);
+    if (r < 0) {
+        snprintf(buf, len, "its stamp cannot be cleared (%s)", strerror(-r));
+        return buf;
+    }
+    return NULL;
+}
+
 int vase_restore_arena(struct vased *d, uint32_t i, const char *name, const char *spec,
                        enum vase_cuda_share share, uint64_t bytes, uint64_t granule_bytes,
                        struct vase_arena **ret) {
@@ -291,21 +340,28 @@ int vase_restore_arena(struct vased *d, uint32_t i, const char *name, const char
     char fdname[32];
     arena_name(i, fdname, sizeof(fdname));
     if (rs && rs->arena_fd[i] >= 0) {
+        char buf[256];
+        struct vase_arena *a = NULL;
         const char *why = arena_mismatch(rs, i, name, spec, bytes, granule_bytes);
-        int r = why ? 0 : vase_arena_adopt_host(i, rs->arena_fd[i], bytes, granule_bytes, ret);
+        int r = why ? 0 : vase_arena_adopt_host(i, rs->arena_fd[i], bytes, granule_bytes, &a);
         if (!why && r == 0) {
             rs->arena_fd[i] = -1; /* the arena's now */
-            rs->kept[i] = rs->stored[i] = true;
-            log_info("Arena %u \"%s\": kept across the restart (%llu bytes, contents intact).", i,
-                     name, (unsigned long long)bytes);
-            return 0;
-        }
-        if (!why)
+            why = stamp_mismatch(rs, i, a, buf, sizeof(buf));
+            if (!why) {
+                rs->kept[i] = rs->stored[i] = true;
+                log_info("Arena %u \"%s\": kept across the restart (%llu bytes, contents intact).",
+                         i, name, (unsigned long long)bytes);
+                *ret = a;
+                return 0;
+            }
+            a = vase_arena_free(a); /* closes the memfd */
+        } else if (!why)
             why = r == -EMEDIUMTYPE ? "its memfd has another size"
                                     : "its memfd is not one vased made";
         log_warning("Discarding the kept memory of arena %u \"%s\": %s.", i, name, why);
         store_remove(fdname);
-        close(rs->arena_fd[i]);
+        if (rs->arena_fd[i] >= 0)
+            close(rs->arena_fd[i]);
         rs->arena_fd[i] = -1;
     }
     int r = vase_arena_new(i, spec, share, bytes, granule_bytes, ret);
@@ -640,9 +696,35 @@ void vase_restore_save(struct vased *d) {
         any |= rs->stored[i];
     if (!any || !d->reg)
         return;
+    /* This stop's identity, stamped into each kept arena before the snapshot naming it is
+     * stored: nothing a client could read before now predicts it. */
+    struct vase_arena_stamp st = {.incarnation = d->incarnation};
+    if (getrandom(st.stop_id, sizeof(st.stop_id), 0) != (ssize_t)sizeof(st.stop_id)) {
+        log_error_errno(-errno, "Cannot draw the stop's identity: the sequences will not survive "
+                                "the restart: %m");
+        return;
+    }
+    for (uint32_t i = 0; i < d->n_arenas; i++) {
+        if (!rs->stored[i])
+            continue;
+        st.arena_id = i;
+        int r = vase_arena_write_stamp(d->arenas[i], &st);
+        if (r < 0) {
+            log_warning_errno(r,
+                              "Cannot stamp arena %u for the restart: its sequences will not "
+                              "survive it: %m",
+                              i);
+            char fdname[32];
+            arena_name(i, fdname, sizeof(fdname));
+            store_remove(fdname);
+            rs->stored[i] = false;
+        }
+    }
     struct writer w = {0};
     uint8_t header[HEADER_BYTES] = {0};
     put(&w, header, sizeof(header));
+    put_u64(&w, st.incarnation);
+    put(&w, st.stop_id, sizeof(st.stop_id));
     for (uint32_t i = 0; i < d->n_arenas; i++) {
         put_name(&w, d->arena_names[i]);
         put_u64(&w, rs->stored[i] ? d->arenas[i]->size : 0);

@@ -9,9 +9,13 @@
  * (LISTEN_FDS, LISTEN_FDNAMES): an arena whose configuration is unchanged keeps its memfd, its
  * contents included, and the snapshot's sequences go back on the registry's restored list with
  * their pages, waiting for their engines to reopen them (OpenSeq.resume_seq) within
- * restore_grace seconds. Anything that does not match, a missing snapshot (a crash) or a
- * corrupt one discards what was kept, with the reason logged. CUDA arenas are never kept: their
- * memory belongs to the process that allocated it.
+ * restore_grace seconds. The snapshot is bound to the memory it describes: the stop stamps each
+ * kept arena's memfd (arena.h, the stamp page) with its vased's incarnation and a random stop id
+ * that the snapshot records too, and an arena is taken back only when the two agree (the stamp
+ * is then cleared). Anything that does not match (a snapshot of another stop, a memfd that is
+ * not the arena's), a missing snapshot (a crash) or a corrupt one discards what was kept, with
+ * the reason logged. CUDA arenas are never kept: their memory belongs to the process that
+ * allocated it.
  */
 
 #include <stddef.h>
@@ -25,7 +29,7 @@ struct vased_model;
 struct vased_seq;
 
 /* Snapshot format version; a snapshot of another is discarded. */
-#define VASE_RESTORE_VERSION 1u
+#define VASE_RESTORE_VERSION 2u
 
 /* An fd systemd passed under name: taken (1) if it is one the store kept ("arena-N",
  * "state"), else 0 (the caller's). -ENOMEM. */

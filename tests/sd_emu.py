@@ -4,7 +4,7 @@
 
     sd_emu.py --runtime-dir DIR --log FILE [--on-demand] [--bind PATH] [--stream]
               [--no-socket] [--fdstore-max N] [--next-args FILE] [--corrupt-state FILE]
-              -- VASED [ARG...]
+              [--stale-state FILE] [--blank-arena FILE] -- VASED [ARG...]
 
 It plays vased.socket and vased.service:
 
@@ -20,7 +20,11 @@ It plays vased.socket and vased.service:
   4.., with their names in LISTEN_FDNAMES.
 - Tests: at each restart, when the file --next-args names exists, its lines are added to the
   daemon's arguments (a changed configuration); when the file --corrupt-state names exists,
-  one byte of the stored "state" is flipped before it is handed back (a corrupt snapshot).
+  one byte of the stored "state" is flipped before it is handed back (a corrupt snapshot); when
+  the file --stale-state names exists, the first "state" ever stored is handed back instead of
+  the last (a snapshot of an earlier stop); when the file --blank-arena names exists, "arena-0"
+  is replaced by a new memfd of the same size and seals, all zeros (not the arena's memory).
+  Each flag file is removed when used.
 - Signals to this program: SIGUSR1 restarts the daemon cleanly (SIGTERM, wait, start: what
   `systemctl restart` does), SIGUSR2 kills it (SIGKILL) and starts it again (a crash with
   Restart=on-failure: the store is kept), SIGTERM or SIGINT stop it and end this program.
@@ -47,6 +51,7 @@ class Emu:
         self.args = args
         self.log_file = open(args.log, "a", buffering=1)
         self.store = []  # [(name, fd)]
+        self.first_state = None  # a dup of the first "state" stored (--stale-state)
         self.pid = 0
         self.status = None
         self.pending = []  # signals received, handled in the loop
@@ -90,6 +95,25 @@ class Emu:
                 os.close(fd)
                 self.store[i] = (name, new)
                 self.log("corrupted state")
+        if a.stale_state and os.path.exists(a.stale_state) and self.first_state is not None:
+            os.unlink(a.stale_state)
+            for name, fd in [e for e in self.store if e[0] == "state"]:
+                os.close(fd)
+            self.store = [e for e in self.store if e[0] != "state"]
+            self.store.append(("state", os.dup(self.first_state)))
+            self.log("stale state")
+        if a.blank_arena and os.path.exists(a.blank_arena):
+            os.unlink(a.blank_arena)
+            for i, (name, fd) in enumerate(self.store):
+                if name != "arena-0":
+                    continue
+                new = os.memfd_create("vase-arena-0", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+                os.ftruncate(new, os.fstat(fd).st_size)
+                fcntl.fcntl(new, fcntl.F_ADD_SEALS,
+                            fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+                os.close(fd)
+                self.store[i] = (name, new)
+                self.log("blank arena-0")
 
     def start(self):
         fds = ([self.listener.fileno()] if self.listener else []) + [fd for _, fd in self.store]
@@ -169,6 +193,8 @@ class Emu:
                     os.close(fd)
                     continue
                 os.set_inheritable(fd, False)
+                if name == "state" and self.first_state is None:
+                    self.first_state = os.dup(fd)
                 self.store.append((name, fd))
                 self.log(f"FDSTORE {name}")
             fds = []
@@ -225,6 +251,8 @@ def main():
     p.add_argument("--fdstore-max", type=int, default=16)
     p.add_argument("--next-args")
     p.add_argument("--corrupt-state")
+    p.add_argument("--stale-state")
+    p.add_argument("--blank-arena")
     p.add_argument("command", nargs="+")
     return Emu(p.parse_args()).run()
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 
 /* Unit tests of daemon/arena.c: the host backend's memfd, its seals and mappings, the syntax of
- * arena specs, and the refusal of CUDA arenas in a build without CUDA (the CUDA backends
- * themselves: test_daemon_cuda_arena.c). */
+ * arena specs, the stamp page past a host arena and the adoption of a kept memfd, and the refusal
+ * of CUDA arenas in a build without CUDA (the CUDA backends themselves: test_daemon_cuda_arena.c).
+ */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -70,6 +72,46 @@ static void test_host(void **state) {
 
     assert_null(vase_arena_free(a));
     assert_null(vase_arena_free(NULL));
+}
+
+/* The stamp page: past the arena, in no mapping; written, read back, cleared. A kept memfd is
+ * adopted only with its size and seals. */
+static void test_stamp(void **state) {
+    (void)state;
+    struct vase_arena *a = NULL, *b = NULL;
+    struct vase_arena_stamp got, st = {.arena_id = 3, .incarnation = 0x1234};
+    struct stat sb;
+    memset(st.stop_id, 0x77, sizeof(st.stop_id));
+    assert_int_equal(vase_arena_new(3, "host", VASE_CUDA_SHARE_IPC, 1 << 20, 64 << 10, &a), 0);
+    assert_int_equal(fstat(a->fd, &sb), 0);
+    assert_int_equal(sb.st_size, (1 << 20) + VASE_ARENA_STAMP_PAGE);
+    assert_int_equal(vase_arena_read_stamp(a, &got), -ENOMSG);
+    assert_int_equal(vase_arena_write_stamp(a, &st), 0);
+    assert_int_equal(vase_arena_read_stamp(a, &got), 0);
+    assert_int_equal(got.arena_id, 3);
+    assert_int_equal(got.incarnation, 0x1234);
+    assert_memory_equal(got.stop_id, st.stop_id, sizeof(st.stop_id));
+    /* Not in the arena's bytes. */
+    const uint8_t *end = (const uint8_t *)a->map + a->size - 64;
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(end[i], 0);
+
+    /* Adopted with its stamp; a memfd of the arena's size alone (no stamp page) is not. */
+    int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(vase_arena_adopt_host(3, fd, 1 << 20, 64 << 10, &b), 0);
+    assert_int_equal(vase_arena_read_stamp(b, &got), 0);
+    assert_int_equal(vase_arena_clear_stamp(b), 0);
+    assert_int_equal(vase_arena_read_stamp(a, &got), -ENOMSG);
+    b = vase_arena_free(b);
+    int plain = memfd_create("plain", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(plain >= 0);
+    assert_int_equal(ftruncate(plain, 1 << 20), 0);
+    assert_int_equal(fcntl(plain, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+    assert_int_equal(vase_arena_adopt_host(3, plain, 1 << 20, 64 << 10, &b), -EMEDIUMTYPE);
+    assert_null(b);
+    close(plain);
+    a = vase_arena_free(a);
 }
 
 static void test_refusals(void **state) {
@@ -159,6 +201,7 @@ static void test_cuda_refused_without_cuda(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host),
+        cmocka_unit_test(test_stamp),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_cuda_spec_syntax),
         cmocka_unit_test(test_cuda_refused_without_cuda),

@@ -3,18 +3,29 @@
 /* Unit tests of the sequences kept across a restart: daemon/registry.c takes a saved sequence
  * back only when every field fits what an open of its request holds, with exactly its pages;
  * daemon/restore.c gives it only to a client of the same uid presenting its token, with a model
- * of its geometry, and only once. (The fd store and the snapshot file are tested through a
- * real vased by tests/test_sd_emu.sh.) */
+ * of its geometry, and only once. A kept arena is taken back only with the snapshot of the stop
+ * that last stamped it: the test_bound_* play the fd store on a notification socket of its own and
+ * replays stale, blank and twice-used pairs. (The fd store and the snapshot file are also tested
+ * through a real vased by tests/test_sd_emu.sh.) */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <cmocka.h>
+
+#include "log_capture.h"
 
 #include "../daemon/alloc.h"
 #include "../daemon/registry.h"
@@ -222,10 +233,239 @@ static void test_reopen(void **state) {
     assert_int_equal(a->used_bytes, 0);
 }
 
+/* ---- the fd store: what systemd keeps for vased, played on NOTIFY_SOCKET ---- */
+
+struct store {
+    int sock;
+    char dir[64], path[96];
+    int arena, state; /* the stored "arena-0" and "state", or -1 */
+    unsigned arena_removed;
+};
+
+static void store_open(struct store *st) {
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strcpy(st->dir, "/tmp/vase-restore-XXXXXX");
+    assert_non_null(mkdtemp(st->dir));
+    snprintf(st->path, sizeof(st->path), "%s/notify", st->dir);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", st->path);
+    st->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    assert_true(st->sock >= 0);
+    assert_int_equal(bind(st->sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(setenv("NOTIFY_SOCKET", st->path, 1), 0);
+    st->arena = st->state = -1;
+    st->arena_removed = 0;
+}
+
+static void store_close(struct store *st) {
+    unsetenv("NOTIFY_SOCKET");
+    close(st->sock);
+    if (st->arena >= 0)
+        close(st->arena);
+    if (st->state >= 0)
+        close(st->state);
+    unlink(st->path);
+    rmdir(st->dir);
+}
+
+static void put_fd(int *slot, int fd) {
+    if (*slot >= 0)
+        close(*slot);
+    *slot = fd;
+}
+
+/* Takes every notification sent so far: FDSTORE and FDSTOREREMOVE of arena-0 and state. */
+static void store_drain(struct store *st) {
+    for (;;) {
+        char text[256] = "";
+        union {
+            struct cmsghdr h;
+            char buf[CMSG_SPACE(sizeof(int))];
+        } ctl;
+        struct iovec iov = {text, sizeof(text) - 1};
+        struct msghdr m = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &ctl, .msg_controllen = sizeof(ctl)};
+        ssize_t n = recvmsg(st->sock, &m, MSG_CMSG_CLOEXEC);
+        if (n < 0) {
+            assert_int_equal(errno, EAGAIN);
+            return;
+        }
+        int fd = -1;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        if (c && c->cmsg_type == SCM_RIGHTS)
+            memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+        bool arena = strstr(text, "FDNAME=arena-0") != NULL;
+        assert_true(arena || strstr(text, "FDNAME=state"));
+        if (strstr(text, "FDSTOREREMOVE=1")) {
+            put_fd(arena ? &st->arena : &st->state, -1);
+            st->arena_removed += arena;
+        } else {
+            assert_non_null(strstr(text, "FDSTORE=1"));
+            assert_true(fd >= 0);
+            put_fd(arena ? &st->arena : &st->state, fd);
+            fd = -1;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+}
+
+/* A vased's start as restore.c sees it: systemd hands back arena_fd and state_fd (dups; -1:
+ * none), arena 0 is made or kept, the snapshot's sequences restored. The log in *ret_log. */
+static void start(struct vased *d, uint64_t incarnation, int arena_fd, int state_fd,
+                  const char **ret_log) {
+    memset(d, 0, sizeof(*d));
+    d->incarnation = incarnation;
+    d->cfg.restore_grace = 120;
+    log_capture_begin();
+    if (arena_fd >= 0)
+        assert_int_equal(vase_restore_take_fd(d, dup(arena_fd), "arena-0"), 1);
+    if (state_fd >= 0)
+        assert_int_equal(vase_restore_take_fd(d, dup(state_fd), "state"), 1);
+    assert_int_equal(vase_restore_load(d), 0);
+    assert_int_equal(vase_restore_arena(d, 0, "default", "host", VASE_CUDA_SHARE_IPC, ARENA,
+                                        GRANULE, &d->arenas[0]),
+                     0);
+    d->n_arenas = 1;
+    d->arena_names[0] = "default";
+    assert_int_equal(vase_registry_new(&d->reg), 0);
+    assert_int_equal(vase_alloc_new(ARENA, GRANULE, &d->allocs[0]), 0);
+    assert_int_equal(vase_restore_seqs(d), 0);
+    *ret_log = log_capture_end();
+}
+
+/* Its stop: clean (the snapshot stored) or not (a crash); everything freed. */
+static void stop(struct vased *d, bool clean) {
+    log_capture_begin();
+    if (clean)
+        vase_restore_save(d);
+    log_capture_end();
+    d->reg = vase_registry_free(d->reg);
+    d->allocs[0] = vase_alloc_free(d->allocs[0]);
+    d->arenas[0] = vase_arena_free(d->arenas[0]);
+    vase_restore_done(d);
+}
+
+static uint8_t first_byte(const struct vased *d) {
+    return *(const uint8_t *)vase_arena_at(d->arenas[0], 0);
+}
+
+/* A first start on an empty store: a new arena, given to the store, one sequence on it, the
+ * first page of K/V written with fill; a clean stop. The store has the arena and the snapshot. */
+static void first_life(struct fixture *f, struct vased *d, struct store *st, uint8_t fill) {
+    const char *log;
+    char msg[384];
+    start(d, 0x1111, -1, -1, &log);
+    store_drain(st);
+    assert_true(st->arena >= 0);
+    assert_int_equal(vase_registry_restore_seq(d->reg, d->allocs[0], &f->sv, msg, sizeof(msg)), 0);
+    memset(vase_arena_at(d->arenas[0], 0), fill, 4096);
+    stop(d, true);
+    store_drain(st);
+    assert_true(st->state >= 0);
+}
+
+/* The pair of one stop: kept, contents and sequence intact. */
+static void test_bound_kept(void **state) {
+    struct store st;
+    struct vased *d = calloc(1, sizeof(*d));
+    const char *log;
+    assert_non_null(d);
+    store_open(&st);
+    first_life(*state, d, &st, 0xa1);
+    start(d, 0x2222, st.arena, st.state, &log);
+    assert_non_null(strstr(log, "Arena 0 \"default\": kept across the restart"));
+    assert_int_equal(first_byte(d), 0xa1);
+    assert_int_equal(d->reg->n_restored, 1);
+    stop(d, false);
+    store_drain(&st);
+    assert_int_equal(st.arena_removed, 0);
+    store_close(&st);
+    free(d);
+}
+
+/* A snapshot of an earlier stop with the arena as a later one left it; a pair replayed. */
+static void test_bound_stale(void **state) {
+    struct store st;
+    struct vased *d = calloc(1, sizeof(*d));
+    const char *log;
+    assert_non_null(d);
+    store_open(&st);
+    first_life(*state, d, &st, 0xa1);
+    int stale = dup(st.state);
+
+    /* Kept; then the pages are written again (another owner's now, say) and it stops again. */
+    start(d, 0x2222, st.arena, st.state, &log);
+    assert_non_null(strstr(log, "kept across the restart"));
+    memset(vase_arena_at(d->arenas[0], 0), 0xb2, 4096);
+    stop(d, true);
+    store_drain(&st);
+    int arena = dup(st.arena), fresh = dup(st.state);
+
+    /* The first stop's snapshot with it: discarded with the reason; a new arena, no sequence. */
+    start(d, 0x3333, arena, stale, &log);
+    assert_non_null(strstr(log, "Discarding the kept memory of arena 0 \"default\": the snapshot "
+                                "is of another stop than the one that stamped this memory"));
+    assert_non_null(strstr(log, "a stale or foreign pair"));
+    assert_null(strstr(log, "kept across the restart"));
+    assert_int_equal(first_byte(d), 0);
+    assert_int_equal(d->reg->n_restored, 0);
+    stop(d, false);
+    store_drain(&st);
+    assert_int_equal(st.arena_removed, 1);
+
+    /* The second stop's own pair is still good; taken back once (then a crash), it cannot be
+     * again. */
+    start(d, 0x4444, arena, fresh, &log);
+    assert_non_null(strstr(log, "kept across the restart"));
+    assert_int_equal(first_byte(d), 0xb2);
+    assert_int_equal(d->reg->n_restored, 1);
+    stop(d, false);
+    start(d, 0x5555, arena, fresh, &log);
+    assert_non_null(strstr(log, "Discarding the kept memory of arena 0 \"default\": its memfd "
+                                "carries no stamp of a stop"));
+    assert_int_equal(first_byte(d), 0);
+    assert_int_equal(d->reg->n_restored, 0);
+    stop(d, false);
+
+    close(arena);
+    close(fresh);
+    close(stale);
+    store_close(&st);
+    free(d);
+}
+
+/* A blank memfd of the arena's size and seals in its place: discarded, not adopted as intact. */
+static void test_bound_blank(void **state) {
+    struct store st;
+    struct vased *d = calloc(1, sizeof(*d));
+    const char *log;
+    struct stat sb;
+    assert_non_null(d);
+    store_open(&st);
+    first_life(*state, d, &st, 0xa1);
+    assert_int_equal(fstat(st.arena, &sb), 0);
+    int blank = memfd_create("blank", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(blank >= 0);
+    assert_int_equal(ftruncate(blank, sb.st_size), 0);
+    assert_int_equal(fcntl(blank, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+    start(d, 0x2222, blank, st.state, &log);
+    assert_non_null(strstr(log, "Discarding the kept memory of arena 0 \"default\": its memfd "
+                                "carries no stamp of a stop"));
+    assert_null(strstr(log, "kept across the restart"));
+    assert_int_equal(d->reg->n_restored, 0);
+    stop(d, false);
+    close(blank);
+    store_close(&st);
+    free(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_restore_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bound_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bound_stale, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bound_blank, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

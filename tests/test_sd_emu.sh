@@ -28,6 +28,12 @@
 #     once the daemon logged it): the reopen fails with -ENOENT.
 #  8. A kill -9 leaves the arena in the store but no snapshot: vased discards the arena and
 #     starts empty; the reopen fails with -ENOENT.
+#  9. A snapshot of an earlier stop replayed with the arena as a later stop left it: after one
+#     restart the engine reopens its sequence and finishes; at the second restart the emulator
+#     hands back the first snapshot. vased discards the arena, its stamp naming another stop
+#     (the reason logged), and the first snapshot's sequence is lost, not given back.
+# 10. A blank memfd of the arena's size and seals handed back in place of the arena: discarded
+#     with the reason, not adopted as intact; the reopen fails with -ENOENT.
 #
 # Prints PASS or FAIL per case; exits 1 if any failed.
 
@@ -293,5 +299,41 @@ if restart_case crash USR2 --expect-lost && grep -q "^exited pid [0-9]* status 1
     status=0
 fi
 result "after a kill -9 vased starts empty" $status "$eout" "$log" "$vlog"
+
+# 9. A stale snapshot: the second restart gets the first stop's snapshot back.
+status=1
+stale_go() {
+    wait_line "$tmp/stale.out" "^decoded .* more steps" && : >"$tmp/stale-flag" &&
+        kill -USR1 "$emu_pid" && wait_line "$log" "^stale state" &&
+        for _ in $(seq 600); do
+            [ "$(grep -c '^READY' "$log")" -ge 3 ] && break
+            sleep 0.05
+        done
+}
+on_restart=stale_go
+if restart_case stale USR1 -- --stale-state "$tmp/stale-flag" &&
+    grep -q "^reopened: .*K/V identical" "$eout" && [ "$(grep -c '^READY' "$log")" = 3 ] &&
+    grep -q "^stale state" "$log" &&
+    grep -q 'Discarding the kept memory of arena 0 "default": the snapshot is of another stop than the one that stamped this memory .*: a stale or foreign pair' \
+        "$vlog" && grep -q "1 sequences of the previous vased were on arenas not kept: lost" "$vlog" &&
+    [ "$(grep -c '^FDSTOREREMOVE arena-0' "$log")" = 1 ] &&
+    [ "$(grep -c 'Arena 0 "default": kept across the restart' "$vlog")" = 1 ]; then
+    status=0
+fi
+on_restart=
+result "a snapshot of an earlier stop is discarded with the arena's memory, with its reason" \
+    $status "$eout" "$log" "$vlog"
+
+# 10. A blank memfd in the arena's place.
+status=1
+: >"$tmp/blank-flag"
+if restart_case blank USR1 --expect-lost -- --blank-arena "$tmp/blank-flag" &&
+    grep -q "^blank arena-0" "$log" && grep -q "^reopen refused as expected" "$eout" &&
+    grep -q 'Discarding the kept memory of arena 0 "default": its memfd carries no stamp of a stop' \
+        "$vlog" && ! grep -q "kept across the restart" "$vlog"; then
+    status=0
+fi
+result "a blank memfd in the arena's place is discarded, not adopted as intact" $status "$eout" \
+    "$log" "$vlog"
 
 exit $failed
