@@ -245,6 +245,7 @@ static int handle_evict_request(struct vased *d, struct vased_client *c,
     memcpy(run->routing_id, p->id, p->id_len);
     run->routing_id_len = p->id_len;
     run->request_id = p->request_id;
+    run->uid = (uint32_t)c->uid;
     run->tenant = c->id;
 
     r = vase_evictor_submit(d->evictor, run);
