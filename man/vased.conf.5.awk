@@ -51,6 +51,13 @@ BEGIN {
     print "SIGHUP a key the files leave unchanged keeps the value set with *vasectl config set*;"
     print "a key they change takes their value."
     print ""
+    print "Limits come in two kinds. The *max\\_\\*\\_per\\_client* settings bound one session (one"
+    print "engine process); the *max\\_\\*\\_per\\_uid* settings bound all the sessions of one uid"
+    print "together, so that a uid gains nothing by opening more sessions. A refusal by a per-uid"
+    print "cap has the errno of the per-client one (EUSERS for a session, EDQUOT otherwise). The"
+    print "per-uid caps do not apply to root and to the daemon's own uid. The eviction plans of all"
+    print "sessions are queued fairly per uid: uids take turns, then each uid's sessions."
+    print ""
     print "# SETTINGS OF [vased]"
     print ""
 }
