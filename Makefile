@@ -648,9 +648,15 @@ $(BENCH_SERVICE): $(BUILD)/tests/bench_service.o $(BUILD)/tests/argnum.o $(LIBVA
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
 
-# The service benchmark is built with everything else, so that it cannot rot; it runs only on
+BENCH_TENANTS := $(BUILD)/tests/bench_tenants
+
+$(BENCH_TENANTS): $(BUILD)/tests/bench_tenants.o $(BUILD)/tests/argnum.o $(LIBVASE_A)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
+
+# The service benchmarks are built with everything else, so that it cannot rot; it runs only on
 # demand (make bench-service).
-all: $(if $(LIBVASE_SRCS),$(BENCH_SERVICE))
+all: $(if $(LIBVASE_SRCS),$(BENCH_SERVICE) $(BENCH_TENANTS))
 
 run: $(VASED) $(VASECTL) $(EXAMPLES)
 	$(Q)mkdir -p $(RUN_DIR)
@@ -682,7 +688,11 @@ update-vased-conf: $(VASED)
 bench-service: $(VASED) $(BENCH_SERVICE)
 	$(Q)VASED=$(VASED) BENCH=$(BENCH_SERVICE) tests/bench_service.sh
 
-.PHONY: run demo check-replay check-systemd update-vased-conf bench-service
+# One uid's victim session beside 32 sessions of another uid (as root).
+bench-tenants: $(VASED) $(BENCH_TENANTS)
+	$(Q)VASED=$(VASED) BENCH=$(BENCH_TENANTS) tests/bench_tenants.sh $(BENCH_TENANTS_FLAGS)
+
+.PHONY: run demo check-replay check-systemd update-vased-conf bench-service bench-tenants
 
 # ---- end run, demo, systemd ----
 

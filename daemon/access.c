@@ -33,6 +33,10 @@ int vase_access_lookup(const struct vased *d, const struct ucred *cred, struct v
     return 0;
 }
 
+bool vase_access_uid_capped(const struct vased *d, uid_t uid) {
+    return uid != 0 && uid != d->self_uid;
+}
+
 bool vase_access_client_visible(const struct vased_peer *who, const struct vased_client *c) {
     if (who->admin || c->uid == who->uid)
         return true;

@@ -22,5 +22,10 @@ int vase_access_lookup(const struct vased *d, const struct ucred *cred, struct v
 /* Whether a listing shows client c / sequence s to who: admins see everything; others their own
  * uid's clients and sequences, and those in the arenas they may use (which they could read
  * anyway). */
+/* Whether the per-uid caps (max_sessions_per_uid, max_seqs_per_uid, max_waiting_opens_per_uid,
+ * max_stats_bytes_per_uid) apply to uid: to every uid but root and the daemon's own, who may
+ * change those caps anyway. */
+bool vase_access_uid_capped(const struct vased *d, uid_t uid);
+
 bool vase_access_client_visible(const struct vased_peer *who, const struct vased_client *c);
 bool vase_access_seq_visible(const struct vased_peer *who, const struct vased_seq *s);

@@ -63,6 +63,13 @@ uint32_t vase_admitq_count_client(const struct vase_admitq *q, uint32_t client_i
     return n;
 }
 
+uint32_t vase_admitq_count_uid(const struct vase_admitq *q, uid_t uid) {
+    uint32_t n = 0;
+    for (const struct vase_admit_wait *w = q->head; w; w = w->next)
+        n += w->uid == uid;
+    return n;
+}
+
 uint32_t vase_admitq_count_arena(const struct vase_admitq *q, uint32_t arena_id) {
     uint32_t n = 0;
     for (const struct vase_admit_wait *w = q->head; w; w = w->next)

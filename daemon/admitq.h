@@ -23,6 +23,7 @@
 struct vase_admit_wait {
     struct vase_admit_wait *next;
     uint32_t client_id, arena_id, model_id;
+    uid_t uid; /* the client's */
     struct vased_seq_request req;
     uint64_t bytes;      /* its footprint */
     uint64_t page_bytes; /* its model's KV page */
@@ -54,6 +55,8 @@ void vase_admitq_unlink(struct vase_admitq *q, struct vase_admit_wait *prev,
 uint32_t vase_admitq_drop_client(struct vase_admitq *q, uint32_t client_id);
 /* Entries of client_id. */
 uint32_t vase_admitq_count_client(const struct vase_admitq *q, uint32_t client_id);
+/* Entries of the clients of uid. */
+uint32_t vase_admitq_count_uid(const struct vase_admitq *q, uid_t uid);
 /* Entries for arena_id. */
 uint32_t vase_admitq_count_arena(const struct vase_admitq *q, uint32_t arena_id);
 /* Unlinks and returns the first entry whose deadline is at or before now (the caller owns it),

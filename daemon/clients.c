@@ -7,7 +7,9 @@
  * the welcome, which describes and passes only the arenas it may use. The session is silent after
  * that; its closing is how the daemon learns the client is gone, and then its sequences close (or
  * wait for their plan in flight), its pages return and the leave is published. Refusals are
- * logged under one rate limit, since anyone who can reach the socket can cause them.
+ * logged under one rate limit, since anyone who can reach the socket can cause them. Beyond
+ * max_clients, the hello of a uid that has max_sessions_per_uid sessions open is refused, so
+ * that one uid cannot take every session.
  */
 
 #include <errno.h>
@@ -153,8 +155,17 @@ static void on_pending(struct vased *d, size_t i) {
     }
 
     /* The allow-list was checked when the connection was accepted. */
+    struct vased_uid_usage used = {0};
+    bool capped = vase_access_uid_capped(d, pend.cred.uid);
+    if (capped)
+        vase_registry_uid_usage(d->reg, pend.cred.uid, &used);
     if (d->reg->n_clients >= d->cfg.max_clients) {
         refuse(d, pend.fd, EUSERS, "max_clients (%u) sessions are open", d->cfg.max_clients);
+        r = -EUSERS;
+    } else if (capped && used.sessions >= d->cfg.max_sessions_per_uid) {
+        /* One uid's share: however many sessions it opens, others still get in. */
+        refuse(d, pend.fd, EUSERS, "uid %u has max_sessions_per_uid (%u) sessions open",
+               (unsigned)pend.cred.uid, d->cfg.max_sessions_per_uid);
         r = -EUSERS;
     } else if (d->stopping) {
         refuse(d, pend.fd, ESHUTDOWN, "the daemon is shutting down");

@@ -91,6 +91,20 @@ const struct vase_setting vase_settings[] = {
      "Most daemon memory the attention statistics one client pushes (accumulated attention and "
      "window scores) may hold; beyond it AttnStats is refused with EDQUOT. 0 accepts no "
      "statistics at all (it is not \"no limit\")."},
+    {"max_sessions_per_uid", VASE_SETTING_U32, OFF(max_sessions_per_uid), 1, 4096, "16", true,
+     "Most sessions the clients of one uid may have open at once; more are refused at the "
+     "handshake (EUSERS), so one uid cannot take every one of max_clients. Like every per-uid "
+     "cap, it does not apply to root and the daemon's own uid."},
+    {"max_seqs_per_uid", VASE_SETTING_U32, OFF(max_seqs_per_uid), 1, 1 << 20, "4096", true,
+     "Most sequences the clients of one uid may have open together (EDQUOT beyond)."},
+    {"max_waiting_opens_per_uid", VASE_SETTING_U32, OFF(max_waiting_opens_per_uid), 0, 1 << 20,
+     "1024", true,
+     "Most opens of the clients of one uid that may wait for room together (admission wait); "
+     "beyond it an open that finds no room is refused with EDQUOT at once."},
+    {"max_stats_bytes_per_uid", VASE_SETTING_SIZE, OFF(max_stats_bytes_per_uid), 0,
+     INT64_C(1) << 40, "256M", true,
+     "Most daemon memory the attention statistics of the clients of one uid may hold together "
+     "(EDQUOT beyond). 0 accepts no statistics from such a uid."},
     {"max_message_bytes", VASE_SETTING_SIZE, OFF(max_message_bytes), 1 << 16, 256 << 20, "16M",
      false,
      "Largest control message accepted; larger ones are refused with EMSGSIZE before they "

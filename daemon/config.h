@@ -74,6 +74,12 @@ struct vase_config {
     uint64_t max_bytes_per_client; /* 0: no quota */
     uint32_t max_models_per_client;
     uint64_t max_stats_bytes_per_client; /* 0: no attention statistics accepted */
+    /* The same for all the connected clients of one uid together (not root's, not the
+     * daemon's own uid's: vase_access_uid_capped()). */
+    uint32_t max_sessions_per_uid;
+    uint32_t max_seqs_per_uid;
+    uint32_t max_waiting_opens_per_uid;
+    uint64_t max_stats_bytes_per_uid; /* 0: no attention statistics accepted */
     uint64_t max_message_bytes;
     uint32_t evictor_threads;
     uint32_t stats_interval;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "access.h"
 #include "alloc.h"
 #include "clients.h"
 #include "arena.h"
@@ -245,6 +246,7 @@ static int handle_evict_request(struct vased *d, struct vased_client *c,
     memcpy(run->routing_id, p->id, p->id_len);
     run->routing_id_len = p->id_len;
     run->request_id = p->request_id;
+    run->uid = (uint32_t)c->uid;
     run->tenant = c->id;
 
     r = vase_evictor_submit(d->evictor, run);
@@ -523,6 +525,20 @@ static int handle_attn_stats(struct vased *d, struct vased_client *c, const stru
             "%llu)",
             (unsigned long long)(add - freed), (unsigned long long)quota,
             (unsigned long long)c->stats_bytes);
+    if (add > freed && vase_access_uid_capped(d, c->uid)) {
+        /* The clients of one uid share one allowance: more sessions bring no more of it. */
+        struct vased_uid_usage used;
+        uint64_t uid_quota = d->cfg.max_stats_bytes_per_uid;
+        vase_registry_uid_usage(d->reg, c->uid, &used);
+        if (add - freed > uid_quota || used.stats_bytes > uid_quota - (add - freed))
+            return vase_reply_error(d, p, EDQUOT,
+                                    "attn_stats: keeping %llu more bytes would take the "
+                                    "statistics of uid %u's clients over "
+                                    "max_stats_bytes_per_uid (%llu; they hold %llu)",
+                                    (unsigned long long)(add - freed), (unsigned)c->uid,
+                                    (unsigned long long)uid_quota,
+                                    (unsigned long long)used.stats_bytes);
+    }
 
     if (req->kind == VASE__STATS_KIND__STATS_ACC_ADD) {
         if (!s->acc) {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "access.h"
 #include "admitq.h"
 #include "alloc.h"
 #include "arena.h"
@@ -312,6 +313,21 @@ static bool could_fit(const struct vase_alloc *a, const struct vased_model *m,
     return fp.bytes <= a->arena_bytes;
 }
 
+/* -EDQUOT with the reason in why when c's uid has max_seqs_per_uid sequences open (root and the
+ * daemon's uid are not capped), else 0. */
+static int uid_seq_quota(const struct vased *d, const struct vased_client *c, char *why,
+                         size_t why_size) {
+    if (!vase_access_uid_capped(d, c->uid))
+        return 0;
+    struct vased_uid_usage used;
+    vase_registry_uid_usage(d->reg, c->uid, &used);
+    if (used.seqs < d->cfg.max_seqs_per_uid)
+        return 0;
+    snprintf(why, why_size, "the clients of uid %u have max_seqs_per_uid (%u) sequences open",
+             (unsigned)c->uid, d->cfg.max_seqs_per_uid);
+    return -EDQUOT;
+}
+
 /* Parks an open that found no room: 0 (parked, the reply comes later), or the -code of the
  * Error sent. */
 static int park_open(struct vased *d, struct vased_client *c, const struct vase_reply_to *p,
@@ -323,6 +339,12 @@ static int park_open(struct vased *d, struct vased_client *c, const struct vase_
                                 "cannot open the sequence: %s; and the client already has "
                                 "max_seqs_per_client (%u) opens waiting for room",
                                 why, most);
+    most = d->cfg.max_waiting_opens_per_uid;
+    if (vase_access_uid_capped(d, c->uid) && vase_admitq_count_uid(&d->admitq, c->uid) >= most)
+        return vase_reply_error(d, p, EDQUOT,
+                                "cannot open the sequence: %s; and the clients of uid %u already "
+                                "have max_waiting_opens_per_uid (%u) opens waiting for room",
+                                why, (unsigned)c->uid, most);
     if (p->id_len > VASE_ADMIT_MAX_ROUTING_ID)
         return vase_reply_error(d, p, ENOSPC, "cannot open the sequence: %s", why);
     struct vase_admit_wait *w = vase_admit_wait_new();
@@ -331,6 +353,7 @@ static int park_open(struct vased *d, struct vased_client *c, const struct vase_
         return vase_reply_error(d, p, ENOMEM, "out of memory parking the open");
     }
     w->client_id = c->id;
+    w->uid = c->uid;
     w->arena_id = m->arena_id;
     w->model_id = m->id;
     w->req = *req;
@@ -363,9 +386,12 @@ static int handle_reopen(struct vased *d, struct vased_client *c, const struct v
                                 o->resume_seq, d->cfg.max_seqs_per_client);
     struct vased_seq *s;
     char msg[256];
-    int r = vase_restore_reopen(d, c, m, o->resume_seq, o->resume_token.data, o->resume_token.len,
-                                req->policy, req->params.budget, req->params.window, &s, msg,
-                                sizeof(msg));
+    int r = uid_seq_quota(d, c, msg, sizeof(msg));
+    if (r < 0)
+        return vase_reply_error(d, p, -r, "cannot reopen sequence %u: %s", o->resume_seq, msg);
+    r = vase_restore_reopen(d, c, m, o->resume_seq, o->resume_token.data, o->resume_token.len,
+                            req->policy, req->params.budget, req->params.window, &s, msg,
+                            sizeof(msg));
     if (r < 0)
         return vase_reply_error(d, p, -r, "cannot reopen: %s", msg);
     log_info("Client %u (uid %u) reopened sequence %u on its kept pages: len %u, %u evictions.",
@@ -397,6 +423,9 @@ static int open_seq(struct vased *d, struct vased_client *c, const struct vase_r
 
     struct vased_seq *s;
     char why[256];
+    r = uid_seq_quota(d, c, why, sizeof(why));
+    if (r < 0)
+        return vase_reply_error(d, p, -r, "cannot open the sequence: %s", why);
     struct vase_alloc *a = d->allocs[m->arena_id];
     uint32_t ahead = vase_admitq_count_arena(&d->admitq, m->arena_id);
     uint64_t bytes;
@@ -447,9 +476,13 @@ static int retry_open(struct vased *d, const struct vase_admit_wait *w) {
         return vase_reply_error(d, &p, ENOENT, "model %u is gone", w->model_id);
     struct vased_seq *s;
     char why[256];
-    int r = vase_registry_open_seq(d->reg, d->allocs[w->arena_id], c, m, &w->req,
-                                   d->cfg.max_seqs_per_client, d->cfg.max_bytes_per_client, &s, why,
-                                   sizeof(why));
+    /* Its uid may have opened others meanwhile. */
+    int r = uid_seq_quota(d, c, why, sizeof(why));
+    if (r < 0)
+        return vase_reply_error(d, &p, -r, "cannot open the sequence: %s", why);
+    r = vase_registry_open_seq(d->reg, d->allocs[w->arena_id], c, m, &w->req,
+                               d->cfg.max_seqs_per_client, d->cfg.max_bytes_per_client, &s, why,
+                               sizeof(why));
     if (r == -ENOSPC)
         return 0;
     if (r < 0)

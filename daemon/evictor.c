@@ -4,11 +4,11 @@
  * The evictor thread pool. Invariants: a job belongs to the queue, then to one thread, then to
  * the results pipe, then to the main thread, which frees it; a run's fields that threads read
  * do not change while any of its jobs is queued or running, and each thread writes only the
- * keep lists and plan-page entries of its own layers. The queue (fairq.c: clients in turn, one
- * run at a time) is the only shared structure and the only thing the mutex guards; the count of
- * runs in flight is the main thread's. Jobs travel back as a pointer in a message over an
- * inproc PUSH/PULL pair with unlimited high-water marks, so a thread never blocks on the main
- * thread.
+ * keep lists and plan-page entries of its own layers. The queue (fairq.c: uids in turn, then
+ * each uid's clients in turn, one run at a time) is the only shared structure and the only thing
+ * the mutex guards; the count of runs in flight is the main thread's. Jobs travel back as a pointer
+ * in a message over an inproc PUSH/PULL pair with unlimited high-water marks, so a thread never
+ * blocks on the main thread.
  */
 
 #include <errno.h>
@@ -280,7 +280,7 @@ int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run) {
 
     pthread_mutex_lock(&ev->lock);
     /* Cannot fail: the run has at least one job. */
-    vase_fairq_push(&ev->queue, &run->queued, run->tenant, first);
+    vase_fairq_push(&ev->queue, &run->queued, run->uid, run->tenant, first);
     /* One wake-up per job: a broadcast for a one-job run would wake every thread to find the
      * queue empty again, and on a small machine those wake-ups delay the one that matters. */
     for (uint32_t i = 0; i < njobs; i++)

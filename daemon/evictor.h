@@ -7,8 +7,9 @@
  * arena itself; the evictor cuts it into layer-range jobs, threads compute them with the
  * planner of the run's arena (planner.h), which writes the keep lists into the sequence's plan
  * pages, and each finished job is posted back to the main thread over an inproc ZeroMQ
- * PUSH/PULL pair. Threads take jobs from a queue that serves the clients in turn, one run each
- * (fairq.h), so that a client with many sequences cannot hold back the plans of the others. No
+ * PUSH/PULL pair. Threads take jobs from a queue that serves the uids in turn, then each uid's
+ * clients in turn, one run each (fairq.h), so that neither a client with many sequences nor a
+ * uid with many clients can hold back the plans of the others. No
  * lock guards the registry: threads never see it. Each thread makes its planner state on its
  * first job over host memory (one for all host arenas) or over a device arena (one per arena),
  * and frees it when it stops.
@@ -27,7 +28,9 @@ struct vase_arena;
 
 struct vase_plan_run {
     /* Filled by the main thread before submission; read-only while jobs are in flight. */
-    uint32_t tenant; /* the client it is planned for: the queue serves clients in turn */
+    /* The client it is planned for, and that client's uid: the queue serves uids in turn, then
+     * each uid's clients in turn. */
+    uint32_t uid, tenant;
     uint32_t seq_id;
     uint32_t round;
     uint32_t len;  /* len of the request */
@@ -85,7 +88,8 @@ void *vase_evictor_socket(struct vase_evictor *ev);
 unsigned vase_evictor_threads(const struct vase_evictor *ev);
 
 /* Queues a run, cut into layer ranges so that several threads share it, behind the runs of
- * run->tenant already queued; tenants are served in turn, one run at a time (fairq.h). 0 or
+ * run->tenant already queued; uids are served in turn, then the tenants of each uid, one run at
+ * a time (fairq.h). 0 or
  * -ENOMEM (nothing queued). */
 int vase_evictor_submit(struct vase_evictor *ev, struct vase_plan_run *run);
 

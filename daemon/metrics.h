@@ -33,7 +33,7 @@ extern const double vase_metrics_plan_bounds[VASE_METRICS_PLAN_BUCKETS];
 /* Why an OpenSeq was refused (vase_admission_refusals_total{reason}). */
 enum vase_metrics_refusal {
     VASE_METRICS_REFUSAL_NOSPACE, /* no room in the arena, and no wait asked for */
-    VASE_METRICS_REFUSAL_QUOTA,   /* max_seqs_per_client, max_bytes_per_client */
+    VASE_METRICS_REFUSAL_QUOTA,   /* max_seqs_per_client, max_bytes_per_client, the per-uid caps */
     VASE_METRICS_REFUSAL_TIMEOUT, /* parked for admission_wait_ms, no room came */
     VASE_METRICS_REFUSAL_INVALID, /* the request itself was wrong (bad parameters, no model) */
     VASE_METRICS_REFUSAL_OTHER,   /* out of memory, and anything else */

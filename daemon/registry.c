@@ -798,3 +798,16 @@ uint64_t vase_registry_draining_bytes(const struct vase_registry *reg) {
         bytes += c->bytes;
     return bytes;
 }
+
+void vase_registry_uid_usage(const struct vase_registry *reg, uid_t uid,
+                             struct vased_uid_usage *ret) {
+    struct vased_uid_usage u = {0};
+    for (const struct vased_client *c = reg->clients; c; c = c->next) {
+        if (c->uid != uid)
+            continue;
+        u.sessions++;
+        u.seqs += c->n_seqs;
+        u.stats_bytes += c->stats_bytes;
+    }
+    *ret = u;
+}

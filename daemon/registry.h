@@ -270,6 +270,17 @@ uint64_t vase_registry_release_client(struct vase_registry *reg, struct vase_all
 /* The bytes the draining clients hold. */
 uint64_t vase_registry_draining_bytes(const struct vase_registry *reg);
 
+/* What the connected clients of one uid hold together (the per-uid caps; draining clients, whose
+ * sessions are gone, are not counted). */
+struct vased_uid_usage {
+    uint32_t sessions;
+    uint32_t seqs;
+    uint64_t stats_bytes;
+};
+/* Costs one step per connected client. */
+void vase_registry_uid_usage(const struct vase_registry *reg, uid_t uid,
+                             struct vased_uid_usage *ret);
+
 /* Releases the KV pages of s beyond keep_pages (charged to its client). 0 or -EINVAL. */
 int vase_registry_shrink_seq(struct vased_seq *s, struct vase_alloc *alloc, uint32_t keep_pages);
 /* Appends KV pages to the block table of s until it has n_pages (at most max_pages), charged

@@ -60,6 +60,13 @@ BEGIN {
     print "else, a FIFO included (never waited on), is refused with a message naming the path and"
     print "the reason: vased does not start, and a reload keeps the running configuration."
     print ""
+    print "Limits come in two kinds. The *max\\_\\*\\_per\\_client* settings bound one session (one"
+    print "engine process); the *max\\_\\*\\_per\\_uid* settings bound all the sessions of one uid"
+    print "together, so that a uid gains nothing by opening more sessions. A refusal by a per-uid"
+    print "cap has the errno of the per-client one (EUSERS for a session, EDQUOT otherwise). The"
+    print "per-uid caps do not apply to root and to the daemon's own uid. The eviction plans of all"
+    print "sessions are queued fairly per uid: uids take turns, then each uid's sessions."
+    print ""
     print "# SETTINGS OF [vased]"
     print ""
 }

@@ -471,7 +471,7 @@ static int step_fairq(void *ctx) {
     alloc_fail_arm();
     for (uint32_t i = 0; i < 3 && r == 0; i++) {
         c->jobs[i][0].next = &c->jobs[i][1];
-        r = vase_fairq_push(&c->q, &c->runs[i], i % 2, &c->jobs[i][0]);
+        r = vase_fairq_push(&c->q, &c->runs[i], i % 2, i, &c->jobs[i][0]);
     }
     while (r == 0 && vase_fairq_pop(&c->q, &j) == 1)
         popped++;

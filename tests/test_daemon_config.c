@@ -163,6 +163,13 @@ static void test_defaults_valid(void **state) {
     assert_string_equal(c.arena_users, "");
     assert_string_equal(c.arena_groups, "");
     assert_int_equal(c.max_stats_bytes_per_client, 128u << 20);
+    /* One uid's share: a quarter of max_clients' sessions, four clients' sequences, one
+     * client's waiting opens, two clients' statistics. */
+    assert_int_equal(c.max_sessions_per_uid, 16);
+    assert_true(c.max_sessions_per_uid < c.max_clients);
+    assert_int_equal(c.max_seqs_per_uid, 4096);
+    assert_int_equal(c.max_waiting_opens_per_uid, 1024);
+    assert_int_equal(c.max_stats_bytes_per_uid, 256u << 20);
     assert_null(c.extra_arenas);
     assert_int_equal(c.n_extra_arenas, 0);
     /* Every default parses and lies within its bounds, and every setting is documented. */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/fairq.c, the evictor's planning queue: tenants served in turn at run
- * granularity, the jobs of a run handed out together, the counters, the empty queue, and a
- * seeded random sequence of pushes and pops checked against a plain model of the rule. */
+/* Unit tests of daemon/fairq.c, the evictor's planning queue: uids served in turn, then each
+ * uid's tenants, at run granularity; the jobs of a run handed out together, the counters, the
+ * empty queue, and a seeded random sequence of pushes and pops over several uids checked against
+ * a plain model of the rule. */
 
 #include <errno.h>
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 
 #define MAX_RUNS 512
 #define NTENANTS 5 /* tenants of the random mix */
+#define NUIDS 3    /* uids of the random mix: tenant t belongs to uid t % NUIDS */
 #define MAX_JOBS 4
 
 struct tjob {
@@ -28,7 +30,7 @@ struct tjob {
 
 struct trun {
     struct vase_fairq_run node;
-    uint32_t tenant;
+    uint32_t uid, tenant;
     int njobs;
     struct tjob jobs[MAX_JOBS];
 };
@@ -51,19 +53,25 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* Pushes a run of njobs jobs for tenant; returns its index. */
-static int push(struct fixture *f, uint32_t tenant, int njobs) {
+/* Pushes a run of njobs jobs for tenant of uid; returns its index. */
+static int push_uid(struct fixture *f, uint32_t uid, uint32_t tenant, int njobs) {
     assert_true(f->nruns < MAX_RUNS && njobs >= 1 && njobs <= MAX_JOBS);
     int i = f->nruns++;
     struct trun *r = &f->runs[i];
+    r->uid = uid;
     r->tenant = tenant;
     r->njobs = njobs;
     for (int k = 0; k < njobs; k++) {
         r->jobs[k] = (struct tjob){.run = i, .index = k};
         r->jobs[k].node.next = k + 1 < njobs ? &r->jobs[k + 1].node : NULL;
     }
-    assert_int_equal(vase_fairq_push(&f->q, &r->node, tenant, &r->jobs[0].node), 0);
+    assert_int_equal(vase_fairq_push(&f->q, &r->node, uid, tenant, &r->jobs[0].node), 0);
     return i;
+}
+
+/* Pushes a run for tenant, all tenants of one uid: the rule within a uid. */
+static int push(struct fixture *f, uint32_t tenant, int njobs) {
+    return push_uid(f, 1000, tenant, njobs);
 }
 
 static const struct tjob *pop(struct fixture *f) {
@@ -107,7 +115,7 @@ static void test_empty(void **state) {
     assert_int_equal(vase_fairq_count_tenant(&f->q, 1), 0);
 
     /* A run without jobs would never leave: refused, nothing queued. */
-    assert_int_equal(vase_fairq_push(&f->q, &f->runs[0].node, 1, NULL), -EINVAL);
+    assert_int_equal(vase_fairq_push(&f->q, &f->runs[0].node, 1000, 1, NULL), -EINVAL);
     assert_true(vase_fairq_is_empty(&f->q));
     assert_counts(&f->q, 0, 0, 0);
 
@@ -188,6 +196,73 @@ static void test_runs_stay_whole(void **state) {
     assert_true(vase_fairq_is_empty(&f->q));
 }
 
+/*
+ * The case a queue fair only among clients gets wrong: uid B has 32 clients with a run each
+ * queued, then uid A's one client queues one. A's run leaves after at most one run of B (the
+ * one B was handed first), not after all 32; then B's clients take their turns among B's.
+ */
+static void test_uid_with_many_clients(void **state) {
+    struct fixture *f = *state;
+    int b[32], b2[32], a;
+
+    for (uint32_t t = 0; t < 32; t++)
+        b[t] = push_uid(f, 2000, 100 + t, 2);
+    a = push_uid(f, 1000, 1, 2);
+    assert_int_equal(pop_run(f), b[0]);
+    assert_int_equal(pop_run(f), a);
+    for (int t = 1; t < 32; t++)
+        assert_int_equal(pop_run(f), b[t]);
+    assert_true(vase_fairq_is_empty(&f->q));
+
+    /* A uid with work keeps its turn every other run while the other has 32 clients queued,
+     * and each of B's clients has its run out before any of them a second. */
+    for (uint32_t t = 0; t < 32; t++) {
+        b[t] = push_uid(f, 2000, 100 + t, 1);
+        b2[t] = push_uid(f, 2000, 100 + t, 1);
+    }
+    int a0 = push_uid(f, 1000, 1, 1), a1 = push_uid(f, 1000, 1, 1), a2 = push_uid(f, 1000, 2, 1);
+    assert_int_equal(pop_run(f), b[0]);
+    assert_int_equal(pop_run(f), a0);
+    assert_int_equal(pop_run(f), b[1]);
+    assert_int_equal(pop_run(f), a2); /* A's other client before A's first one again */
+    assert_int_equal(pop_run(f), b[2]);
+    assert_int_equal(pop_run(f), a1);
+    for (int t = 3; t < 32; t++)
+        assert_int_equal(pop_run(f), b[t]);
+    for (int t = 0; t < 32; t++)
+        assert_int_equal(pop_run(f), b2[t]);
+    assert_true(vase_fairq_is_empty(&f->q));
+    assert_counts(&f->q, 0, 0, 0);
+}
+
+/* A run that started is finished first, even when another uid arrives meanwhile; a uid that ran
+ * dry rejoins at the back of the uids; the counters count tenants of every uid. */
+static void test_uids_runs_stay_whole(void **state) {
+    struct fixture *f = *state;
+
+    int b0 = push_uid(f, 2000, 20, 3);
+    const struct tjob *j = pop(f);
+    assert_true(j->run == b0 && j->index == 0);
+    int a0 = push_uid(f, 1000, 10, 1);
+    int b1 = push_uid(f, 2000, 21, 1);
+    int c0 = push_uid(f, 3000, 30, 1);
+    assert_counts(&f->q, 3, 1, 3);
+    assert_int_equal(vase_fairq_count_tenant(&f->q, 21), 1);
+    assert_int_equal(vase_fairq_count_tenant(&f->q, 20), 0);
+    for (int k = 1; k < 3; k++) {
+        j = pop(f);
+        assert_true(j->run == b0 && j->index == k);
+    }
+    /* B had its turn: A and C go before B's other client. */
+    assert_int_equal(pop_run(f), a0);
+    int a1 = push_uid(f, 1000, 10, 1); /* A ran dry: back of the uids, behind C and B */
+    assert_int_equal(pop_run(f), c0);
+    assert_int_equal(pop_run(f), b1);
+    assert_int_equal(pop_run(f), a1);
+    assert_true(vase_fairq_is_empty(&f->q));
+    assert_counts(&f->q, 0, 0, 0);
+}
+
 static void test_counts(void **state) {
     struct fixture *f = *state;
 
@@ -223,55 +298,88 @@ static void test_counts(void **state) {
 }
 
 /*
- * The rule, written out plainly: tenants in the order they got work, each with its runs in
- * order; the front tenant hands out its front run's jobs, then goes to the back if it has runs
- * left. A seeded random mix of pushes and pops must give the same jobs, in the same order, and
- * the same counts.
+ * The rule, written out plainly: uids in the order they got work, each with its tenants in the
+ * order they got work, each with its runs in order. The front uid's front tenant hands out its
+ * front run's jobs; then that tenant goes to the back of its uid's tenants if it has runs left,
+ * and the uid to the back of the uids if any of its tenants has. A seeded random mix of pushes
+ * and pops must give the same jobs, in the same order, and the same counts.
  */
-struct model {
+struct model_uid {
+    uint32_t uid;
     uint32_t tenants[NTENANTS];
     int runs[NTENANTS][MAX_RUNS]; /* per tenant, in turn order: its runs, in order */
     int nruns[NTENANTS];
     int ntenants;
+};
+
+struct model {
+    struct model_uid uids[NUIDS]; /* in turn order */
+    int nuids;
     int next_job; /* of the front run */
 };
 
-static void model_push(struct model *m, uint32_t tenant, int run) {
+static void model_push(struct model *m, uint32_t uid, uint32_t tenant, int run) {
+    int u = 0;
+    while (u < m->nuids && m->uids[u].uid != uid)
+        u++;
+    if (u == m->nuids)
+        m->uids[m->nuids++] = (struct model_uid){.uid = uid};
+    struct model_uid *mu = &m->uids[u];
     int t = 0;
-    while (t < m->ntenants && m->tenants[t] != tenant)
+    while (t < mu->ntenants && mu->tenants[t] != tenant)
         t++;
-    if (t == m->ntenants) {
-        m->tenants[m->ntenants] = tenant;
-        m->nruns[m->ntenants++] = 0;
+    if (t == mu->ntenants) {
+        mu->tenants[mu->ntenants] = tenant;
+        mu->nruns[mu->ntenants++] = 0;
     }
-    m->runs[t][m->nruns[t]++] = run;
+    mu->runs[t][mu->nruns[t]++] = run;
+}
+
+/* Moves entry 0 of a[n] (each of size bytes) to the back. */
+static void rotate(void *a, int n, size_t size, void *tmp) {
+    memcpy(tmp, a, size);
+    memmove(a, (char *)a + size, (size_t)(n - 1) * size);
+    memcpy((char *)a + (size_t)(n - 1) * size, tmp, size);
 }
 
 /* The next job as (run, index), or run -1. */
 static void model_pop(struct model *m, const struct fixture *f, int *ret_run, int *ret_index) {
+    static struct model_uid tmp_uid;
+    static int tmp_runs[MAX_RUNS];
     *ret_run = -1;
-    if (m->ntenants == 0)
+    if (m->nuids == 0)
         return;
-    int run = m->runs[0][0];
+    struct model_uid *mu = &m->uids[0];
+    int run = mu->runs[0][0];
     *ret_run = run;
     *ret_index = m->next_job++;
     if (m->next_job < f->runs[run].njobs)
         return;
     m->next_job = 0;
-    uint32_t tenant = m->tenants[0];
-    int n = m->nruns[0] - 1, rest[MAX_RUNS];
-    memcpy(rest, m->runs[0] + 1, (size_t)n * sizeof(int));
-    for (int t = 1; t < m->ntenants; t++) {
-        m->tenants[t - 1] = m->tenants[t];
-        m->nruns[t - 1] = m->nruns[t];
-        memcpy(m->runs[t - 1], m->runs[t], (size_t)m->nruns[t] * sizeof(int));
+    /* The front tenant loses its front run and goes to the back of its uid's tenants. */
+    memmove(mu->runs[0], mu->runs[0] + 1, (size_t)(mu->nruns[0] - 1) * sizeof(int));
+    mu->nruns[0]--;
+    uint32_t tenant = mu->tenants[0];
+    int n = mu->nruns[0];
+    memcpy(tmp_runs, mu->runs[0], (size_t)n * sizeof(int));
+    for (int t = 1; t < mu->ntenants; t++) {
+        mu->tenants[t - 1] = mu->tenants[t];
+        mu->nruns[t - 1] = mu->nruns[t];
+        memcpy(mu->runs[t - 1], mu->runs[t], (size_t)mu->nruns[t] * sizeof(int));
     }
-    m->ntenants--;
+    mu->ntenants--;
     if (n > 0) {
-        m->tenants[m->ntenants] = tenant;
-        m->nruns[m->ntenants] = n;
-        memcpy(m->runs[m->ntenants], rest, (size_t)n * sizeof(int));
-        m->ntenants++;
+        mu->tenants[mu->ntenants] = tenant;
+        mu->nruns[mu->ntenants] = n;
+        memcpy(mu->runs[mu->ntenants], tmp_runs, (size_t)n * sizeof(int));
+        mu->ntenants++;
+    }
+    /* The uid goes to the back of the uids, or leaves them. */
+    if (mu->ntenants > 0) {
+        rotate(m->uids, m->nuids, sizeof(m->uids[0]), &tmp_uid);
+    } else {
+        memmove(m->uids, m->uids + 1, (size_t)(m->nuids - 1) * sizeof(m->uids[0]));
+        m->nuids--;
     }
 }
 
@@ -279,12 +387,15 @@ static void model_counts(const struct model *m, uint32_t tenant, struct vase_fai
                          uint32_t *ret_tenant_queued) {
     *ret = (struct vase_fairq_counts){.runs_partial = m->next_job > 0};
     *ret_tenant_queued = 0;
-    for (int t = 0; t < m->ntenants; t++) {
-        uint32_t mine = (uint32_t)m->nruns[t] - (t == 0 && m->next_job > 0);
-        ret->runs_queued += mine;
-        ret->tenants_waiting += mine > 0;
-        if (m->tenants[t] == tenant)
-            *ret_tenant_queued = mine;
+    for (int u = 0; u < m->nuids; u++) {
+        const struct model_uid *mu = &m->uids[u];
+        for (int t = 0; t < mu->ntenants; t++) {
+            uint32_t mine = (uint32_t)mu->nruns[t] - (u == 0 && t == 0 && m->next_job > 0);
+            ret->runs_queued += mine;
+            ret->tenants_waiting += mine > 0;
+            if (mu->tenants[t] == tenant)
+                *ret_tenant_queued = mine;
+        }
     }
 }
 
@@ -300,8 +411,9 @@ static void test_against_model(void **state) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64: the same sequence every run */
         uint32_t tenant = (uint32_t)(x >> 8) % NTENANTS;
         if ((x >> 32) % 3 == 0 && f->nruns < MAX_RUNS) {
-            int run = push(f, tenant, 1 + (int)((x >> 16) % MAX_JOBS));
-            model_push(&m, tenant, run);
+            uint32_t uid = 1000 + tenant % NUIDS;
+            int run = push_uid(f, uid, tenant, 1 + (int)((x >> 16) % MAX_JOBS));
+            model_push(&m, uid, tenant, run);
         } else {
             int run, index;
             model_pop(&m, f, &run, &index);
@@ -320,7 +432,7 @@ static void test_against_model(void **state) {
         model_counts(&m, tenant, &want, &tenant_queued);
         assert_counts(&f->q, want.runs_queued, want.runs_partial, want.tenants_waiting);
         assert_int_equal(vase_fairq_count_tenant(&f->q, tenant), tenant_queued);
-        assert_int_equal(vase_fairq_is_empty(&f->q), m.ntenants == 0);
+        assert_int_equal(vase_fairq_is_empty(&f->q), m.nuids == 0);
         if ((int)want.runs_queued > deepest)
             deepest = (int)want.runs_queued;
     }
@@ -337,6 +449,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_late_client_goes_second, setup, teardown),
         cmocka_unit_test_setup_teardown(test_three_clients_interleave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_runs_stay_whole, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_uid_with_many_clients, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_uids_runs_stay_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_against_model, setup, teardown),
     };
