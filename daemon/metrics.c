@@ -23,6 +23,7 @@
 #include "events.h"
 #include "evictor.h"
 #include "metrics.h"
+#include "metrics_http.h"
 #include "registry.h"
 #include "state.h"
 #include "vase.pb-c.h"
@@ -422,6 +423,14 @@ int vase_metrics_render(const struct vased *d, struct vase_metrics_buf *b) {
             "Events not sent (out of memory, or the socket refused them); ZeroMQ's drops for a "
             "slow subscriber show as gaps in event_seq instead.",
             d->events ? vase_events_dropped(d->events) : 0);
+
+    vase_metrics_family(b, "vase_metrics_connections_dropped_total", "counter",
+                        "Connections to this endpoint dropped or refused, by reason.");
+    for (int i = 0; i < _VASE_METRICS_DROP_MAX; i++) {
+        struct vase_metrics_label l = {"reason", vase_metrics_drop_to_string(i)};
+        vase_metrics_sample(b, "vase_metrics_connections_dropped_total", &l, 1,
+                            (double)vase_metrics_http_dropped(d->metrics_http, i));
+    }
 
     uint32_t shrunk = 0;
     uint64_t reclaiming = vase_elastic_reclaiming(d, &shrunk);
