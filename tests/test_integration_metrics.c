@@ -50,6 +50,13 @@ static int setup(void **state) {
     return harness_fixture_setup(state, sizeof(struct fixture), args);
 }
 
+/* With the series that name tenants (models, arenas). */
+static int setup_tenant(void **state) {
+    static const char *const args[] = {"--metrics-address=127.0.0.1:0",
+                                       "--metrics-tenant-labels=yes", NULL};
+    return harness_fixture_setup(state, sizeof(struct fixture), args);
+}
+
 static int teardown(void **state) {
     return harness_fixture_teardown(state);
 }
@@ -350,6 +357,81 @@ static void test_scrape_under_load(void **state) {
     harness_close_all(s, 2);
 }
 
+/* Lines of text that start with prefix. */
+static int count_lines(const char *text, const char *prefix) {
+    int n = 0;
+    size_t len = strlen(prefix);
+    for (const char *line = text; line && *line;
+         line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+        n += strncmp(line, prefix, len) == 0;
+    return n;
+}
+
+/* By default the scrape names no tenant: no model name an engine registered, no arena name; the
+ * arena series are there by number and kind. metrics_tenant_labels, set at run time, adds them;
+ * model names the text format writes alike (cut at 128 bytes, or differing only in bytes that are
+ * not UTF-8) then make one series, not two. */
+static void test_tenant_labels(void **state) {
+    struct fixture *f = *state;
+    const struct harness_daemon *d = &f->h.d;
+    struct vase_geometry g = harness_geometry();
+    g.name = "tenant-7f3a-secret-model";
+    struct vase_client *c;
+    struct vase_model *m[5];
+    assert_int_equal(harness_engine_open(d, "tenant-7f3a-engine", &g, &c, &m[0]), 0);
+    f->h.c[0] = c;
+    char long_a[201], long_b[201];
+    memset(long_a, 'A', 200);
+    memset(long_b, 'A', 200);
+    long_a[200] = long_b[200] = '\0';
+    long_a[150] = 'x';
+    long_b[150] = 'y';
+    const char *const names[] = {long_a, long_b, "tenant-7f3a-\xff", "tenant-7f3a-\xfe"};
+    for (int i = 0; i < 4; i++) {
+        struct vase_geometry gi = g;
+        gi.name = names[i];
+        assert_int_equal(vase_model_register(c, &gi, &m[1 + i]), 0);
+    }
+    struct vase_seq *s[5];
+    struct vase_seq_config cfg =
+        harness_seq_config(VASE_POLICY_STREAMING, 16, 8, 8, VASE_MODE_ASYNC);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(vase_seq_open(c, m[i], &cfg, &s[i]), 0);
+
+    char *resp;
+    const char *text;
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    promtool_check(d, text);
+    if (strstr(text, "tenant-7f3a") || strstr(text, "AAAA") || strstr(text, "model=") ||
+        strstr(text, "name=") || strstr(text, "vase_model_bytes"))
+        fail_msg("the default scrape names a tenant:\n%s", text);
+    assert_true(metric(text, "vase_arena_bytes{arena=\"0\",kind=\"host\"}") ==
+                (double)HARNESS_ARENA_BYTES);
+    assert_true(metric(text, "vase_sequences") == 5);
+    free(resp);
+
+    assert_int_equal(harness_config_set(d, "metrics_tenant_labels", "yes"), 0);
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    promtool_check(d, text);
+    assert_true(metric(text, "vase_arena_bytes{arena=\"0\",name=\"default\",kind=\"host\"}") ==
+                (double)HARNESS_ARENA_BYTES);
+    assert_true(metric(text, "vase_model_bytes{model=\"tenant-7f3a-secret-model\",arena=\"0\"}") >=
+                0);
+    char series[300];
+    snprintf(series, sizeof(series), "vase_model_bytes{model=\"%.128s\",arena=\"0\"} ", long_a);
+    assert_int_equal(count_lines(text, series), 1);
+    assert_int_equal(count_lines(text, "vase_model_bytes{model=\"tenant-7f3a-?\",arena=\"0\"} "),
+                     1);
+    assert_int_equal(count_lines(text, "vase_model_bytes{"), 3);
+    free(resp);
+
+    assert_int_equal(harness_config_set(d, "metrics_tenant_labels", "no"), 0);
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    assert_null(strstr(text, "tenant-7f3a"));
+    free(resp);
+    harness_close_all(s, 5);
+}
+
 static char log_text[1 << 16];
 
 /* Whether d's log (read into log_text) says want. */
@@ -514,7 +596,8 @@ static void test_bind_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_scrape_under_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scrape_under_load, setup_tenant, teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_labels, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_connections, setup, teardown),
     };
