@@ -25,7 +25,6 @@
  */
 
 #include <arpa/inet.h>
-#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -392,12 +391,17 @@ static bool accept_some(struct vase_metrics_http *h, double now, bool *ret_full)
             drop(h, v, VASE_METRICS_DROP_EVICTED, now);
         }
         if (live_count(h, NULL) >= VASE_METRICS_HTTP_CONNECTIONS) {
+            /* have_room() found one, and a drop above only made more room. */
             struct slot *v = pick_victim(h, NULL, now);
-            assert(v); /* have_room() found one, and the drop above only made more room */
-            drop(h, v, VASE_METRICS_DROP_EVICTED, now);
+            if (v)
+                drop(h, v, VASE_METRICS_DROP_EVICTED, now);
         }
         struct slot *s = free_slot(h);
-        assert(s);
+        if (!s) { /* have_room() found one; nothing since took it */
+            close(fd);
+            note_drop(h, VASE_METRICS_DROP_ERROR, -ENOBUFS, &peer, now);
+            continue;
+        }
         *s = (struct slot){.state = SLOT_ADDING, .fd = fd, .since = now, .peer = peer};
         h->adding = s;
         /* MHD takes the socket, and closes it even when it fails. */
