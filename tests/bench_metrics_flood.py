@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SCENARIOS = {
@@ -30,7 +31,12 @@ SCENARIOS = {
     "held": (256, 64, "idle", True),  # 4 per address from 64 addresses, never sending
     "slow": (64, 64, "slow", True),  # a request's first bytes, then nothing
     "garbage": (64, 64, "garbage", True),  # bytes that never end a request line
+    # 4 per address from 64 addresses, each reopened as soon as the daemon closes it
+    "churn": (256, 64, "idle", "churn"),
 }
+
+
+DROPPED = []  # "expired": seconds until the daemon had closed the idle connections
 
 
 def free_port():
@@ -89,7 +95,9 @@ def flood(port, n, k, what):
 
 
 def wait_dropped(socks, limit):
-    end = time.monotonic() + limit
+    """Waits until the daemon has closed every one of socks; the seconds that took."""
+    t0 = time.monotonic()
+    end = t0 + limit
     for s in socks:
         while time.monotonic() < end:
             try:
@@ -99,6 +107,32 @@ def wait_dropped(socks, limit):
                 time.sleep(0.02)
             except OSError:
                 break
+    return time.monotonic() - t0
+
+
+def churn(port, socks, k, stop):
+    """Reopens every connection of socks the daemon has closed, until stop is set."""
+    while not stop.is_set():
+        for i, s in enumerate(socks):
+            try:
+                if s.recv(64) != b"":
+                    continue
+            except BlockingIOError:
+                continue
+            except OSError:
+                pass
+            s.close()
+            n = socket.socket()
+            n.setblocking(False)
+            n.bind(("127.0.0.%d" % (2 + i % k), 0))
+            try:
+                n.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            except OSError:
+                pass
+            socks[i] = n
+        time.sleep(0.01)
 
 
 def run_once(vased, name, limit):
@@ -107,9 +141,14 @@ def run_once(vased, name, limit):
     p, d = start_vased(vased, port)
     try:
         socks = flood(port, n, k, what)
+        stop = threading.Event()
+        t = None
         if held == "expired":
-            wait_dropped(socks, limit)
-        if held is not True:
+            DROPPED.append(wait_dropped(socks, limit))
+        elif held == "churn":
+            t = threading.Thread(target=churn, args=(port, socks, k, stop))
+            t.start()
+        if held is False or held == "expired":
             for s in socks:
                 s.close()
         t0 = time.monotonic()
@@ -119,6 +158,9 @@ def run_once(vased, name, limit):
                 took = time.monotonic() - t0
                 break
             time.sleep(0.05)
+        stop.set()
+        if t:
+            t.join()
         for s in socks:
             s.close()
         return took
@@ -146,7 +188,12 @@ def main():
             med = "median: never within %.0f s" % a.limit
         n, k, what, held = SCENARIOS[name]
         print("%-8s %3d %s connections from %2d addresses, %s: %s  (runs: %s)" %
-              (name, n, what, k, {True: "held", False: "closed", "expired": "closed once dropped"}[held], med, shown))
+              (name, n, what, k, {True: "held", False: "closed", "expired": "closed once dropped",
+               "churn": "reopened when dropped"}[held], med, shown))
+        if held == "expired":
+            print("         the daemon dropped them after: median %.2f s  (runs: %s)" %
+                  (statistics.median(DROPPED), " ".join("%.2f" % t for t in DROPPED)))
+            DROPPED.clear()
         sys.stdout.flush()
 
 
