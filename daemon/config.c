@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "balance.h"
 #include "config.h"
@@ -118,6 +119,12 @@ const struct vase_setting vase_settings[] = {
      "address, or an IPv6 one in brackets ([::1]:9464); port 0 takes a free port (vasectl "
      "status shows it); off: no endpoint. Not authenticated: keep it on a loopback or "
      "otherwise trusted address."},
+    {"metrics_tenant_labels", VASE_SETTING_BOOL, OFF(metrics_tenant_labels), 0, 1, "no", true,
+     "Whether the metrics name tenants: the model names engines registered (vase_model_bytes) "
+     "and the arenas' names (the name label of vase_arena_*), which often name the tenant an "
+     "arena is for. Off: arena series carry only the arena's number and kind, and no series "
+     "names a model. On: anyone who can connect to metrics_address (every local user, for a "
+     "loopback address) reads every tenant's model names and usage."},
     {"shutdown_timeout", VASE_SETTING_U32, OFF(shutdown_timeout), 0, 600, "10", true,
      "Seconds a clean shutdown waits for plans being computed."},
     {"restore_grace", VASE_SETTING_U32, OFF(restore_grace), 1, 86400, "120", true,
@@ -179,6 +186,8 @@ const char *vase_setting_type_name(enum vase_setting_type t) {
         return "log-level";
     case VASE_SETTING_ELASTIC_POLICY:
         return "elastic-policy";
+    case VASE_SETTING_BOOL:
+        return "bool";
     }
     return "?";
 }
@@ -279,6 +288,19 @@ void *vase_config_field(const struct vase_config *c, const struct vase_setting *
     return (char *)c + s->offset;
 }
 
+/* yes/no, true/false, on/off, 1/0 (any case): 1 or 0, else -EINVAL. */
+static int parse_bool(const char *s) {
+    static const char *const yes[] = {"yes", "true", "on", "1"}, *const no[] = {"no", "false",
+                                                                                "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0)
+            return 1;
+        if (strcasecmp(s, no[i]) == 0)
+            return 0;
+    }
+    return -EINVAL;
+}
+
 int vase_setting_parse(const struct vase_setting *s, const char *value, int64_t *ret_num) {
     uint64_t u;
     int64_t i;
@@ -309,6 +331,12 @@ int vase_setting_parse(const struct vase_setting *s, const char *value, int64_t 
         return 0;
     case VASE_SETTING_ELASTIC_POLICY:
         r = vase_elastic_policy_from_string(value);
+        if (r < 0)
+            return r;
+        *ret_num = r;
+        return 0;
+    case VASE_SETTING_BOOL:
+        r = parse_bool(value);
         if (r < 0)
             return r;
         *ret_num = r;
@@ -361,6 +389,9 @@ int vase_config_set(struct vase_config *c, const char *key, const char *value, u
     case VASE_SETTING_ELASTIC_POLICY:
         *(int *)p = (int)num;
         break;
+    case VASE_SETTING_BOOL:
+        *(bool *)p = num != 0;
+        break;
     }
     return 0;
 }
@@ -393,6 +424,9 @@ int vase_config_format(const struct vase_config *c, const struct vase_setting *s
         snprintf(buf, len, "%s", n ? n : "?");
         break;
     }
+    case VASE_SETTING_BOOL:
+        snprintf(buf, len, "%s", *(const bool *)p ? "yes" : "no");
+        break;
     }
     return 0;
 }

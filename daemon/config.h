@@ -83,7 +83,8 @@ struct vase_config {
     uint64_t max_message_bytes;
     uint32_t evictor_threads;
     uint32_t stats_interval;
-    char *metrics_address; /* "off": no metrics endpoint (metrics_http.h) */
+    char *metrics_address;      /* "off": no metrics endpoint (metrics_http.h) */
+    bool metrics_tenant_labels; /* the metrics name models and arenas */
     uint32_t shutdown_timeout;
     uint32_t restore_grace; /* seconds restored sequences wait to be reopened */
     int log_level;
@@ -110,6 +111,7 @@ enum vase_setting_type {
     VASE_SETTING_I32,
     VASE_SETTING_LOG_LEVEL,
     VASE_SETTING_ELASTIC_POLICY, /* int: enum vase_elastic_policy (balance.h) */
+    VASE_SETTING_BOOL,           /* bool: yes, no (true, false, on, off, 1, 0) */
 };
 
 struct vase_setting {
@@ -128,7 +130,7 @@ extern const size_t vase_settings_count;
 
 /* The setting named key ('-' and '_' are the same), or NULL. */
 const struct vase_setting *vase_setting_find(const char *key);
-/* "string", "uint32", "size", "int32", "log-level". */
+/* "string", "uint32", "size", "int32", "log-level", "elastic-policy", "bool". */
 const char *vase_setting_type_name(enum vase_setting_type t);
 
 /* Checked parsers: 0, -EINVAL (not a number, trailing junk, empty), -ERANGE (does not fit). */

@@ -6,7 +6,9 @@
  * live state (arenas, registry, evictor queue) on the main thread, so nothing here takes a lock
  * and nothing is copied between threads. Counters only grow over the daemon's life: SIGHUP and
  * settings changes reset nothing. Label values that clients chose (model names) are escaped and
- * cut to a bounded length; every other label value is ours.
+ * cut to a bounded length; every other label value is ours. Whatever names a tenant (model names,
+ * arena names) is rendered only with metrics_tenant_labels: the endpoint is open to every local
+ * user, who may have no access to the daemon's sockets at all.
  */
 
 #include <errno.h>
@@ -23,6 +25,7 @@
 #include "events.h"
 #include "evictor.h"
 #include "metrics.h"
+#include "metrics_http.h"
 #include "registry.h"
 #include "state.h"
 #include "vase.pb-c.h"
@@ -247,33 +250,44 @@ static void render_arenas(const struct vased *d, struct vase_metrics_buf *b) {
             const struct vase_alloc *a = d->allocs[i];
             char id[16];
             snprintf(id, sizeof(id), "%u", d->arenas[i]->id);
-            struct vase_metrics_label l[] = {
+            /* The arena's name only with metrics_tenant_labels: it often names a tenant. */
+            struct vase_metrics_label named[] = {
                 {"arena", id}, {"name", d->arena_names[i]}, {"kind", d->arenas[i]->kind}};
+            struct vase_metrics_label bare[] = {{"arena", id}, {"kind", d->arenas[i]->kind}};
             uint64_t v = f == 0   ? a->arena_bytes
                          : f == 1 ? vase_alloc_free_bytes(a)
                                   : a->used_bytes;
-            vase_metrics_sample(b, families[f].name, l, 3, (double)v);
+            if (d->cfg.metrics_tenant_labels)
+                vase_metrics_sample(b, families[f].name, named, 3, (double)v);
+            else
+                vase_metrics_sample(b, families[f].name, bare, 2, (double)v);
         }
     }
 }
 
 struct model_bytes {
-    const char *name;
+    const char *name; /* the first raw name seen of those that escape to label */
+    char label[VASE_METRICS_LABEL_MAX * 2 + 1];
     uint32_t arena;
     uint64_t bytes;
 };
 
-static size_t find_model(const struct model_bytes *mb, size_t n, const char *name, uint32_t arena) {
+static size_t find_model(const struct model_bytes *mb, size_t n, const char *label,
+                         uint32_t arena) {
     size_t i = 0;
-    while (i < n && (mb[i].arena != arena || strcmp(mb[i].name, name) != 0))
+    while (i < n && (mb[i].arena != arena || strcmp(mb[i].label, label) != 0))
         i++;
     return i;
 }
 
 /* Bytes of the live sequences per (model name, arena): several clients may register one model
- * name, and a series must appear once. Past VASE_METRICS_MAX_MODELS names, the rest add up
- * under model "" (one row per arena at most). */
+ * name, and a series must appear once; names are told apart as their label values are (escaped
+ * and cut), so two that the format writes alike add up in one series. Past
+ * VASE_METRICS_MAX_MODELS names, the rest add up under model "" (one row per arena at most).
+ * Only with metrics_tenant_labels: a model name tells whose engine it is. */
 static int render_models(const struct vased *d, struct vase_metrics_buf *b) {
+    if (!d->cfg.metrics_tenant_labels)
+        return 0;
     struct model_bytes *mb = calloc(VASE_METRICS_MAX_MODELS + VASED_MAX_ARENAS, sizeof(*mb));
     size_t n = 0;
     if (!mb)
@@ -281,11 +295,19 @@ static int render_models(const struct vased *d, struct vase_metrics_buf *b) {
     for (const struct vased_client *c = d->reg->clients; c; c = c->next)
         for (const struct vased_seq *s = c->seqs; s; s = s->next) {
             const char *name = s->model && s->model->name ? s->model->name : "";
-            size_t i = find_model(mb, n, name, s->arena_id);
-            if (i == n && n >= VASE_METRICS_MAX_MODELS && name[0])
-                i = find_model(mb, n, name = "", s->arena_id);
-            if (i == n)
-                mb[n++] = (struct model_bytes){.name = name, .arena = s->arena_id};
+            char label[VASE_METRICS_LABEL_MAX * 2 + 1];
+            vase_metrics_escape(name, label, sizeof(label));
+            size_t i = find_model(mb, n, label, s->arena_id);
+            if (i == n && n >= VASE_METRICS_MAX_MODELS && label[0]) {
+                label[0] = '\0';
+                name = "";
+                i = find_model(mb, n, label, s->arena_id);
+            }
+            if (i == n) {
+                mb[n] = (struct model_bytes){.name = name, .arena = s->arena_id};
+                memcpy(mb[n].label, label, sizeof(label));
+                n++;
+            }
             mb[i].bytes += vase_registry_seq_bytes(s);
         }
     vase_metrics_family(b, "vase_model_bytes", "gauge",
@@ -422,6 +444,14 @@ int vase_metrics_render(const struct vased *d, struct vase_metrics_buf *b) {
             "Events not sent (out of memory, or the socket refused them); ZeroMQ's drops for a "
             "slow subscriber show as gaps in event_seq instead.",
             d->events ? vase_events_dropped(d->events) : 0);
+
+    vase_metrics_family(b, "vase_metrics_connections_dropped_total", "counter",
+                        "Connections to this endpoint dropped or refused, by reason.");
+    for (int i = 0; i < _VASE_METRICS_DROP_MAX; i++) {
+        struct vase_metrics_label l = {"reason", vase_metrics_drop_to_string(i)};
+        vase_metrics_sample(b, "vase_metrics_connections_dropped_total", &l, 1,
+                            (double)vase_metrics_http_dropped(d->metrics_http, i));
+    }
 
     uint32_t shrunk = 0;
     uint64_t reclaiming = vase_elastic_reclaiming(d, &shrunk);

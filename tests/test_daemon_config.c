@@ -238,6 +238,30 @@ static void test_set_get(void **state) {
     assert_int_equal(vase_config_set(&c, "max_clients", "0", 0), -ERANGE);
     assert_int_equal(vase_config_set(&c, "max_clients", "4097", 0), -ERANGE);
     assert_int_equal(vase_config_set(&c, "max_clients", "seven", 0), -EINVAL);
+
+    /* A bool: yes/no and the usual spellings, written back as yes or no; off by default. */
+    assert_false(c.metrics_tenant_labels);
+    static const char *const yes[] = {"yes", "true", "on", "1", "YES"}, *const no[] = {
+                                                                            "no", "false", "off",
+                                                                            "0", "Off"};
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(vase_config_set(&c, "metrics_tenant_labels", yes[i], VASE_CONFIG_RUNTIME),
+                         0);
+        assert_true(c.metrics_tenant_labels);
+        assert_int_equal(vase_config_get(&c, "metrics-tenant-labels", &v), 0);
+        assert_string_equal(v, "yes");
+        free(v);
+        assert_int_equal(vase_config_set(&c, "metrics_tenant_labels", no[i], 0), 0);
+        assert_false(c.metrics_tenant_labels);
+    }
+    assert_int_equal(vase_config_get(&c, "metrics_tenant_labels", &v), 0);
+    assert_string_equal(v, "no");
+    free(v);
+    assert_int_equal(vase_config_set(&c, "metrics_tenant_labels", "maybe", 0), -EINVAL);
+    assert_int_equal(vase_config_set(&c, "metrics_tenant_labels", "", 0), -EINVAL);
+    assert_int_equal(vase_config_set(&c, "metrics_tenant_labels", "2", 0), -EINVAL);
+    assert_false(c.metrics_tenant_labels);
+    assert_string_equal(vase_setting_type_name(VASE_SETTING_BOOL), "bool");
     assert_int_equal(c.max_clients, 8); /* unchanged by the failures */
     assert_int_equal(vase_config_set(&c, "no_such_thing", "1", 0), -ENOENT);
     assert_int_equal(vase_config_set(&c, "granule_bytes", "4M", VASE_CONFIG_RUNTIME), -EPERM);

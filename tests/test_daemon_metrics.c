@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -214,30 +215,52 @@ static struct sockaddr_in address_of(const struct vase_metrics_http *h) {
     return *(struct sockaddr_in *)&ss;
 }
 
-/* Sends request and runs the endpoint until the response is complete (the server closes an
- * HTTP/1.0 connection after it); the response into buf. */
-static void exchange(struct vase_metrics_http *h, const char *request, char *buf, size_t size) {
+/* The bound on every wait of these tests: far beyond any deadline of the endpoint. */
+#define WAIT_S 30.0
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One round of the main loop: poll the endpoint's fd (and fd, when not -1, for events) for at most
+ * the endpoint's timeout or wait_ms, then run it. Returns fd's revents. */
+static short loop_once(struct vase_metrics_http *h, int fd, short events, long wait_ms) {
+    struct pollfd p[2] = {{.fd = vase_metrics_http_fd(h), .events = POLLIN},
+                          {.fd = fd, .events = events}};
+    long timeout = vase_metrics_http_timeout(h, wait_ms);
+    assert_true(poll(p, fd >= 0 ? 2 : 1, (int)timeout) >= 0);
+    vase_metrics_http_run(h, p[0].revents != 0);
+    return fd >= 0 ? p[1].revents : 0;
+}
+
+/* Sends request from a socket bound to source (NULL: any) and runs the endpoint until the response
+ * is complete (the server closes an HTTP/1.0 connection after it), for at most WAIT_S; the
+ * response into buf ("" when none came). */
+static void exchange_from(struct vase_metrics_http *h, const char *source, const char *request,
+                          char *buf, size_t size) {
     struct sockaddr_in sa = address_of(h);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     assert_true(fd >= 0);
+    if (source) {
+        struct sockaddr_in src = {.sin_family = AF_INET};
+        assert_int_equal(inet_pton(AF_INET, source, &src.sin_addr), 1);
+        assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+    }
     int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
     assert_true(r == 0 || errno == EINPROGRESS);
     size_t len = 0, sent = 0, want = strlen(request);
-    /* Bounded by rounds, not time: each round waits for either side to have something. */
-    for (int round = 0; round < 10000; round++) {
-        struct pollfd p[2] = {{.fd = vase_metrics_http_fd(h), .events = POLLIN},
-                              {.fd = fd, .events = POLLIN | (sent < want ? POLLOUT : 0)}};
-        long timeout = vase_metrics_http_timeout(h, 1000);
-        assert_true(poll(p, 2, (int)timeout) >= 0);
-        vase_metrics_http_run(h, p[0].revents != 0);
-        if (sent < want && (p[1].revents & POLLOUT)) {
+    for (double end = now_s() + WAIT_S; now_s() < end;) {
+        short ev = loop_once(h, fd, POLLIN | (sent < want ? POLLOUT : 0), 100);
+        if (sent < want && (ev & POLLOUT)) {
             ssize_t n = write(fd, request + sent, want - sent);
             if (n > 0)
                 sent += (size_t)n;
         }
-        if (p[1].revents & (POLLIN | POLLHUP)) {
+        if (ev & (POLLIN | POLLHUP | POLLERR)) {
             ssize_t n = read(fd, buf + len, size - len - 1);
-            if (n == 0)
+            if (n == 0 || (n < 0 && errno != EAGAIN))
                 break;
             if (n > 0)
                 len += (size_t)n;
@@ -245,6 +268,10 @@ static void exchange(struct vase_metrics_http *h, const char *request, char *buf
     }
     buf[len] = '\0';
     close(fd);
+}
+
+static void exchange(struct vase_metrics_http *h, const char *request, char *buf, size_t size) {
+    exchange_from(h, NULL, request, buf, size);
 }
 
 static void test_endpoint(void **state) {
@@ -318,8 +345,8 @@ static int count_open(struct vase_metrics_http *h, const int *fds, int n) {
     return open;
 }
 
-/* Idle connections from one address beyond VASE_METRICS_HTTP_PER_IP are closed at once, and
- * the endpoint still answers when the idle ones are gone. */
+/* Idle connections from one address beyond VASE_METRICS_HTTP_PER_IP close the oldest of that
+ * address at once, and the endpoint still answers when the idle ones are gone. */
 static void test_endpoint_flood(void **state) {
     (void)state;
     struct render_state rs = {.caller = pthread_self(), .on_caller = true};
@@ -335,12 +362,155 @@ static void test_endpoint_flood(void **state) {
     }
     assert_int_equal(count_open(h, fds, N), VASE_METRICS_HTTP_PER_IP);
     assert_int_equal(rs.calls, 0);
+    /* Each beyond the address's share dropped the oldest of that address to make room. */
+    assert_int_equal(vase_metrics_http_dropped(h, VASE_METRICS_DROP_EVICTED),
+                     N - VASE_METRICS_HTTP_PER_IP);
     for (int i = 0; i < N; i++)
         close(fds[i]);
     drive(h);
     char buf[4096];
     exchange(h, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
     assert_non_null(strstr(buf, " 200 "));
+    vase_metrics_http_free(h);
+}
+
+/* A socket connected (or connecting: a full listen queue answers later) to h from 127.0.0.host. */
+static int connect_from(const struct vase_metrics_http *h, int host) {
+    struct sockaddr_in sa = address_of(h);
+    struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000000u | host)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+    int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    assert_true(r == 0 || errno == EINPROGRESS);
+    return fd;
+}
+
+/* Runs the endpoint until the server has closed every one of fds (each reads end of file or an
+ * error), for at most WAIT_S. Returns how many it left open. */
+static int wait_closed(struct vase_metrics_http *h, const int *fds, int n) {
+    bool *closed = calloc((size_t)n, sizeof(*closed));
+    int left = n;
+    assert_non_null(closed);
+    for (double end = now_s() + WAIT_S; left > 0 && now_s() < end;) {
+        loop_once(h, -1, 0, 50);
+        for (int i = 0; i < n; i++) {
+            char c[64];
+            ssize_t r = closed[i] ? 1 : recv(fds[i], c, sizeof(c), MSG_DONTWAIT);
+            if (!closed[i] &&
+                (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN)))
+                closed[i] = true, left--;
+        }
+    }
+    free(closed);
+    return left;
+}
+
+/* The wedge: connections from four addresses fill the endpoint (16, 4 from each) and then go away
+ * all at once, their peers closed; the endpoint must answer the next scrape. libmicrohttpd left
+ * to its own accept took its listener out at the limit and never ran again to put it back. */
+static void test_endpoint_closed_at_limit(void **state) {
+    (void)state;
+    struct render_state rs = {.caller = pthread_self(), .on_caller = true};
+    struct vase_metrics_http *h;
+    enum { N = VASE_METRICS_HTTP_CONNECTIONS };
+    int fds[N];
+    char buf[4096];
+    assert_int_equal(vase_metrics_http_new("127.0.0.1:0", render, &rs, &h), 0);
+    for (int i = 0; i < N; i++)
+        fds[i] = connect_from(h, 2 + i % (N / VASE_METRICS_HTTP_PER_IP));
+    assert_int_equal(count_open(h, fds, N), N);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    drive(h);
+    exchange(h, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_non_null(strstr(buf, " 200 "));
+
+    /* Again, the connections left to the deadline this time: all dropped together, counted. */
+    for (int i = 0; i < N; i++)
+        fds[i] = connect_from(h, 2 + i % (N / VASE_METRICS_HTTP_PER_IP));
+    assert_int_equal(wait_closed(h, fds, N), 0);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    assert_int_equal(vase_metrics_http_dropped(h, VASE_METRICS_DROP_DEADLINE), N);
+    exchange(h, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_non_null(strstr(buf, " 200 "));
+    assert_int_equal(rs.calls, 2);
+    vase_metrics_http_free(h);
+}
+
+/* 64 addresses, 4 idle connections each, held open: a scrape gets in at once (the oldest idle
+ * connection makes room for it), and every idle one is dropped by its deadline. */
+static void test_endpoint_idle_flood(void **state) {
+    (void)state;
+    struct render_state rs = {.caller = pthread_self(), .on_caller = true};
+    struct vase_metrics_http *h;
+    enum { ADDRESSES = 64, N = ADDRESSES * VASE_METRICS_HTTP_PER_IP };
+    static int fds[N];
+    char buf[4096];
+    assert_int_equal(vase_metrics_http_new("127.0.0.1:0", render, &rs, &h), 0);
+    /* As fast as the endpoint takes them: a batch, then a round of the loop. */
+    for (int i = 0; i < N; i++) {
+        fds[i] = connect_from(h, 2 + i % ADDRESSES);
+        if (i % 8 == 7)
+            loop_once(h, -1, 0, 50);
+    }
+    drive(h);
+    exchange(h, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_non_null(strstr(buf, " 200 "));
+    assert_true(vase_metrics_http_dropped(h, VASE_METRICS_DROP_EVICTED) > 0);
+    assert_int_equal(vase_metrics_http_dropped(h, VASE_METRICS_DROP_PER_ADDRESS), 0);
+    /* The deadline closes all that are left, the ones the listen queue held back included. */
+    assert_int_equal(wait_closed(h, fds, N), 0);
+    assert_true(vase_metrics_http_dropped(h, VASE_METRICS_DROP_DEADLINE) > 0);
+    assert_int_equal(vase_metrics_http_dropped(h, VASE_METRICS_DROP_EVICTED) +
+                         vase_metrics_http_dropped(h, VASE_METRICS_DROP_DEADLINE),
+                     N);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    vase_metrics_http_free(h);
+}
+
+/* A request that never ends (slow), bytes that are no request line (garbage), and a kept-alive
+ * HTTP/1.1 connection after its response: the poll timeout asks for a run by the request deadline,
+ * not by libmicrohttpd's idle timeout, and none outlives it. */
+static void test_endpoint_slow_and_garbage(void **state) {
+    (void)state;
+    struct render_state rs = {.caller = pthread_self(), .on_caller = true};
+    struct vase_metrics_http *h;
+    int fds[3];
+    assert_int_equal(vase_metrics_http_new("127.0.0.1:0", render, &rs, &h), 0);
+    fds[0] = connect_from(h, 2);
+    fds[1] = connect_from(h, 3);
+    fds[2] = connect_from(h, 4);
+    drive(h);
+    static const char *const sends[] = {"GET /metr", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc",
+                                        "GET /metrics HTTP/1.1\r\nHost: vase\r\n\r\n"};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(write(fds[i], sends[i], strlen(sends[i])), (ssize_t)strlen(sends[i]));
+    /* The kept-alive one's response, whole (its length is in the headers). */
+    char resp[4096];
+    size_t len = 0;
+    for (double end = now_s() + WAIT_S; now_s() < end;) {
+        loop_once(h, -1, 0, 50);
+        ssize_t n = recv(fds[2], resp + len, sizeof(resp) - len - 1, MSG_DONTWAIT);
+        if (n > 0)
+            len += (size_t)n;
+        resp[len] = '\0';
+        const char *body = strstr(resp, "\r\n\r\n");
+        if (body && strstr(body, "\nvase_test_total 7\n"))
+            break;
+    }
+    assert_non_null(strstr(resp, "HTTP/1.1 200 "));
+    assert_int_equal(rs.calls, 1);
+    long t = vase_metrics_http_timeout(h, -1);
+    assert_true(t >= 0 && t <= VASE_METRICS_HTTP_REQUEST_MS + 1);
+    assert_int_equal(wait_closed(h, fds, 3), 0);
+    /* libmicrohttpd closes the garbage itself, at once; the other two reach the deadline. */
+    assert_int_equal(vase_metrics_http_dropped(h, VASE_METRICS_DROP_DEADLINE), 2);
+    assert_int_equal(vase_metrics_http_timeout(h, -1), -1); /* nothing left to wait for */
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
     vase_metrics_http_free(h);
 }
 
@@ -369,11 +539,19 @@ static void test_endpoint_ipv6(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_escape),         cmocka_unit_test(test_escape_limit),
-        cmocka_unit_test(test_lines),          cmocka_unit_test(test_histogram),
-        cmocka_unit_test(test_observe_plan),   cmocka_unit_test(test_refusal_of),
-        cmocka_unit_test(test_parse),          cmocka_unit_test(test_endpoint),
-        cmocka_unit_test(test_endpoint_flood), cmocka_unit_test(test_endpoint_ipv6),
+        cmocka_unit_test(test_escape),
+        cmocka_unit_test(test_escape_limit),
+        cmocka_unit_test(test_lines),
+        cmocka_unit_test(test_histogram),
+        cmocka_unit_test(test_observe_plan),
+        cmocka_unit_test(test_refusal_of),
+        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_endpoint),
+        cmocka_unit_test(test_endpoint_flood),
+        cmocka_unit_test(test_endpoint_closed_at_limit),
+        cmocka_unit_test(test_endpoint_idle_flood),
+        cmocka_unit_test(test_endpoint_slow_and_garbage),
+        cmocka_unit_test(test_endpoint_ipv6),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

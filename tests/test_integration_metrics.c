@@ -33,6 +33,8 @@
 #include "wire.h"
 
 #define BUDGET 128
+/* vased's connection limit of the metrics endpoint (daemon/metrics_http.h). */
+#define VASE_METRICS_TEST_CONNECTIONS 16
 #define WINDOW 32
 #define PROMPT 40
 /* The model name, as the engine registers it and as the metrics must escape it. */
@@ -45,6 +47,13 @@ struct fixture {
 
 static int setup(void **state) {
     static const char *const args[] = {"--metrics-address=127.0.0.1:0", NULL};
+    return harness_fixture_setup(state, sizeof(struct fixture), args);
+}
+
+/* With the series that name tenants (models, arenas). */
+static int setup_tenant(void **state) {
+    static const char *const args[] = {"--metrics-address=127.0.0.1:0",
+                                       "--metrics-tenant-labels=yes", NULL};
     return harness_fixture_setup(state, sizeof(struct fixture), args);
 }
 
@@ -348,7 +357,176 @@ static void test_scrape_under_load(void **state) {
     harness_close_all(s, 2);
 }
 
+/* Lines of text that start with prefix. */
+static int count_lines(const char *text, const char *prefix) {
+    int n = 0;
+    size_t len = strlen(prefix);
+    for (const char *line = text; line && *line;
+         line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+        n += strncmp(line, prefix, len) == 0;
+    return n;
+}
+
+/* By default the scrape names no tenant: no model name an engine registered, no arena name; the
+ * arena series are there by number and kind. metrics_tenant_labels, set at run time, adds them;
+ * model names the text format writes alike (cut at 128 bytes, or differing only in bytes that are
+ * not UTF-8) then make one series, not two. */
+static void test_tenant_labels(void **state) {
+    struct fixture *f = *state;
+    const struct harness_daemon *d = &f->h.d;
+    struct vase_geometry g = harness_geometry();
+    g.name = "tenant-7f3a-secret-model";
+    struct vase_client *c;
+    struct vase_model *m[5];
+    assert_int_equal(harness_engine_open(d, "tenant-7f3a-engine", &g, &c, &m[0]), 0);
+    f->h.c[0] = c;
+    char long_a[201], long_b[201];
+    memset(long_a, 'A', 200);
+    memset(long_b, 'A', 200);
+    long_a[200] = long_b[200] = '\0';
+    long_a[150] = 'x';
+    long_b[150] = 'y';
+    const char *const names[] = {long_a, long_b, "tenant-7f3a-\xff", "tenant-7f3a-\xfe"};
+    for (int i = 0; i < 4; i++) {
+        struct vase_geometry gi = g;
+        gi.name = names[i];
+        assert_int_equal(vase_model_register(c, &gi, &m[1 + i]), 0);
+    }
+    struct vase_seq *s[5];
+    struct vase_seq_config cfg =
+        harness_seq_config(VASE_POLICY_STREAMING, 16, 8, 8, VASE_MODE_ASYNC);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(vase_seq_open(c, m[i], &cfg, &s[i]), 0);
+
+    char *resp;
+    const char *text;
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    promtool_check(d, text);
+    if (strstr(text, "tenant-7f3a") || strstr(text, "AAAA") || strstr(text, "model=") ||
+        strstr(text, "name=") || strstr(text, "vase_model_bytes"))
+        fail_msg("the default scrape names a tenant:\n%s", text);
+    assert_true(metric(text, "vase_arena_bytes{arena=\"0\",kind=\"host\"}") ==
+                (double)HARNESS_ARENA_BYTES);
+    assert_true(metric(text, "vase_sequences") == 5);
+    free(resp);
+
+    assert_int_equal(harness_config_set(d, "metrics_tenant_labels", "yes"), 0);
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    promtool_check(d, text);
+    assert_true(metric(text, "vase_arena_bytes{arena=\"0\",name=\"default\",kind=\"host\"}") ==
+                (double)HARNESS_ARENA_BYTES);
+    assert_true(metric(text, "vase_model_bytes{model=\"tenant-7f3a-secret-model\",arena=\"0\"}") >=
+                0);
+    char series[300];
+    snprintf(series, sizeof(series), "vase_model_bytes{model=\"%.128s\",arena=\"0\"} ", long_a);
+    assert_int_equal(count_lines(text, series), 1);
+    assert_int_equal(count_lines(text, "vase_model_bytes{model=\"tenant-7f3a-?\",arena=\"0\"} "),
+                     1);
+    assert_int_equal(count_lines(text, "vase_model_bytes{"), 3);
+    free(resp);
+
+    assert_int_equal(harness_config_set(d, "metrics_tenant_labels", "no"), 0);
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    assert_null(strstr(text, "tenant-7f3a"));
+    free(resp);
+    harness_close_all(s, 5);
+}
+
 static char log_text[1 << 16];
+
+/* Whether d's log (read into log_text) says want. */
+static bool log_has(const struct harness_daemon *d, const char *want);
+
+/* The endpoint's address, as Status reports it. */
+static struct sockaddr_in endpoint_of(const struct harness_daemon *d) {
+    struct harness_status st = harness_status_of(d);
+    const char *colon = strrchr(st.metrics_address, ':');
+    assert_non_null(colon);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return sa;
+}
+
+/* A connection to sa from 127.0.0.host that sends nothing (connecting still, when the listen queue
+ * is full: it completes when the daemon takes the queue). */
+static int idle_from(const struct sockaddr_in *sa, int host) {
+    struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000000u | host)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+    int r = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+    assert_true(r == 0 || errno == EINPROGRESS);
+    return fd;
+}
+
+/* Waits until the daemon has closed every one of fds (each reads end of file or an error). */
+static void wait_closed(const int *fds, int n) {
+    double end = harness_now() + HARNESS_WAIT_MS / 1000.0;
+    for (int i = 0; i < n; i++)
+        for (;;) {
+            char c[64];
+            ssize_t r = recv(fds[i], c, sizeof(c), MSG_DONTWAIT);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN))
+                break;
+            if (harness_now() > end)
+                fail_msg("the daemon kept idle metrics connection %d of %d open", i, n);
+            harness_sleep_ms(20);
+        }
+}
+
+static void close_all_fds(int *fds, int n) {
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
+/* Idle connections from several loopback addresses, left to the daemon, then closed by their
+ * peers, then held by 64 addresses at once: after each the next scrape is answered (the endpoint
+ * took them at its connection limit, 16, and once they were gone never ran again to take the
+ * next), and the drops are counted and logged. */
+static void test_idle_connections(void **state) {
+    struct fixture *f = *state;
+    const struct harness_daemon *d = &f->h.d;
+    struct sockaddr_in sa = endpoint_of(d);
+    enum { N = VASE_METRICS_TEST_CONNECTIONS, ADDRESSES = 64, HELD = ADDRESSES * 4 };
+    static int fds[HELD];
+    char *resp;
+    const char *text;
+
+    /* Sixteen from four addresses, dropped by the daemon when they send nothing. */
+    for (int i = 0; i < N; i++)
+        fds[i] = idle_from(&sa, 2 + i % 4);
+    wait_closed(fds, N);
+    close_all_fds(fds, N);
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    assert_true(metric(text, "vase_metrics_connections_dropped_total{reason=\"deadline\"}") >= N);
+    free(resp);
+
+    /* Sixteen more, closed by their peers. */
+    for (int i = 0; i < N; i++)
+        fds[i] = idle_from(&sa, 2 + i % 4);
+    harness_sleep_ms(100);
+    close_all_fds(fds, N);
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    free(resp);
+
+    /* Four from each of 64 addresses, held while the scrape comes: the oldest make room. */
+    for (int i = 0; i < HELD; i++) {
+        fds[i] = idle_from(&sa, 2 + i % ADDRESSES);
+        if (i % 8 == 7)
+            harness_sleep_ms(2);
+    }
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    assert_true(metric(text, "vase_metrics_connections_dropped_total{reason=\"evicted\"}") > 0);
+    assert_true(metric(text, "vase_metrics_connections_dropped_total{reason=\"per_address\"}") ==
+                0);
+    promtool_check(d, text);
+    free(resp);
+    close_all_fds(fds, HELD);
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    free(resp);
+    if (!log_has(d, "Metrics endpoint on 127.0.0.1:"))
+        fail_msg("the drops were not logged:\n%s", log_text);
+}
 
 /* Whether d's log (read into log_text) says want. */
 static bool log_has(const struct harness_daemon *d, const char *want) {
@@ -418,8 +596,10 @@ static void test_bind_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_scrape_under_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scrape_under_load, setup_tenant, teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_labels, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_connections, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
