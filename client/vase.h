@@ -304,8 +304,9 @@ void vase_open_cancel(struct vase_open *o);
  * valid: close them (vase_seq_close(), vase_disconnect()) after the reopen; closing old does not
  * touch the reopened sequence. 0 and *ret; -ENOENT (the daemon kept no such sequence for this
  * user: it did not stop cleanly, its arena changed, restore_grace passed, or the sequence is
- * another user's or the token is wrong, which the daemon answers the same way), -EINVAL (old is m's client's already, has no token, or m's geometry is not old's),
- * -EPROTO (the daemon's copy is not old's state: a commit it never saw), or a call's -errno.
+ * another user's or the token is wrong, which the daemon answers the same way), -EINVAL (old is m's
+ * client's already, has no token, or m's geometry is not old's), -EPROTO (the daemon's copy is not
+ * old's state: a commit it never saw), or a call's -errno.
  */
 int vase_seq_reopen(struct vase_model *m, const struct vase_seq *old, struct vase_seq **ret);
 
@@ -464,9 +465,10 @@ enum vase_stats_kind {
 };
 
 /* Pushes statistics for one layer: values [kv_heads][len], 1 <= len <= the sequence's len,
- * all finite and non-negative (-EINVAL otherwise, nothing sent). values is copied. Not acknowledged: a refusal
- * by the daemon is returned, once, by the next vase_seq_append(), vase_seq_poll(),
- * vase_seq_wait() or vase_seq_push_stats() on this sequence, which then does nothing else. */
+ * all finite and non-negative (-EINVAL otherwise, nothing sent). values is copied. Not
+ * acknowledged: a refusal by the daemon is returned, once, by the next vase_seq_append(),
+ * vase_seq_poll(), vase_seq_wait() or vase_seq_push_stats() on this sequence, which then does
+ * nothing else. */
 int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind kind,
                         const float *values, uint32_t len);
 
