@@ -36,7 +36,8 @@ endif
 # /bin/kill that vased.service names (systemd-analyze verify wants it to exist); scdoc writes
 # the man pages and man-db's man renders them in make check (both optional for a build);
 # libmicrohttpd-dev serves vased's metrics, and prometheus gives the promtool that make check
-# runs on a scrape of them (a test tool only).
+# runs on a scrape of them (a test tool only). The README's Set-up lists every one in a table, which
+# tests/test_setup.sh keeps equal to this list.
 DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
                 libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
                 python3 python3-numpy valgrind systemd procps clang-format \
@@ -152,9 +153,10 @@ $(CONFIG_MK): $(DEPS_STAMP) Makefile
 	  echo "MULTIARCH := $$multiarch"; \
 	  echo "BLAS_INC := $$inc"; echo "BLAS_LIB := $$lib"; } >$@.tmp && mv $@.tmp $@
 
-# `make clean` needs neither packages nor paths. Another compiler or prefix means another
-# detection.
-ifneq ($(MAKECMDGOALS),clean)
+# `make clean` and `make print-deb-packages` need neither packages nor paths. Another compiler
+# or prefix means another detection.
+CONFIG_FREE_GOALS := clean print-deb-packages
+ifeq ($(and $(MAKECMDGOALS),$(if $(filter-out $(CONFIG_FREE_GOALS),$(MAKECMDGOALS)),,1)),)
 include $(CONFIG_MK)
 ifneq ($(CONFIG_CC)|$(CONFIG_DEPS_PREFIX),$(CC)|$(DEPS_PREFIX))
 $(CONFIG_MK): FORCE
@@ -901,7 +903,13 @@ check-boot-deps:
 check-boot: check-boot-deps deb $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE)
 	$(Q)tests/check_boot.sh $(DEB) $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE)
 
-.PHONY: check-boot check-boot-deps
+# The packages of `make` and of `make check-boot`, one line each; tests/test_setup.sh compares
+# them with the README's tables. Installs nothing and needs no configuration.
+print-deb-packages:
+	@echo "make: $(DEB_PACKAGES)"
+	@echo "check-boot: $(BOOT_DEB_PACKAGES)"
+
+.PHONY: check-boot check-boot-deps print-deb-packages
 
 # ---- end check-boot ----
 

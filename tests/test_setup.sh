@@ -24,6 +24,8 @@
 #     nothing.
 #  7. A build flag changed in an existing build (OPT, KERNEL_OPT, SANITIZE with BUILD given): the
 #     object is compiled again, and not when the flags are the same as last time.
+#  8. The README's package tables (Set-up) list exactly the packages of DEB_PACKAGES and of
+#     BOOT_DEB_PACKAGES, as `make print-deb-packages` prints them, which installs nothing.
 #
 # Prints PASS or FAIL per case, with make's output on failure; exits 1 if any failed.
 
@@ -291,5 +293,51 @@ mv "$c/log" "$c/out"
 [ -s "$c/out" ]
 status=$((1 - $?))
 result "a changed OPT, KERNEL_OPT or SANITIZE compiles again; the same flags do not" "$status"
+
+# ---- 8. The README's package tables and the Makefile's lists.
+new_case readme
+# readme_packages HEADER: the packages named in the first column of the README table whose
+# header row starts with `| HEADER |`, sorted, one a line.
+readme_packages() {
+    awk -v head="| $1 |" '
+        index($0, head) == 1 { on = 1; next }
+        on && !/^\|/ { exit }
+        on && !/^\|---/ {
+            split($0, cell, "|")
+            s = cell[2]
+            while (match(s, /`[^`]*`/)) {
+                print substr(s, RSTART + 1, RLENGTH - 2)
+                s = substr(s, RSTART + RLENGTH)
+            }
+        }' "$src/README.md" | sort
+}
+# make_packages GOAL: the packages `make print-deb-packages` prints for GOAL, sorted.
+make_packages() {
+    sed -n "s/^$1: //p" "$c/printed" | tr ' ' '\n' | sed '/^$/d' | sort
+}
+ok=0
+{
+    (cd "$src" && env -i PATH="$c/bin" LANG=C make -s BUILD="$c/build" print-deb-packages) \
+        >"$c/printed" 2>&1 || { echo "(make print-deb-packages failed)"; cat "$c/printed"; ok=1; }
+    if [ -e "$c/state/apt-get.log" ] || [ -e "$c/state/dpkg-query.log" ] ||
+        [ -n "$(ls -A "$c/build")" ]; then
+        echo "(make print-deb-packages asked dpkg, ran apt-get or wrote into the build)"
+        ok=1
+    fi
+    for t in "make:package (make)" "check-boot:package (make check-boot)"; do
+        goal=${t%%:*} head=${t#*:}
+        make_packages "$goal" >"$c/make.$goal"
+        readme_packages "$head" >"$c/readme.$goal"
+        if ! [ -s "$c/make.$goal" ]; then
+            echo "(make print-deb-packages printed no $goal packages)"
+            ok=1
+        elif ! diff -u --label "Makefile ($goal)" --label "README.md ($head)" \
+            "$c/make.$goal" "$c/readme.$goal"; then
+            echo "(the README's table \"$head\" is not the Makefile's list)"
+            ok=1
+        fi
+    done
+} >>"$c/out" 2>&1
+result "the README's package tables are the Makefile's DEB_PACKAGES and BOOT_DEB_PACKAGES" "$ok"
 
 exit "$failed"
