@@ -350,7 +350,8 @@ int vase__chan_reply(struct vase__chan *ch, Vase__Envelope *reply, Vase__Envelop
     ch->last_error[0] = '\0';
     if (reply->body_case == VASE__ENVELOPE__BODY_ERROR) {
         if (reply->error && reply->error->message)
-            snprintf(ch->last_error, sizeof(ch->last_error), "%s", reply->error->message);
+            /* The daemon's words, bounded and escaped: they reach terminals and logs. */
+            vase_wire_escape(reply->error->message, ch->last_error, sizeof(ch->last_error));
         r = vase__error_code(reply->error);
         vase__envelope__free_unpacked(reply, NULL);
         return r;

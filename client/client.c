@@ -41,7 +41,7 @@ int vase__client_fail(struct vase_client *c, int r, const char *fmt, ...) {
 }
 
 int vase__client_refused(struct vase_client *c, const Vase__Error *err) {
-    snprintf(c->last_error, sizeof(c->last_error), "%s", err && err->message ? err->message : "");
+    vase_wire_escape(err && err->message ? err->message : "", c->last_error, sizeof(c->last_error));
     return vase__client_check(c, vase__error_code(err));
 }
 
@@ -152,8 +152,8 @@ bool vase__client_unclaimed(void *userdata, const Vase__Envelope *e) {
         for (struct vase_seq *s = c->seqs; s; s = s->next)
             if (s->id == c->stats_seqs[i] && s->deferred_error == 0) {
                 s->deferred_error = err;
-                snprintf(s->deferred_message, sizeof(s->deferred_message), "%s",
-                         e->error && e->error->message ? e->error->message : "");
+                vase_wire_escape(e->error && e->error->message ? e->error->message : "",
+                                 s->deferred_message, sizeof(s->deferred_message));
             }
         break;
     }

@@ -189,12 +189,16 @@ static int open_begin(struct vase_client *c, struct vase_model *m,
         return vase__client_fail(c, -EINVAL, "%s: %s", what,
                                  m && m->client != c ? "the model is another client's"
                                                      : "no model, configuration or result pointer");
-    if (vase_params_check(&cfg->params, cfg->policy) < 0 || cfg->params.n_sink > INT32_MAX ||
-        cfg->params.n_large > INT32_MAX) {
+    char why[160];
+    if (vase_params_explain(&cfg->params, cfg->policy, why, sizeof(why)) < 0) {
         const char *policy = vase_policy_to_string(cfg->policy);
-        return vase__client_fail(c, -EINVAL, "%s: invalid parameters for policy %s", what,
-                                 policy ? policy : "(unknown)");
+        return vase__client_fail(c, -EINVAL, "%s: invalid parameters for policy %s: %s", what,
+                                 policy ? policy : "(unknown)", why);
     }
+    /* The wire carries them as int32 (-1 asks for the default). */
+    if (cfg->params.n_sink > INT32_MAX || cfg->params.n_large > INT32_MAX)
+        return vase__client_fail(c, -EINVAL, "%s: n_sink %u, n_large %u (want at most %d each)",
+                                 what, cfg->params.n_sink, cfg->params.n_large, INT32_MAX);
     uint32_t W = cfg->params.window;
     if (cfg->min_budget &&
         (cfg->min_budget > cfg->params.budget || cfg->min_budget <= W || cfg->min_budget % W))

@@ -93,31 +93,6 @@ static int handle_register_model(struct vased *d, struct vased_client *c,
     return 0;
 }
 
-/* The first rule of vase_params_check() that p breaks, for the error message. */
-static const char *explain_params(const struct vase_params *p) {
-    if (p->window == 0)
-        return "window must be positive";
-    if (p->budget <= p->window)
-        return "budget must be larger than window";
-    if (p->budget % p->window != 0)
-        return "budget must be a multiple of window";
-    if (p->budget > VASE_MAX_BUDGET)
-        return "budget too large";
-    if (p->n_sink > p->budget)
-        return "n_sink must not exceed budget";
-    if (p->n_large > p->budget)
-        return "n_large must not exceed budget";
-    if (!(p->temperature > 0.0f) || !isfinite(p->temperature))
-        return "temperature must be positive and finite";
-    if (!(p->lambda >= 0.0f && p->lambda <= 1.0f))
-        return "lambda must be in [0, 1]";
-    if (p->smooth == 0 || p->smooth % 2 == 0 || p->smooth > VASE_MAX_SMOOTH)
-        return "smooth must be odd and at most 63";
-    if (p->rank == 0 || p->rank > VASE_MAX_RANK)
-        return "rank must be 1 .. 256";
-    return "invalid parameters";
-}
-
 /* The policy sp names, PROTOCOL.md's default when none. Reference mode names
  * ("range_sink_sample_attn", ...) imply a value metric too: *ret_metric, and *ret_implied is
  * set. 0 or -EINVAL with *msg. */
@@ -139,9 +114,11 @@ static int policy_from(const Vase__SeqParams *sp, enum vase_policy *ret,
 }
 
 /* The parameters of sp over the defaults for its budget (metric: the one sp names, else the
- * one the policy's mode name implied, if any), checked for policy. 0 or -EINVAL with *msg. */
+ * one the policy's mode name implied, if any), checked for policy. 0 or -EINVAL with *msg (which
+ * may point into why[0 .. why_size): the rule broken, with its values). */
 static int params_from(const Vase__SeqParams *sp, enum vase_policy policy, bool implied,
-                       enum vase_metric implied_metric, struct vase_params *ret, const char **msg) {
+                       enum vase_metric implied_metric, struct vase_params *ret, const char **msg,
+                       char *why, size_t why_size) {
     if (sp->budget == 0) {
         *msg = "budget must be set";
         return -EINVAL;
@@ -173,8 +150,8 @@ static int params_from(const Vase__SeqParams *sp, enum vase_policy policy, bool 
     } else if (implied) {
         p.metric = implied_metric;
     }
-    if (vase_params_check(&p, policy) < 0) {
-        *msg = explain_params(&p);
+    if (vase_params_explain(&p, policy, why, why_size) < 0) {
+        *msg = why;
         return -EINVAL;
     }
     *ret = p;
@@ -205,9 +182,11 @@ static int elastic_from(const Vase__OpenSeq *o, const struct vase_params *p,
     return 0;
 }
 
-/* SeqParams with PROTOCOL.md's defaults applied, checked. 0 or -EINVAL with *msg. */
+/* SeqParams with PROTOCOL.md's defaults applied, checked. 0 or -EINVAL with *msg (which may
+ * point into why[0 .. why_size)). */
 static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
-                            struct vased_seq_request *ret, const char **msg) {
+                            struct vased_seq_request *ret, const char **msg, char *why,
+                            size_t why_size) {
     const Vase__SeqParams *sp = o->params;
     enum vase_metric implied = VASE_METRIC_RANGE;
     bool has_implied;
@@ -219,7 +198,7 @@ static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
     }
     *ret = (struct vased_seq_request){0};
     if (policy_from(sp, &ret->policy, &implied, &has_implied, msg) < 0 ||
-        params_from(sp, ret->policy, has_implied, implied, &p, msg) < 0)
+        params_from(sp, ret->policy, has_implied, implied, &p, msg, why, why_size) < 0)
         return -EINVAL;
     if (o->mode != VASE__MODE__MODE_ASYNC && o->mode != VASE__MODE__MODE_SYNC) {
         *msg = "unknown mode";
@@ -409,7 +388,8 @@ static int open_seq(struct vased *d, struct vased_client *c, const struct vase_r
 
     struct vased_seq_request req;
     const char *msg = NULL;
-    r = seq_request_from(d, o, &req, &msg);
+    char params_why[160];
+    r = seq_request_from(d, o, &req, &msg, params_why, sizeof(params_why));
     if (r < 0)
         return vase_reply_error(d, p, EINVAL, "bad open_seq: %s", msg);
     if (o->resume_seq)

@@ -117,6 +117,11 @@ struct vase_params {
 struct vase_params vase_params_default(uint32_t budget);
 /* 0 if the parameters are valid for the policy, else -EINVAL. */
 int vase_params_check(const struct vase_params *p, enum vase_policy policy);
+/* vase_params_check() that also says why: on -EINVAL, the first rule p breaks, with the values
+ * that break it ("budget must be a multiple of window (budget 100, window 64; 64 or 128 would
+ * be)"), is written to msg[0 .. msg_size) (msg may be NULL); on 0, msg is "". */
+int vase_params_explain(const struct vase_params *p, enum vase_policy policy, char *msg,
+                        size_t msg_size);
 
 /*
  * A strided view of one layer's K, V or query rows, read (or, for compaction, written) in

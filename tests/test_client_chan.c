@@ -5,7 +5,7 @@
  * the daemon's part: envelope fields (version, incarnation, increasing client_seq, distinct
  * request ids, the routing id), replies taken out of order through the reply queue, the
  * unclaimed-reply callback, bounded waits, a closed session socket ending a wait at once,
- * Error codes mapped to -errno, and size limits.
+ * Error codes mapped to -errno, the daemon's words for them escaped and bounded, and size limits.
  */
 
 #include <errno.h>
@@ -133,6 +133,19 @@ static void reply_pong(struct fixture *f, uint64_t request_id) {
     e.request_id = request_id;
     e.body_case = VASE__ENVELOPE__BODY_PONG;
     e.pong = &pong;
+    router_send(f, &e);
+}
+
+static void reply_error_says(struct fixture *f, uint64_t request_id, int32_t code,
+                             const char *message) {
+    Vase__Error err = VASE__ERROR__INIT;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+    err.code = code;
+    err.message = (char *)message;
+    e.version = VASE_WIRE_VERSION;
+    e.request_id = request_id;
+    e.body_case = VASE__ENVELOPE__BODY_ERROR;
+    e.error = &err;
     router_send(f, &e);
 }
 
@@ -382,6 +395,29 @@ static void test_call_errors(void **state) {
     vase__envelope__free_unpacked(router_recv(f), NULL);
 }
 
+/* The daemon's words for a refusal reach vase_last_error() and from there terminals, logs and
+ * Python exceptions: they come out escaped (no line breaks, no escape sequences) and bounded. */
+static void test_error_words(void **state) {
+    struct fixture *f = *state;
+    Vase__Envelope *e;
+    uint64_t a = send_ping(f);
+    vase__envelope__free_unpacked(router_recv(f), NULL);
+    reply_error_says(f, a, EINVAL, "budget 100\nFAKE LINE\x1b[31m\xff");
+    assert_int_equal(vase__chan_wait(f->chan, a, -1, &e), 0);
+    assert_int_equal(vase__chan_reply(f->chan, e, VASE__ENVELOPE__BODY_PONG, &e), -EINVAL);
+    assert_string_equal(vase__chan_last_error(f->chan), "budget 100\\x0aFAKE LINE\\x1b[31m\\xff");
+
+    static char longer[3000];
+    memset(longer, 'w', sizeof(longer) - 1);
+    a = send_ping(f);
+    vase__envelope__free_unpacked(router_recv(f), NULL);
+    reply_error_says(f, a, EINVAL, longer);
+    assert_int_equal(vase__chan_wait(f->chan, a, -1, &e), 0);
+    assert_int_equal(vase__chan_reply(f->chan, e, VASE__ENVELOPE__BODY_PONG, &e), -EINVAL);
+    size_t n = strlen(vase__chan_last_error(f->chan));
+    assert_true(n > 0 && n < 512);
+}
+
 static void test_bad_replies(void **state) {
     struct fixture *f = *state;
     Vase__Envelope *e;
@@ -462,11 +498,17 @@ static void test_new_invalid(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        T(test_envelope_fields),   T(test_out_of_order),
-        T(test_unclaimed_dropped), T(test_timeouts),
-        T(test_session_closed),    T(test_session_closed_while_waiting),
-        T(test_call_errors),       T(test_bad_replies),
-        T(test_message_size),      cmocka_unit_test(test_new_invalid),
+        T(test_envelope_fields),
+        T(test_out_of_order),
+        T(test_unclaimed_dropped),
+        T(test_timeouts),
+        T(test_session_closed),
+        T(test_session_closed_while_waiting),
+        T(test_call_errors),
+        T(test_error_words),
+        T(test_bad_replies),
+        T(test_message_size),
+        cmocka_unit_test(test_new_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -334,17 +334,35 @@ static void test_invalid_seq_params(void **state) {
     struct vase_geometry g = harness_geometry();
     struct vase_model *m;
     assert_int_equal(harness_engine_open(&f->d, "params", &g, &f->c[0], &m), 0);
-    struct vase_seq_config bad[4];
-    bad[0] = harness_seq_config(VASE_POLICY_SNAPKV, 100, 32, 0, 0); /* budget % window */
-    bad[1] = harness_seq_config(VASE_POLICY_SNAPKV, 32, 32, 0, 0);  /* budget == window */
-    bad[2] = harness_seq_config((enum vase_policy)99, 128, 32, 0, 0);
-    bad[3] = harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, (enum vase_mode)5);
+    /* Each refusal names the rule it breaks, with the values that break it. */
+    struct {
+        struct vase_seq_config cfg;
+        const char *why; /* a part of vase_last_error() */
+    } bad[] = {
+        {harness_seq_config(VASE_POLICY_SNAPKV, 100, 32, 0, 0),
+         "budget must be a multiple of window (budget 100, window 32; 96 or 128 would be)"},
+        {harness_seq_config(VASE_POLICY_SNAPKV, 32, 32, 0, 0),
+         "budget must be larger than window (budget 32 <= window 32)"},
+        {harness_seq_config(VASE_POLICY_SNAPKV, 128, 0, 0, 0), "window must be positive"},
+        {harness_seq_config((enum vase_policy)99, 128, 32, 0, 0), "unknown policy 99"},
+        {harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, (enum vase_mode)5), "mode 5"},
+        {harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, 0), "n_sink must not exceed budget "
+                                                                "(n_sink 129 > budget 128)"},
+        {harness_seq_config(VASE_POLICY_VASE_DKV, 128, 32, 0, 0), "rank must be 1 .. 256 (rank 0)"},
+        {harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, 0), "smooth must be odd"},
+    };
+    bad[5].cfg.params.n_sink = 129;
+    bad[6].cfg.params.rank = 0;
+    bad[7].cfg.params.smooth = 4;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct vase_seq *s = NULL;
-        int r = vase_seq_open(f->c[0], m, &bad[i], &s);
+        int r = vase_seq_open(f->c[0], m, &bad[i].cfg, &s);
         if (r != -EINVAL)
             fail_msg("case %zu: vase_seq_open returned %d (%s), want -EINVAL", i, r,
                      vase_strerror(r));
+        if (!strstr(vase_last_error(f->c[0]), bad[i].why))
+            fail_msg("case %zu: vase_last_error() is \"%s\", which does not say \"%s\"", i,
+                     vase_last_error(f->c[0]), bad[i].why);
         assert_null(s);
     }
     struct harness_status st = status_of(&f->d);

@@ -352,6 +352,33 @@ static Vase__Envelope *open_seq_elastic(struct harness_session *s, uint32_t mode
     return session_call(s, VASE__ENVELOPE__BODY_OPEN_SEQ, &open);
 }
 
+/* OpenSeq of a streaming sequence of budget and window, its other parameters the defaults. */
+static Vase__Envelope *open_seq_params(struct harness_session *s, uint32_t model_id,
+                                       uint32_t budget, uint32_t window) {
+    Vase__SeqParams params = VASE__SEQ_PARAMS__INIT;
+    params.policy = "streaming";
+    params.budget = budget;
+    params.window = window;
+    params.n_sink = -1;
+    params.n_large = -1;
+    params.lambda = -1;
+    Vase__OpenSeq open = VASE__OPEN_SEQ__INIT;
+    open.model_id = model_id;
+    open.params = &params;
+    open.slack = -1;
+    return session_call(s, VASE__ENVELOPE__BODY_OPEN_SEQ, &open);
+}
+
+/* An EINVAL reply whose message holds want: the rule the request broke, with its values. */
+static void expect_rule(const struct harness_daemon *d, Vase__Envelope *reply, const char *want) {
+    assert_non_null(reply);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_ERROR);
+    if (reply->error->code != EINVAL || !strstr(reply->error->message, want))
+        fail_msg("Error %d \"%s\", want EINVAL saying \"%s\"", reply->error->code,
+                 reply->error->message, want);
+    expect_error(d, reply, EINVAL, 0, want);
+}
+
 static Vase__Envelope *open_seq_wait(struct harness_session *s, uint32_t model_id,
                                      int32_t wait_ms) {
     return open_seq_elastic(s, model_id, wait_ms, 0, 0);
@@ -463,6 +490,12 @@ static void test_session_rules(void **state) {
                  "OpenSeq with min_budget 160 (above the budget)");
     expect_error(&f->h.d, open_seq_elastic(&f->s[0], model, 0, 64, 1001), EINVAL, 0,
                  "OpenSeq with weight 1001");
+    /* The daemon names the rule the parameters break, as libvase does before it sends them. */
+    expect_rule(&f->h.d, open_seq_params(&f->s[0], model, 100, 32),
+                "bad open_seq: budget must be a multiple of window (budget 100, window 32; 96 or "
+                "128 would be)");
+    expect_rule(&f->h.d, open_seq_params(&f->s[0], model, 32, 32),
+                "bad open_seq: budget must be larger than window (budget 32 <= window 32)");
 
     reply = open_seq(&f->s[0], model);
     assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_SEQ_LAYOUT);

@@ -381,7 +381,16 @@ def test_errors(client):
     assert "no-such-policy" in str(e.value)
     with pytest.raises(vase.VaseError) as e:
         m.open("streaming", budget=100, window=64)  # not a multiple of the window
-    assert e.value.errno == errno.EINVAL and "invalid parameters" in str(e.value)
+    assert e.value.errno == errno.EINVAL
+    assert "budget must be a multiple of window (budget 100, window 64; 64 or 128 would be)" in str(
+        e.value
+    )
+    with pytest.raises(vase.VaseError) as e:
+        m.open("snapkv", budget=64, window=64)
+    assert "budget must be larger than window (budget 64 <= window 64)" in str(e.value)
+    with pytest.raises(vase.VaseError) as e:
+        m.open("vase-dkv", budget=128, window=32, smooth=4)
+    assert "smooth must be odd, 1 .. 63 (smooth 4)" in str(e.value)
     with pytest.raises(vase.VaseError) as e:
         m.open("streaming", budget=128, mode="later")
     assert e.value.errno == errno.EINVAL
