@@ -406,6 +406,10 @@ MHD_LIBS := -lmicrohttpd
 # libvase needs only the kernels that carry no BLAS: views, compaction, policy names and the
 # layout (with CUDA also LIBVASE_CUDA_OBJS, above).
 LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o layout.o)
+# and the daemon's allocator, pure (no I/O, no state but its own), with which vase_size_seq()
+# (client/size.c) places sequences in an arena exactly as vased does.
+LIBVASE_KERNEL_OBJS += $(BUILD)/daemon/alloc.o
+$(BUILD)/client/size.o: CPPFLAGS += -Idaemon
 VASECTL_SRCS := $(wildcard client/vasectl*.c)
 LIBVASE_SRCS := $(filter-out $(VASECTL_SRCS) $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)

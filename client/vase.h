@@ -294,6 +294,36 @@ int vase_open_poll(struct vase_open *o, struct vase_seq **ret_seq);
 void vase_open_cancel(struct vase_open *o);
 
 /*
+ * What one sequence costs in an arena, computed without a daemon by the code vased lays out and
+ * places sequences with (kernels/layout.c, daemon/alloc.c): `vasectl size` prints it.
+ */
+struct vase_size {
+    uint64_t token_bytes;     /* K and V of one token, every layer */
+    uint64_t page_bytes;      /* one KV page: block_tokens tokens */
+    uint32_t slots;           /* max(prompt_len, budget) + window + slack */
+    uint32_t kv_pages;        /* KV pages reserved at open: slots rounded up to whole pages */
+    uint32_t ring_pages;      /* query ring pages (policies that read queries), else 0 */
+    uint64_t ring_page_bytes; /* one ring page (page_bytes, unless an entry is larger) */
+    uint64_t plan_page_bytes; /* the one plan page */
+    uint64_t seq_bytes;       /* everything an open reserves: KV, ring and plan pages */
+    uint64_t seqs;            /* sequences of this size an empty arena of arena_bytes holds */
+};
+
+/*
+ * The size of a sequence of configuration cfg (cfg->params.budget, window, policy, prompt_len;
+ * slack -1 is window, the daemon's default_slack unless set) for geometry g, and how many such
+ * sequences an empty arena of arena_bytes in granules of granule_bytes (vased.conf) holds: the
+ * count comes from placing them one after another with vased's own allocator until one does not
+ * fit, so where pages of two sizes share a granule it counts what is lost there. An elastic
+ * sequence is counted at its full budget. 0 and *ret, or -EINVAL with the reason, the rule
+ * broken and its values, in msg (msg_size bytes; may be NULL): a geometry the arena cannot lay
+ * out, parameters vase_params_explain() refuses, sizes that do not cut into granules; -ENOMEM.
+ */
+int vase_size_seq(const struct vase_geometry *g, const struct vase_seq_config *cfg,
+                  uint64_t arena_bytes, uint64_t granule_bytes, struct vase_size *ret, char *msg,
+                  size_t msg_size);
+
+/*
  * Reopens, on a new client, a sequence of a client whose daemon restarted (its calls fail with
  * -VASE_ESTALE or -ECONNRESET): when the daemon kept the host arena across the restart
  * (vased.service's file descriptor store, a clean stop), the sequence is given back with the

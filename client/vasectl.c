@@ -45,9 +45,9 @@ static long long arg_count = -1;      /* events to print; -1: until SIGINT */
 static bool arg_persist = false;      /* config set: also into the daemon's drop-in */
 static double arg_interval = 0;       /* top: seconds between samples; 0: 1 */
 static long long arg_iterations = -1; /* top: samples; -1: its default */
-/* The command words: at most four are ever valid ("config set KEY VALUE"); more are counted so
- * that run() can refuse them. */
-#define MAX_WORDS 4
+/* The command words: at most 16 are ever valid (size's KEY=VALUE words, 15 keys); more are
+ * counted so that run() can refuse them. */
+#define MAX_WORDS 16
 static char *arg_command[MAX_WORDS];
 static int arg_n_command = 0;
 
@@ -121,6 +121,12 @@ static void help(void) {
            "                         rates (keys: s/S sort column, r reverse, q quit); plain\n"
            "                         text snapshots when stdout is not a terminal\n"
            "  ping                   round trip to the daemon\n"
+           "  size KEY=VALUE...      what one sequence costs in the arena and how many fit,\n"
+           "                         without a daemon: layers=, q_heads=, kv_heads=, head_dim=\n"
+           "                         (required), dtype= (bf16), block_tokens= (16), policy=\n"
+           "                         (vase-attnv), budget= (1024), window= (64), n_sink=,\n"
+           "                         n_large=, prompt_len= (0), slack= (window),\n"
+           "                         arena_bytes= (1G), granule_bytes= (2M)\n"
            "\n"
            "Options:\n"
            "  -h --help              show this help\n"
@@ -705,6 +711,8 @@ static int check_words(uint32_t *ret_id) {
     } else if (strcmp(cmd, "config") == 0)
         ok = (n >= 1 && strcmp(args[0], "get") == 0 && n <= 2) ||
              (n == 3 && strcmp(args[0], "set") == 0);
+    else if (strcmp(cmd, "size") == 0)
+        ok = n >= 1 && n < MAX_WORDS;
     else {
         return fail(-EINVAL, "unknown command '%s' " HINT, cmd);
     }
@@ -773,6 +781,17 @@ static int run(void) {
 
     if (check_words(&id) < 0)
         return 2;
+    if (strcmp(arg_command[0], "size") == 0) {
+        /* Computed here, by the daemon's code: no daemon to reach. A word it refuses is a usage
+         * error. */
+        char err[512];
+        r = vasectl_size(arg_command + 1, arg_n_command - 1, arg_json, err, sizeof(err));
+        if (r < 0) {
+            fail(r, "%s", err);
+            return r == -EINVAL ? 2 : 1;
+        }
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
     r = ctl_open(&a);
     if (r < 0)
         return 1;

@@ -51,6 +51,13 @@ const char *vasectl_mode_name(Vase__Mode m);
 /* One event: a JSON object with its topic first, or a line for people. */
 void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json);
 
+/*
+ * `vasectl size KEY=VALUE...` (vasectl_size.c): prints what one sequence of the geometry and
+ * parameters the words give costs, and how many fit an arena; no daemon involved. 0, or -errno
+ * with the reason in err (err_size bytes).
+ */
+int vasectl_size(char **words, int n, bool json, char *err, size_t err_size);
+
 /* ---- vasectl top (vasectl_top.c) ---- */
 
 struct vasectl_top_options {

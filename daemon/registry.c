@@ -242,29 +242,18 @@ int vase_registry_footprint(const struct vase_layout *l, const struct vased_seq_
 int vase_registry_footprint_at(const struct vase_layout *l, const struct vased_seq_request *req,
                                uint32_t budget, struct vased_seq_footprint *ret, char *msg,
                                size_t msg_size) {
-    uint32_t W = req->params.window;
-    uint64_t slots = vase_layout_open_slots(req->prompt_len, budget, W, req->slack);
-    *ret = (struct vased_seq_footprint){.kv_pages = vase_layout_blocks_for(l, slots)};
-    if (slots > UINT32_MAX || (uint64_t)ret->kv_pages * l->block_tokens > UINT32_MAX) {
-        snprintf(msg, msg_size, "the sequence's capacity does not fit 32 bits");
-        return -EINVAL;
-    }
-    if (vase_policy_needs(req->policy) & VASE_NEEDS_Q) {
-        bool fits;
-        ret->ring_pages = vase_layout_ring_pages(l, W, &fits);
-        if (!fits) {
-            snprintf(msg, msg_size,
-                     "one query ring page of this model (%llu bytes) does not fit the arena",
-                     (unsigned long long)l->ring_page_bytes);
-            return -EINVAL;
-        }
-    }
-    int r = vase_layout_plans(l, vase_plan_keep_count(&req->params), &ret->plan, msg, msg_size);
+    struct vase_layout_footprint fp;
+    int r = vase_layout_footprint(l, vase_policy_needs(req->policy) & VASE_NEEDS_Q, req->prompt_len,
+                                  budget, req->params.window, req->slack,
+                                  vase_plan_keep_count(&req->params), &fp, msg, msg_size);
     if (r < 0)
         return r;
-    ret->bytes = (uint64_t)ret->kv_pages * l->page_bytes +
-                 (uint64_t)ret->ring_pages * l->ring_page_bytes +
-                 (uint64_t)ret->plan.plan_pages * ret->plan.plan_page_bytes;
+    *ret = (struct vased_seq_footprint){
+        .kv_pages = fp.kv_pages,
+        .ring_pages = fp.ring_pages,
+        .plan = fp.plan,
+        .bytes = fp.bytes,
+    };
     return 0;
 }
 

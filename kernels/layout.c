@@ -156,6 +156,32 @@ int vase_layout_plans(const struct vase_layout *l, uint32_t keep, struct vase_pl
     return 0;
 }
 
+int vase_layout_footprint(const struct vase_layout *l, bool ring, uint32_t prompt_len,
+                          uint32_t budget, uint32_t window, uint32_t slack, uint32_t keep,
+                          struct vase_layout_footprint *ret, char *msg, size_t msg_size) {
+    uint64_t slots = vase_layout_open_slots(prompt_len, budget, window, slack);
+    struct vase_layout_footprint fp = {.kv_pages = vase_layout_blocks_for(l, slots)};
+    if (slots > UINT32_MAX || (uint64_t)fp.kv_pages * l->block_tokens > UINT32_MAX)
+        return refuse(msg, msg_size, "the sequence's capacity does not fit 32 bits");
+    if (ring) {
+        bool fits;
+        fp.ring_pages = vase_layout_ring_pages(l, window, &fits);
+        if (!fits)
+            return refuse(msg, msg_size,
+                          "one query ring page of this model (%" PRIu64
+                          " bytes) does not fit the arena",
+                          l->ring_page_bytes);
+    }
+    int r = vase_layout_plans(l, keep, &fp.plan, msg, msg_size);
+    if (r < 0)
+        return r;
+    fp.bytes = (uint64_t)fp.kv_pages * l->page_bytes +
+               (uint64_t)fp.ring_pages * l->ring_page_bytes +
+               (uint64_t)fp.plan.plan_pages * fp.plan.plan_page_bytes;
+    *ret = fp;
+    return 0;
+}
+
 uint64_t vase_layout_kv_offset(const struct vase_layout *l, const uint32_t *table, uint32_t layer,
                                enum vase_kv kv, uint32_t slot, uint32_t kv_head) {
     uint64_t block = table[slot / l->block_tokens];

@@ -101,6 +101,23 @@ uint32_t vase_layout_ring_pages(const struct vase_layout *l, uint32_t window, bo
 int vase_layout_plans(const struct vase_layout *l, uint32_t keep, struct vase_plan_layout *ret,
                       char *msg, size_t msg_size);
 
+/*
+ * What a sequence holds from its open on (the daemon reserves it whole, vasectl size and
+ * vase_size_seq() count it): the KV pages of max(prompt_len, budget) + window + slack slots, the
+ * query ring's pages when ring (the policy reads queries: VASE_NEEDS_Q), and the plan page of
+ * keep slots. Pages are whole: the slots round up to block_tokens.
+ */
+struct vase_layout_footprint {
+    uint32_t kv_pages, ring_pages;
+    struct vase_plan_layout plan;
+    uint64_t bytes; /* kv_pages * page_bytes + ring_pages * ring_page_bytes + the plan page */
+};
+/* 0 and *ret, or -EINVAL with the reason in msg: a capacity beyond 32 bits, a ring page or a
+ * plan page that does not fit the arena. */
+int vase_layout_footprint(const struct vase_layout *l, bool ring, uint32_t prompt_len,
+                          uint32_t budget, uint32_t window, uint32_t slack, uint32_t keep,
+                          struct vase_layout_footprint *ret, char *msg, size_t msg_size);
+
 /* Units of unit_bytes an arena of arena_bytes holds: the bound of every page index. */
 uint64_t vase_layout_units(uint64_t arena_bytes, uint64_t unit_bytes);
 
