@@ -19,8 +19,8 @@
 #include "alloc.h"
 #include "internal.h"
 
-__attribute__((format(printf, 3, 4))) static int refuse(char *msg, size_t msg_size,
-                                                        const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static int refuse(char *msg, size_t msg_size, const char *fmt,
+                                                        ...) {
     if (msg && msg_size) {
         va_list ap;
         va_start(ap, fmt);
@@ -80,7 +80,8 @@ int vase_size_seq(const struct vase_geometry *g, const struct vase_seq_config *c
     if (!g || !cfg || !ret)
         return refuse(msg, msg_size, "no geometry, configuration or result pointer");
     if (granule_bytes < 4096 || granule_bytes % 4096 != 0)
-        return refuse(msg, msg_size, "granule_bytes must be a multiple of 4096 (granule_bytes %" PRIu64 ")",
+        return refuse(msg, msg_size,
+                      "granule_bytes must be a multiple of 4096 (granule_bytes %" PRIu64 ")",
                       granule_bytes);
     if (arena_bytes == 0 || arena_bytes % granule_bytes != 0 ||
         arena_bytes / granule_bytes > INT32_MAX)
@@ -106,8 +107,8 @@ int vase_size_seq(const struct vase_geometry *g, const struct vase_seq_config *c
     uint32_t W = cfg->params.window;
     uint32_t slack = cfg->slack < 0 ? W : (uint32_t)cfg->slack;
     r = vase_layout_footprint(&l, vase_policy_needs(cfg->policy) & VASE_NEEDS_Q, cfg->prompt_len,
-                              cfg->params.budget, W, slack, vase_plan_keep_count(&cfg->params),
-                              &fp, msg, msg_size);
+                              cfg->params.budget, W, slack, vase_plan_keep_count(&cfg->params), &fp,
+                              msg, msg_size);
     if (r < 0)
         return r;
     r = vase_alloc_new(arena_bytes, granule_bytes, &a);

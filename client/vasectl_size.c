@@ -59,8 +59,7 @@ int vasectl_size(char **words, int n, bool json, char *err, size_t err_size) {
     for (int i = 0; i < n; i++) {
         char *eq = strchr(words[i], '=');
         if (!eq || eq == words[i]) {
-            snprintf(err, err_size, "size: '%s' is not KEY=VALUE (try 'vasectl --help')",
-                     words[i]);
+            snprintf(err, err_size, "size: '%s' is not KEY=VALUE (try 'vasectl --help')", words[i]);
             return -EINVAL;
         }
         size_t klen = (size_t)(eq - words[i]);
@@ -142,18 +141,17 @@ int vasectl_size(char **words, int n, bool json, char *err, size_t err_size) {
                ",\"prompt_len\":%" PRIu32 ",\"slack\":%" PRIu32 ",\"token_bytes\":%" PRIu64
                ",\"page_bytes\":%" PRIu64 ",\"slots\":%" PRIu32 ",\"kv_pages\":%" PRIu32
                ",\"ring_pages\":%" PRIu32 ",\"ring_page_bytes\":%" PRIu64
-               ",\"plan_page_bytes\":%" PRIu64 ",\"seq_bytes\":%" PRIu64
-               ",\"arena_bytes\":%" PRIu64 ",\"granule_bytes\":%" PRIu64 ",\"seqs\":%" PRIu64
-               "}\n",
+               ",\"plan_page_bytes\":%" PRIu64 ",\"seq_bytes\":%" PRIu64 ",\"arena_bytes\":%" PRIu64
+               ",\"granule_bytes\":%" PRIu64 ",\"seqs\":%" PRIu64 "}\n",
                g.layers, g.q_heads, g.kv_heads, g.head_dim, vase_dtype_to_string(g.dtype), B,
-               vase_policy_to_string(cfg.policy), cfg.params.budget, W, cfg.prompt_len,
-               slack_used, z.token_bytes, z.page_bytes, z.slots, z.kv_pages, z.ring_pages,
-               z.ring_page_bytes, z.plan_page_bytes, z.seq_bytes, arena, granule, z.seqs);
+               vase_policy_to_string(cfg.policy), cfg.params.budget, W, cfg.prompt_len, slack_used,
+               z.token_bytes, z.page_bytes, z.slots, z.kv_pages, z.ring_pages, z.ring_page_bytes,
+               z.plan_page_bytes, z.seq_bytes, arena, granule, z.seqs);
         return 0;
     }
     char b1[32], b2[32], b3[32];
-    printf("model       %" PRIu32 " layers, %" PRIu32 " query and %" PRIu32
-           " KV heads of %" PRIu32 ", %s, pages of %" PRIu32 " tokens\n",
+    printf("model       %" PRIu32 " layers, %" PRIu32 " query and %" PRIu32 " KV heads of %" PRIu32
+           ", %s, pages of %" PRIu32 " tokens\n",
            g.layers, g.q_heads, g.kv_heads, g.head_dim, vase_dtype_to_string(g.dtype), B);
     printf("per token   %" PRIu64 " bytes (K and V of every layer)\n", z.token_bytes);
     printf("sequence    %s, budget %" PRIu32 ", window %" PRIu32 ", prompt %" PRIu32

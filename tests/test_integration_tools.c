@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -46,6 +47,13 @@ static int setup(void **state) {
  * that the first event a subscriber sees is one the test made. */
 static int setup_quiet(void **state) {
     static const char *const args[] = {"--stats-interval=0", NULL};
+    return setup_with(state, args);
+}
+
+/* The harness arena in granules of 1 MiB: pages of several sizes, each in granules of its own,
+ * leave room unused where a division would count it. */
+static int setup_size(void **state) {
+    static const char *const args[] = {"--granule-bytes=1M", NULL};
     return setup_with(state, args);
 }
 
@@ -326,6 +334,110 @@ static void test_vasectl_config(void **state) {
 
 /* vasectl --version names its version, the daemon's (they are released together), and the
  * protocol version of the libvase it was built with. */
+/*
+ * vasectl size against the daemon itself: for each geometry and configuration, the bytes it
+ * prints for one sequence are the bytes an open takes from the arena (Status, bytes_pages), and
+ * the number of sequences it says fit is the number of opens the daemon admits before -ENOSPC,
+ * in an arena of the same size and granule (1 MiB: a KV and a plan page never share one, so the
+ * count is the allocator's, not the arena divided by a sequence's bytes; pages of 24 tokens
+ * straddle granules).
+ */
+static void test_vasectl_size(void **state) {
+    struct fixture *f = *state;
+    static const struct {
+        uint32_t block_tokens;
+        enum vase_policy policy;
+        uint32_t budget, window, prompt_len;
+        const char *words[3]; /* the same, as vasectl's words */
+    } cases[] = {
+        {64,
+         VASE_POLICY_VASE_ATTNV,
+         128,
+         32,
+         0,
+         {"block_tokens=64", "policy=vase-attnv", "budget=128"}},
+        {16,
+         VASE_POLICY_STREAMING,
+         64,
+         32,
+         0,
+         {"block_tokens=16", "policy=streaming", "budget=64"}},
+        {24, VASE_POLICY_SNAPKV, 96, 32, 0, {"block_tokens=24", "policy=snapkv", "budget=96"}},
+        {64, VASE_POLICY_H2O, 64, 32, 200, {"block_tokens=64", "policy=h2o", "budget=64"}},
+    };
+    enum { MOST = 512 };
+    struct vase_seq *seqs[MOST];
+    char arena[32];
+    snprintf(arena, sizeof(arena), "arena_bytes=%" PRIu64, HARNESS_ARENA_BYTES);
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct vase_geometry g = harness_geometry();
+        g.block_tokens = cases[i].block_tokens;
+        struct vase_model *m;
+        struct vase_client *c;
+        assert_int_equal(harness_engine_open(&f->h.d, "size", &g, &c, &m), 0);
+        struct vase_seq_config cfg = harness_seq_config(cases[i].policy, cases[i].budget,
+                                                        cases[i].window, cases[i].prompt_len, 0);
+
+        /* The words: the harness model, f32, and this case's pages and parameters. */
+        char window[32], prompt[32];
+        snprintf(window, sizeof(window), "window=%" PRIu32, cases[i].window);
+        snprintf(prompt, sizeof(prompt), "prompt_len=%" PRIu32, cases[i].prompt_len);
+        const char *args[] = {"--json",
+                              "size",
+                              "layers=2",
+                              "q_heads=4",
+                              "kv_heads=2",
+                              "head_dim=32",
+                              "dtype=f32",
+                              cases[i].words[0],
+                              cases[i].words[1],
+                              cases[i].words[2],
+                              window,
+                              prompt,
+                              arena,
+                              "granule_bytes=1M",
+                              NULL};
+        const char *out = vasectl_ok(f, args);
+        uint64_t seq_bytes = json_number(out, "seq_bytes"), fits = json_number(out, "seqs");
+
+        assert_int_equal(vase_seq_open(c, m, &cfg, &seqs[0]), 0);
+        struct harness_status st = harness_status_of(&f->h.d);
+        if (st.bytes_pages != seq_bytes)
+            fail_msg("case %zu: one open takes %" PRIu64 " bytes, vasectl size says %" PRIu64, i,
+                     st.bytes_pages, seq_bytes);
+        int n = 1 + harness_fill(c, m, cfg, seqs + 1, MOST - 1);
+        print_message("case %zu: %" PRIu64 " bytes a sequence, %d sequences\n", i, seq_bytes, n);
+        if ((uint64_t)n != fits)
+            fail_msg("case %zu: the daemon admits %d sequences, vasectl size says %" PRIu64 "\n%s",
+                     i, n, fits, out);
+        harness_close_all(seqs, n);
+        vase_disconnect(c);
+        harness_assert_all_free(&f->h.d);
+    }
+
+    /* Bad words: usage errors (exit 2) that name the word, and the rule for parameters. */
+    static const struct {
+        const char *word, *why;
+    } bad[] = {
+        {"layers=x", "invalid layers 'x'"},
+        {"layers=-1", "invalid layers '-1'"},
+        {"colour=red", "unknown key 'colour'"},
+        {"budget", "'budget' is not KEY=VALUE"},
+        {"budget=100", "budget must be a multiple of window (budget 100, window 64"},
+        {"arena_bytes=3K", "arena_bytes must be a multiple of granule_bytes"},
+        {"dtype=f64", "invalid dtype 'f64'"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *args[] = {"size",        "layers=2",  "q_heads=4", "kv_heads=2",
+                              "head_dim=32", bad[i].word, NULL};
+        int r = vasectl(f, args);
+        if (r != 2 || !strstr(f->p.out, bad[i].why))
+            fail_msg("vasectl size %s: exit %d, want 2 and \"%s\":\n%s", bad[i].word, r, bad[i].why,
+                     f->p.out);
+    }
+}
+
 static void test_vasectl_version(void **state) {
     struct fixture *f = *state;
     char path[PATH_MAX], want[64];
@@ -469,6 +581,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_vasectl_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_config_negative, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vasectl_size, setup_size, teardown),
         cmocka_unit_test_setup_teardown(test_vasectl_events, setup_quiet, teardown),
         cmocka_unit_test_setup_teardown(test_replay_engine, setup, teardown),
     };
