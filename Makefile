@@ -746,7 +746,7 @@ bench-tenants: $(VASED) $(BENCH_TENANTS)
 # /etc/vase/vased.conf only if there is none: an operator's copy is never overwritten; the
 # drop-in directory /etc/vase/vased.conf.d. `make uninstall` removes the same files, vased.conf
 # only while it is the default, and the drop-in directory only while it is empty.
-# `make deb` packages `make install PREFIX=/usr` (build/vase_VERSION_ARCH.deb). The version is
+# `make deb` packages `make install PREFIX=/usr` (build/debs/, below). The version is
 # the daemon's (VASED_VERSION of daemon/state.h); the SONAME changes only when the ABI breaks.
 
 VERSION := $(shell sed -n 's/^\#define VASED_VERSION "\(.*\)"$$/\1/p' daemon/state.h 2>/dev/null)
