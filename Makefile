@@ -43,8 +43,9 @@ DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq
                 python3 python3-numpy valgrind systemd procps clang-format \
                 python3-dev python3-torch python3-pytest python3-matplotlib libdlpack-dev \
                 scdoc man-db libmicrohttpd-dev prometheus
-# tmux is the terminal in which tests/test_top_tmux.sh drives `vasectl top`.
-DEB_PACKAGES += tmux
+# tmux is the terminal in which tests/test_top_tmux.sh drives `vasectl top`; dpkg-dev's
+# dpkg-shlibdeps names the library packages of `make deb`'s packages.
+DEB_PACKAGES += tmux dpkg-dev
 
 # DEPS_PREFIX=DIR builds against packages unpacked into DIR (`dpkg-deb -x PKG.deb DIR`, as on a
 # machine without apt or network): their headers and libraries come from DIR/usr/include and
@@ -241,7 +242,11 @@ ifeq ($(HAVE_CUDA),1)
 CUDA_HOME ?= $(abspath $(dir $(NVCC))..)
 CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib) $(CUDA_HOME)/lib64)
 CUDA_INC := $(CUDA_HOME)/include
-CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lstdc++
+# The CUDA runtime is linked statically (libcudart_static.a): vased, libvase and the Python
+# extension built here need no libcudart.so where they run, so one build serves hosts with and
+# without CUDA. The runtime loads the driver's libcuda.so.1 itself, at the first CUDA call, which
+# only a configured CUDA arena makes (kernels/device_cuda.c names the missing library then).
+CUDA_LIBS := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
 NVCCFLAGS := -O3 -std=c++17 --fmad=false -lineinfo $(if $(WERROR_ON),-Werror all-warnings) \
              $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(CUDA_PTX_ARCH),code=compute_$(CUDA_PTX_ARCH) \
@@ -316,9 +321,9 @@ check-gpu-emu: $(KERNEL_LIB)
 # filtered out of DAEMON_SRCS and LIBVASE_SRCS (CUDA_ARENA_EXCLUDED). With CUDA, vased links the
 # CUDA kernels (with the CPU kernels they use) and the runtime (DAEMON_CUDA_LIBS); libvase takes
 # in only the compaction kernel and the host code of the CUDA archive (LIBVASE_CUDA_OBJS: no
-# planner, no CPU scoring, no BLAS) and links the runtime (LIBVASE_CUDA_LIBS, which static users
-# of libvase.a link after it). The driver library is never linked (its cuMem* entry points are
-# looked up at run time). The unit tests of the two backends and of the CUDA planner link the
+# planner, no CPU scoring, no BLAS) and links the runtime (LIBVASE_CUDA_LIBS; the libvase.a that
+# is installed carries the runtime inside, see LIBVASE_DIST_A). The driver library is never
+# linked (its cuMem* entry points are looked up at run time). The unit tests of the two backends and of the CUDA planner link the
 # runtime faked by tests/mock_cuda.c instead of libcudart and are built only with CUDA
 # (CUDA_ARENA_TEST_SRCS are kept out of the generic test lists and added to TEST_PROGS as
 # CUDA_ARENA_TESTS).
@@ -346,11 +351,14 @@ $(BUILD)/libvased.a: | $(CUDA_LIB) $(KERNEL_LIB)
 # archive, with the CUDA archive's host code, the client test client/cuda.o and that host code
 # from libvase; the fake defines every other CUDA symbol they reach, kernels included.
 DAEMON_CUDA_TESTS := $(BUILD)/tests/test_daemon_cuda_arena $(BUILD)/tests/test_daemon_cuda_planner
+# The fake also stands in for the driver's library where the device lookup probes for it
+# (MOCK_DLOPEN_WRAP).
+MOCK_DLOPEN_WRAP := -Wl,--wrap=dlopen,--wrap=dlclose
 $(DAEMON_CUDA_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(MOCK_CUDA_OBJ) \
                       $(BUILD)/tests/plan_fixture.o $(BUILD)/tests/log_capture.o \
                       $(BUILD)/libvased.a $(CUDA_HOST_OBJS) $(KERNEL_LIB)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) \
+	$(Q)$(CC) $(LDFLAGS) $(MOCK_DLOPEN_WRAP) -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) \
 	  $(INIH_LIBS) $(MHD_LIBS) $(BLAS_LIBS) -lm
 
 # The eviction cycle of test_client_cuda talks to a daemon faked at the channel.
@@ -359,7 +367,7 @@ CLIENT_CHAN_WRAPS := $(foreach f,send wait drain answered drop call,-Wl,--wrap=v
 $(BUILD)/tests/test_client_cuda: $(BUILD)/tests/test_client_cuda.o $(MOCK_CUDA_OBJ) \
                                  $(BUILD)/libvase.a $(KERNEL_LIB)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) -Wl,--wrap=close -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) \
+	$(Q)$(CC) $(LDFLAGS) -Wl,--wrap=close $(MOCK_DLOPEN_WRAP) -o $@ $^ -lcmocka $(ZMQ_LIBS) $(PROTOBUF_LIBS) \
 	  $(BLAS_LIBS) -lm $(CLIENT_CHAN_WRAPS)
 
 # test_daemon_cuda_arena also starts the real vased (no GPU here: it must refuse cuda:0).
@@ -424,7 +432,29 @@ $(LIBVASE_A): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS) $(
 
 $(LIBVASE_SO): $(LIBVASE_OBJS) $(PROTO_OBJ) $(WIRE_OBJ) $(LIBVASE_KERNEL_OBJS) $(LIBVASE_CUDA_OBJS)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(LIBVASE_SONAME) -o $@ $^ $(LIBVASE_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(LIBVASE_SONAME) -Wl,--exclude-libs,ALL -o $@ $^ \
+	  $(LIBVASE_LIBS)
+
+# The libvase.a that is installed. With CUDA: libvase's objects and the members of the static
+# CUDA runtime they use, in one relocatable object whose only global symbols are libvase's own
+# (vase_*), so that an engine links it statically without the CUDA toolkit (vase.pc's
+# Libs.private: -ldl -lrt -lstdc++), and the runtime inside cannot interpose on the engine's own
+# CUDA runtime. (The tree's tests link $(LIBVASE_A), whose objects they wrap one by one.)
+# Without CUDA it is $(LIBVASE_A) itself.
+ifeq ($(HAVE_CUDA),1)
+LIBVASE_DIST_A := $(BUILD)/dist/libvase.a
+LIBVASE_DIST_LIBS := -lm -ldl -lrt -lstdc++ -pthread
+$(LIBVASE_DIST_A): $(LIBVASE_A)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -r -nostdlib -o $(@D)/libvase.o -Wl,--whole-archive $(LIBVASE_A) \
+	  -Wl,--no-whole-archive -L$(CUDA_LIBDIR) -lcudart_static
+	$(Q)objcopy --wildcard --keep-global-symbol='vase_*' $(@D)/libvase.o
+	$(Q)rm -f $@ && $(AR) rcs $@ $(@D)/libvase.o
+else
+LIBVASE_DIST_A := $(LIBVASE_A)
+LIBVASE_DIST_LIBS := -lm
+endif
 
 # The public headers of libvase, and nothing else, staged in one directory: what an engine
 # compiles against (-I$(PUBLIC_INCLUDE)), and what an installation would copy. vase.h needs
@@ -457,21 +487,30 @@ $(VASECTL): $(VASECTL_SRCS:%.c=$(BUILD)/%.o) $(LIBVASE_A)
 
 # ---- client/python/: the vase Python package ----------------------------------------------
 #
-# The extension module vase._vase, on CPython's limited API (one vase/_vase.abi3.so serves every
-# CPython >= 3.11 of the machine), is built next to its package so that the package imports from
-# the tree: from the repository root through the symlink ./vase, elsewhere with
-# PYTHONPATH=<repo>/client/python. Like an engine it sees only the public headers (and DLPack's),
-# and it links libvase.a statically (its objects are -fPIC), exporting nothing of it. Not built
-# with SANITIZE: a sanitized extension loads only into a sanitized interpreter.
-PY_EXT := client/python/vase/_vase.abi3.so
+# The extension module vase._vase, on CPython's limited API (one _vase.abi3.so serves every
+# CPython >= 3.11 of the machine), is built into $(BUILD)/python/vase/ (PY_PKG), with the
+# package's Python files copied beside it, so that each build directory holds a package made of
+# its own objects: PYTHONPATH=<repo>/build/python, or from the repository root through the
+# symlink ./vase (to build/python/vase). Like an engine it sees only the public headers (and
+# DLPack's), and it links libvase.a statically (its objects are -fPIC), exporting nothing of it.
+# Not built with SANITIZE: a sanitized extension loads only into a sanitized interpreter.
+PY_SRC_DIR := client/python/vase
+PY_PKG := $(BUILD)/python/vase
+PY_EXT := $(PY_PKG)/_vase.abi3.so
 PY_EXT_OBJ := $(BUILD)/client/python/vase/_vase.o
+PY_FILES := $(wildcard $(PY_SRC_DIR)/*.py $(PY_SRC_DIR)/*.pyi $(PY_SRC_DIR)/py.typed)
+PY_STAGED := $(PY_FILES:$(PY_SRC_DIR)/%=$(PY_PKG)/%)
 PY_INC = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+
+$(PY_STAGED): $(PY_PKG)/%: $(PY_SRC_DIR)/%
+	$(Q)mkdir -p $(@D) && cp $< $@
 
 $(PY_EXT_OBJ): CPPFLAGS := -MMD -MP -I$(PUBLIC_INCLUDE) -I$(PY_INC)
 $(PY_EXT_OBJ): | $(PUBLIC_STAMP)
 
-$(PY_EXT): $(PY_EXT_OBJ) $(LIBVASE_A)
+$(PY_EXT): $(PY_EXT_OBJ) $(LIBVASE_A) | $(PY_STAGED)
 	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,--exclude-libs,ALL -o $@ $^ $(LIBVASE_LIBS)
 
 # A machine without Python's or DLPack's headers (python3-dev, libdlpack-dev; a GPU machine with
@@ -483,7 +522,7 @@ HAVE_PY_HEADERS := $(if $(PY_INC_NOW),$(shell \
   printf '\043include <Python.h>\n\043include <dlpack/dlpack.h>\nint v[PY_VERSION_HEX + DLPACK_VERSION];\n' | \
   $(CC) -fsyntax-only $(DEPS_CFLAGS) -I$(PY_INC_NOW) -x c - >/dev/null 2>&1 && echo 1))
 ifeq ($(HAVE_PY_HEADERS),1)
-all: $(PY_EXT)
+all: $(PY_EXT) $(PY_STAGED)
 else
 all: py-ext-skipped
 py-ext-skipped:
@@ -713,7 +752,7 @@ bench-tenants: $(VASED) $(BENCH_TENANTS)
 # /etc/vase/vased.conf only if there is none: an operator's copy is never overwritten; the
 # drop-in directory /etc/vase/vased.conf.d. `make uninstall` removes the same files, vased.conf
 # only while it is the default, and the drop-in directory only while it is empty.
-# `make deb` packages `make install PREFIX=/usr` (build/vase_VERSION_ARCH.deb). The version is
+# `make deb` packages `make install PREFIX=/usr` (build/debs/, below). The version is
 # the daemon's (VASED_VERSION of daemon/state.h); the SONAME changes only when the ABI breaks.
 
 VERSION := $(shell sed -n 's/^\#define VASED_VERSION "\(.*\)"$$/\1/p' daemon/state.h 2>/dev/null)
@@ -767,14 +806,17 @@ $(VASE_PC): FORCE | $(DEPS_STAMP)
 	  'Name: vase' 'Description: Client library of vased, the vase KV-cache daemon' \
 	  'Version: $(VERSION)' 'Requires: libprotobuf-c' 'Requires.private: libzmq' \
 	  'Cflags: -I$${includedir}/vase' 'Libs: -L$${libdir} -lvase' \
-	  'Libs.private: -lm $(strip $(LIBVASE_CUDA_LIBS))' >$@.tmp
+	  'Libs.private: $(LIBVASE_DIST_LIBS)' '' \
+	  '# What a link of libvase.a alone needs besides Libs (pkg-config --variable=static_libs vase):' \
+	  '# --static would also add the private libraries of libzmq, which need its own static build.' \
+	  'static_libs=-lzmq $(LIBVASE_DIST_LIBS)' >$@.tmp
 	$(Q)if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
 
 # ---- install, uninstall ----
 
 INSTALL ?= install
-PY_FILES := $(wildcard client/python/vase/*.py client/python/vase/*.pyi client/python/vase/py.typed)
-INSTALL_DEPS := $(VASED) $(VASECTL) $(LIBVASE_SO) $(LIBVASE_A) $(PUBLIC_STAMP) $(VASE_PC) \
+INSTALL_DEPS := $(VASED) $(VASECTL) $(LIBVASE_SO) $(LIBVASE_DIST_A) $(PUBLIC_STAMP) $(VASE_PC) \
+                $(if $(filter 1,$(HAVE_PY_HEADERS)),$(PY_EXT) $(PY_STAGED)) \
                 $(MAN_PAGES)
 LIBVASE_FILE := libvase.so.$(VERSION)
 LIBVASE_SONAME := libvase.so.$(LIBVASE_SOVERSION)
@@ -789,7 +831,7 @@ install: $(INSTALL_DEPS)
 	$(Q)$(INSTALL) -m 644 $(LIBVASE_SO) $(D)$(LIBDIR)/$(LIBVASE_FILE)
 	$(Q)ln -sf $(LIBVASE_FILE) $(D)$(LIBDIR)/$(LIBVASE_SONAME)
 	$(Q)ln -sf $(LIBVASE_SONAME) $(D)$(LIBDIR)/libvase.so
-	$(Q)$(INSTALL) -m 644 $(LIBVASE_A) $(D)$(LIBDIR)/
+	$(Q)$(INSTALL) -m 644 $(LIBVASE_DIST_A) $(D)$(LIBDIR)/libvase.a
 	$(Q)$(INSTALL) -m 644 $(VASE_PC) $(D)$(LIBDIR)/pkgconfig/
 	$(Q)$(INSTALL) -m 644 $(addprefix $(PUBLIC_INCLUDE)/,$(notdir $(PUBLIC_HEADERS))) \
 	  $(D)$(INCLUDEDIR)/vase/
@@ -805,7 +847,8 @@ install: $(INSTALL_DEPS)
 	  $(INSTALL) -d $(D)$(MANDIR)/man$$s && $(INSTALL) -m 644 $$p $(D)$(MANDIR)/man$$s/ || exit 1; \
 	done
 	$(Q)$(INSTALL) -d $(D)$(PYTHONDIR)/vase && $(INSTALL) -m 644 $(PY_FILES) $(D)$(PYTHONDIR)/vase/
-	$(Q)if [ -f $(PY_EXT) ]; then $(INSTALL) -m 644 $(PY_EXT) $(D)$(PYTHONDIR)/vase/; fi
+	$(Q)if [ -f $(PY_EXT) ]; then $(INSTALL) -m 644 $(PY_EXT) $(D)$(PYTHONDIR)/vase/; \
+	else echo "  SKIP    $(PY_EXT): not built (python3-dev, libdlpack-dev)"; fi
 
 # Every file install may have written (man pages whether or not they were built), vased.conf
 # only while it is the default one, then the directories of ours that are left empty.
@@ -830,49 +873,44 @@ uninstall:
 
 # ---- deb ----
 #
-# `make deb`: the tree `make install PREFIX=/usr` writes, staged in DEB_ROOT, with man pages
-# compressed, the copyright file and a control file; dpkg-deb builds it with root as the owner
-# of every file. vased.conf is a conffile (dpkg keeps an edited copy). The scripts of packaging/deb/
-# create the user and /etc/vase (systemd-sysusers, systemd-tmpfiles) and enable and start
-# vased.service as debhelper's would, where those tools exist.
+# `make deb`: the tree `make install PREFIX=/usr` writes, split into vase's Debian packages by
+# packaging/deb/build-debs.sh (vased, libvase$(LIBVASE_SOVERSION), libvase-dev, python3-vase, and
+# vase, which depends on the four), each with its Depends from dpkg-shlibdeps, in DEB_DIR. It
+# builds every file it packages first, the Python extension included, from this build's objects
+# and flags (another USE_CUDA or OPT rebuilds them, see FLAGS_FILE), so a package never holds a
+# file left from another build. The CUDA runtime is linked statically: the same packages run
+# on hosts with and without the NVIDIA driver, which a CUDA arena needs.
 DEB_ARCH = $(shell dpkg --print-architecture 2>/dev/null)
-DEB_ROOT := $(BUILD)/deb
-DEB := $(BUILD)/vase_$(VERSION)_$(DEB_ARCH).deb
-# Who the package names as its maintainer, and the date of its changelog entry (the last
-# commit's, so that two builds of one commit give the same package).
+DEB_STAGE := $(BUILD)/deb-stage
+DEB_DIR := $(BUILD)/debs
+DEB_NAMES := vased libvase$(LIBVASE_SOVERSION) libvase-dev python3-vase vase
+DEBS = $(DEB_NAMES:%=$(DEB_DIR)/%_$(VERSION)_$(DEB_ARCH).deb)
+# Who the packages name as their maintainer, and the date of their changelog entries (the last
+# commit's, so that two builds of one commit give the same packages).
 DEB_MAINTAINER ?= vase developers <vase@localhost>
 DEB_DATE = $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),0)
-# The libraries vased, vasectl and libvase link, by their Debian 12 packages.
-DEB_DEPENDS := libc6, libzmq5, libprotobuf-c1, libsystemd0, libinih1, libopenblas0-pthread, \
-               libmicrohttpd12, systemd
+# The example engines libvase-dev ships, and what a static link of its libvase.a needs besides
+# vase.pc's Requires (the C++ runtime of the CUDA code inside).
+DEB_EXAMPLES := examples/synthetic_engine.c examples/reopen_engine.c examples/loadgen.c
+DEB_DEV_DEPENDS := $(if $(filter 1,$(HAVE_CUDA)),libstdc++-12-dev | libstdc++-dev)
 
-deb: $(INSTALL_DEPS)
-	$(Q)rm -rf $(DEB_ROOT)
-	$(Q)$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DEB_ROOT)) PREFIX=/usr
-	$(Q)rm -f $(DEB_ROOT)/usr/share/doc/vase/README.md
-	$(Q)if [ -d $(DEB_ROOT)/usr/share/man ]; then gzip -9n $(DEB_ROOT)/usr/share/man/man*/*; fi
-	$(Q)install -m 644 README.md $(DEB_ROOT)/usr/share/doc/vase/README.md
-	$(Q)install -m 644 LICENSE $(DEB_ROOT)/usr/share/doc/vase/copyright
-	$(Q)printf 'vase (%s) unstable; urgency=medium\n\n  * Release %s.\n\n -- %s  %s\n' \
-	  '$(VERSION)' '$(VERSION)' '$(DEB_MAINTAINER)' "$$(date -R -u -d @$(DEB_DATE))" | \
-	  gzip -9n >$(DEB_ROOT)/usr/share/doc/vase/changelog.gz
-	$(Q)strip --remove-section=.comment --remove-section=.note $(DEB_ROOT)/usr/bin/vased \
-	  $(DEB_ROOT)/usr/bin/vasectl
-	$(Q)strip --remove-section=.comment --remove-section=.note --strip-unneeded \
-	  $(DEB_ROOT)/usr/lib/$(LIBVASE_FILE) $(wildcard $(DEB_ROOT)/usr/lib/python3/dist-packages/vase/*.so)
-	$(Q)install -d $(DEB_ROOT)/DEBIAN
-	$(Q)install -m 755 packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm $(DEB_ROOT)/DEBIAN/
-	$(Q)echo /etc/vase/vased.conf >$(DEB_ROOT)/DEBIAN/conffiles
-	$(Q)echo 'activate-noawait ldconfig' >$(DEB_ROOT)/DEBIAN/triggers
-	$(Q)echo 'libvase $(LIBVASE_SOVERSION) vase (>= $(VERSION))' >$(DEB_ROOT)/DEBIAN/shlibs
-	$(Q)sed -e 's/@VERSION@/$(VERSION)/' -e 's/@ARCH@/$(DEB_ARCH)/' -e 's/@MAINTAINER@/$(DEB_MAINTAINER)/' \
-	  -e 's/@DEPENDS@/$(strip $(DEB_DEPENDS))/' \
-	  -e "s/@SIZE@/$$(du -sk --exclude=DEBIAN $(DEB_ROOT) | cut -f1)/" packaging/deb/control.in \
-	  >$(DEB_ROOT)/DEBIAN/control
-	$(Q)cd $(DEB_ROOT) && find . -path ./DEBIAN -prune -o -type f -printf '%P\n' | sort | \
-	  xargs md5sum >DEBIAN/md5sums
-	$(call say,DPKG,$(DEB))
-	$(Q)dpkg-deb --build --root-owner-group $(DEB_ROOT) $(DEB) >/dev/null
+ifeq ($(HAVE_PY_HEADERS),1)
+deb: $(INSTALL_DEPS) $(PY_EXT) $(PY_STAGED)
+else
+deb:
+	@echo "error: make deb packages the Python extension, which needs Python.h and dlpack/dlpack.h" \
+	  "for $(PYTHON) (python3-dev, libdlpack-dev)$(if $(SANITIZE),; and a build without SANITIZE)" >&2; exit 1
+endif
+ifeq ($(HAVE_PY_HEADERS),1)
+	$(Q)rm -rf $(DEB_STAGE) $(DEB_DIR)
+	$(Q)$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DEB_STAGE)) PREFIX=/usr
+	$(Q)VERSION='$(VERSION)' ARCH='$(DEB_ARCH)' MAINTAINER='$(DEB_MAINTAINER)' DATE='$(DEB_DATE)' \
+	  SOVERSION='$(LIBVASE_SOVERSION)' EXAMPLES='$(DEB_EXAMPLES)' \
+	  EXAMPLES_MK=packaging/deb/examples.mk LICENSE=LICENSE README=README.md \
+	  PACKAGING=packaging/deb DEV_DEPENDS='$(DEB_DEV_DEPENDS)' \
+	  packaging/deb/build-debs.sh $(DEB_STAGE) $(DEB_DIR)
+	$(Q)rm -rf $(DEB_STAGE)
+endif
 
 # The install and uninstall rules, the pkg-config file against the staged tree, the man pages
 # and the package's contents (tests/test_install.sh).
@@ -885,9 +923,9 @@ check-install: all
 
 # ---- check-boot (tests/check_boot.sh) ----
 #
-# `make check-boot` (as root; not part of `make check`): the package of `make deb` installed in a
-# Debian 12 root that systemd-nspawn boots, checked from inside under a real systemd
-# (tests/boot/checks.sh). Its tools come from systemd-container and mmdebstrap, installed on
+# `make check-boot` (as root; not part of `make check`): the packages of `make deb` installed in
+# a Debian 12 root without any CUDA library that systemd-nspawn boots, checked from inside under
+# a real systemd (tests/boot/checks.sh). Its tools come from systemd-container and mmdebstrap, installed on
 # demand like the build's packages. The engine it runs is the synthetic engine linked against
 # libvase.so, so that it takes the installed library; examples/reopen_engine checks a restart
 # that keeps the arena.
@@ -904,8 +942,17 @@ check-boot-deps: DEB_PACKAGES := $(BOOT_DEB_PACKAGES)
 check-boot-deps:
 	$(Q)$(APT_INSTALL_SH)
 
+# With CUDA, the packages of a build without it (in $(BOOT_PLAIN_BUILD), USE_CUDA=0) are checked
+# in the same root first: installed, loaded (ldd, import vase) and purged.
+BOOT_PLAIN_BUILD := $(BUILD)-plain
+
 check-boot: check-boot-deps deb $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE)
-	$(Q)tests/check_boot.sh $(DEB) $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE)
+ifeq ($(HAVE_CUDA),1)
+	$(Q)$(MAKE) --no-print-directory deb BUILD=$(BOOT_PLAIN_BUILD) USE_CUDA=0
+	$(Q)tests/check_boot.sh $(DEB_DIR) $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE) -- $(BOOT_PLAIN_BUILD)/debs
+else
+	$(Q)tests/check_boot.sh $(DEB_DIR) $(BOOT_ENGINE) $(BOOT_REOPEN_ENGINE)
+endif
 
 # The packages of `make` and of `make check-boot`, one line each; tests/test_setup.sh compares
 # them with the README's tables. Installs nothing and needs no configuration.
@@ -984,7 +1031,7 @@ check: all
 	  rc=$$?; tail -n 25 $(BUILD)/loadgen-quick.out; result $$rc "examples/loadgen/run.sh --quick"; \
 	if [ -z "$(SANITIZE)" ]; then \
 	  echo "  PYTHON  tests/python (pytest, python3 -X dev)"; \
-	  PYTHONPATH=$(CURDIR)/client/python $(PYTHON) -X dev -m pytest -q -p no:cacheprovider \
+	  PYTHONPATH=$(abspath $(BUILD))/python $(PYTHON) -X dev -m pytest -q -p no:cacheprovider \
 	    tests/python >$(BUILD)/pytest.out 2>&1; rc=$$?; cat $(BUILD)/pytest.out; \
 	  summary=$$(tail -n 1 $(BUILD)/pytest.out); \
 	  np=$$(echo "$$summary" | sed -n 's/.*\b\([0-9][0-9]*\) passed.*/\1/p'); \
@@ -1012,7 +1059,7 @@ bench: $(BENCH_KERNELS)
 	$(Q)BENCH=$(BENCH_KERNELS) tests/bench_table.sh
 
 clean:
-	$(Q)rm -rf $(BUILD) build build-san $(PY_EXT)
+	$(Q)rm -rf $(BUILD) build build-san $(PY_SRC_DIR)/_vase.abi3.so
 
 # The tree's C, CUDA and header files against .clang-format (Debian's clang-format); CI runs it.
 # `make format` rewrites them in place.

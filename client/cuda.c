@@ -126,6 +126,12 @@ static int find_device(const struct vase__arena *a, int *ret, char *msg, size_t 
     struct vase_cuda_device d;
 
     int r = vase_cuda_device_find(-1, a->device_uuid, &d, &why);
+    if (r < 0 && d.count == 0 && why.driver_missing[0])
+        return say(msg, msg_len, -ENODEV,
+                   "arena %u (%s) is on GPU %s, but the NVIDIA driver's library "
+                   "" VASE_CUDA_DRIVER_LIB " cannot be loaded in this process (%s); "
+                   "" VASE_CUDA_DRIVER_HINT,
+                   a->id, a->kind, a->device_uuid, why.driver_missing);
     if (r < 0 && d.count == 0)
         return say(msg, msg_len, -ENODEV,
                    "arena %u (%s) is on GPU %s, but this process sees no CUDA device: %s", a->id,

@@ -69,6 +69,12 @@ static int open_device(struct vase_arena *a) {
 
     _Static_assert(sizeof(d.uuid) == sizeof(a->device_uuid), "UUID size");
     int r = vase_cuda_device_find(a->device, a->device_uuid, &d, &why);
+    if (r < 0 && d.count == 0 && why.driver_missing[0])
+        return log_error_errno(-ENODEV,
+                               "Arena \"%s\": no usable CUDA device on this machine: the NVIDIA "
+                               "driver's library " VASE_CUDA_DRIVER_LIB " cannot be loaded (%s); "
+                               "" VASE_CUDA_DRIVER_HINT ".",
+                               a->kind, why.driver_missing);
     if (r < 0 && d.count == 0)
         return log_error_errno(
             -ENODEV,

@@ -9,6 +9,7 @@
  */
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,23 @@
 static int failed(struct vase_cuda_failure *why, const char *call, cudaError_t e) {
     *why = (struct vase_cuda_failure){.call = call, .cuda_error = (int)e};
     return vase_cuda_errno((int)e);
+}
+
+/* Whether the runtime's failure is that the driver's library is not there at all: the static
+ * runtime then says only that the driver is "insufficient". dlopen() with RTLD_NOLOAD first, so
+ * that a library already loaded is not loaded twice; the probe's handle is closed again. */
+static void probe_driver(struct vase_cuda_failure *why) {
+    void *h = dlopen(VASE_CUDA_DRIVER_LIB, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+
+    if (!h)
+        h = dlopen(VASE_CUDA_DRIVER_LIB, RTLD_LAZY | RTLD_LOCAL);
+    if (h) {
+        dlclose(h);
+        return;
+    }
+    const char *e = dlerror();
+    snprintf(why->driver_missing, sizeof(why->driver_missing), "%s",
+             e ? e : VASE_CUDA_DRIVER_LIB ": cannot be loaded");
 }
 
 static void format_uuid(const cudaUUID_t *u, char out[VASE_CUDA_UUID_MAX]) {
@@ -44,8 +62,10 @@ int vase_cuda_device_find(int ordinal, const char *uuid, struct vase_cuda_device
     e = cudaGetDeviceCount(&ret->count);
     if (e != cudaSuccess || ret->count <= 0) {
         ret->count = 0;
-        if (e != cudaSuccess)
+        if (e != cudaSuccess) {
             failed(why, "cudaGetDeviceCount()", e);
+            probe_driver(why);
+        }
         return -ENODEV;
     }
     for (int dev = 0; dev < ret->count; dev++) {

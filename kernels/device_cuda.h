@@ -22,7 +22,17 @@ struct vase_cuda_failure {
                        * driver entry point not found ("cuMemMap"); NULL if neither */
     int cuda_error;   /* the runtime call's cudaError_t; 0 for an entry point the driver lacks */
     bool too_old;     /* an entry point the driver lacks because it is older than asked for */
+    /* When cudaGetDeviceCount() failed and the driver's library (VASE_CUDA_DRIVER_LIB) cannot be
+     * loaded at all: why not, as dlerror() says it (bounded); else empty. */
+    char driver_missing[192];
 };
+
+/* The NVIDIA driver's CUDA library, which the runtime (linked statically) loads at its first
+ * call, and what to install where it is missing. */
+#define VASE_CUDA_DRIVER_LIB "libcuda.so.1"
+#define VASE_CUDA_DRIVER_HINT                                                                      \
+    "a CUDA arena needs the NVIDIA driver: install it (Debian: nvidia-driver, from non-free, "     \
+    "which brings libcuda1), or use a host arena, which needs no CUDA library"
 
 /* A device found by vase_cuda_device_find(), as far as the search got. */
 struct vase_cuda_device {
@@ -38,7 +48,8 @@ struct vase_cuda_device {
  * (vased and the engines share it). Does not make it current. Fills *ret as far as it got and
  * *why on a failed runtime call. Returns 0, or:
  *   -ENODEV  the runtime sees no device (ret->count 0; why->call set if cudaGetDeviceCount()
- *            failed), or none that matches (ret->count > 0, ret->ordinal -1, why->call NULL);
+ *            failed, and why->driver_missing if the driver's library cannot be loaded), or none
+ *            that matches (ret->count > 0, ret->ordinal -1, why->call NULL);
  *   -EBUSY   the device's compute mode is Prohibited or an exclusive one (ret->compute_mode);
  *   -errno   of vase_cuda_errno() for another failed runtime call (why->call, why->cuda_error).
  */

@@ -1,22 +1,26 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# check_boot.sh DEB ENGINE [REOPEN_ENGINE]: `make check-boot`, the vase package under a real systemd. As root:
+# check_boot.sh DEB_DIR ENGINE [REOPEN_ENGINE] [-- PLAIN_DEB_DIR]: `make check-boot`, vase's
+# packages under a real systemd. As root:
 #
-#  1. A Debian 12 root (mmdebstrap, variant minbase, with systemd, systemd-sysv, dbus, procps and
-#     the package's dependencies, from this machine's apt sources and Acquire settings), cached as
-#     a tarball in CHECK_BOOT_CACHE (/var/cache/vase-check-boot) under a name that hashes the
-#     package list and the apt configuration: the next run only unpacks it.
-#  2. DEB installed there with dpkg (its postinst creates the user vase and enables
-#     vased.service), with ENGINE (an engine linked against the installed libvase.so) and
-#     REOPEN_ENGINE (examples/reopen_engine), the checks
-#     (tests/boot/checks.sh) and the unit that runs them and powers off
-#     (tests/boot/vase-boot-check.service).
-#  3. The root booted with systemd-nspawn: systemd is PID 1 there; the checks run inside and
+#  1. A Debian 12 root (mmdebstrap, variant minbase, with systemd, systemd-sysv, dbus, procps, the
+#     packages' dependencies, and gcc, make and pkg-config for the -dev package's examples), from
+#     this machine's apt sources and Acquire settings, cached as a tarball in CHECK_BOOT_CACHE
+#     (/var/cache/vase-check-boot) under a name that hashes the package list and the apt
+#     configuration: the next run only unpacks it. It has no CUDA library: nothing of the
+#     toolkit or the NVIDIA driver is bound in, as on a host without a GPU.
+#  2. With PLAIN_DEB_DIR (the packages of a build without CUDA): those installed there first with
+#     dpkg, not booted, every ELF file of them checked with ldd and `import vase` run
+#     (tests/boot/loads.sh), then purged.
+#  3. The packages of DEB_DIR (every .deb there: vased, libvase0, libvase-dev, python3-vase, vase)
+#     installed with dpkg (vased's postinst creates the user vase and enables vased.service), with
+#     ENGINE (an engine linked against the installed libvase.so), REOPEN_ENGINE
+#     (examples/reopen_engine), the CUDA toolkit's stub libcuda.so.1 when this machine has one,
+#     the checks (tests/boot/checks.sh, tests/boot/loads.sh) and the unit that runs them and
+#     powers off (tests/boot/vase-boot-check.service).
+#  4. The root booted with systemd-nspawn: systemd is PID 1 there; the checks run inside and
 #     write their results, which are printed here, one PASS, FAIL or SKIP line per check.
-#     Directories the package's programs name as RUNPATH and the root lacks (the CUDA runtime
-#     of a CUDA build, /usr/local/cuda/lib64) are bound read-only from this machine, as on a
-#     GPU host with the toolkit installed.
 #
 # On any failure the container's journal is printed. Bounded in time: the whole run by
 # CHECK_BOOT_TIMEOUT seconds (900), the boot by CHECK_BOOT_BOOT_TIMEOUT (480); everything it
@@ -29,23 +33,48 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${CHECK_BOOT_CACHE:-/var/cache/vase-check-boot}
 TIMEOUT=${CHECK_BOOT_TIMEOUT:-900}
 BOOT_TIMEOUT=${CHECK_BOOT_BOOT_TIMEOUT:-480}
-INCLUDE=systemd,systemd-sysv,dbus,procps
+INCLUDE=systemd,systemd-sysv,dbus,procps,gcc,libc6-dev,make,pkg-config
 DIR=usr/local/lib/vase-boot-check
+# vase's own packages, which are installed from the files, never from apt.
+OWN='^(vased|libvase[0-9]+|libvase-dev|python3-vase|vase)$'
 
 die() {
     echo "check_boot: $*" >&2
     exit 2
 }
 
-if [ $# -lt 2 ] || [ $# -gt 3 ]; then
-    echo "usage: $0 DEB ENGINE [REOPEN_ENGINE] (run by: make check-boot)" >&2
+usage() {
+    echo "usage: $0 DEB_DIR ENGINE [REOPEN_ENGINE] [-- PLAIN_DEB_DIR] (run by: make check-boot)" >&2
     exit 2
-fi
-deb=$(realpath -e "$1") || die "no package $1"
-engine=$(realpath -e "$2") || die "no engine $2"
+}
+plain=
+args=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    --)
+        [ $# = 2 ] || usage
+        plain=$(realpath -e "$2") || die "no directory $2"
+        shift 2
+        ;;
+    *)
+        args+=("$1")
+        shift
+        ;;
+    esac
+done
+{ [ ${#args[@]} -ge 2 ] && [ ${#args[@]} -le 3 ]; } || usage
+debdir=$(realpath -e "${args[0]}") || die "no directory ${args[0]}"
+engine=$(realpath -e "${args[1]}") || die "no engine ${args[1]}"
 reopen=
-if [ $# = 3 ]; then
-    reopen=$(realpath -e "$3") || die "no engine $3"
+if [ ${#args[@]} = 3 ]; then
+    reopen=$(realpath -e "${args[2]}") || die "no engine ${args[2]}"
+fi
+debs=("$debdir"/*.deb)
+[ -e "${debs[0]}" ] || die "no package in $debdir"
+plain_debs=()
+if [ -n "$plain" ]; then
+    plain_debs=("$plain"/*.deb)
+    [ -e "${plain_debs[0]}" ] || die "no package in $plain"
 fi
 [ "$(id -u)" = 0 ] || die "needs root (mmdebstrap, systemd-nspawn)"
 for c in mmdebstrap systemd-nspawn dpkg-deb readelf timeout; do
@@ -107,11 +136,14 @@ root=$tmp/root
 
 # ---- 1. the base root, cached ----
 
-# The package's dependencies (first alternatives, without versions) join the included packages.
+# The packages' dependencies (first alternatives, without versions; not vase's own) join the
+# included packages.
 packages=$({
     echo "$INCLUDE" | tr ',' '\n'
-    dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/|.*//; s/(.*)//; s/[[:space:]]//g'
-} | grep -v '^$' | sort -u | paste -sd, -)
+    for d in "${debs[@]}" "${plain_debs[@]}"; do
+        dpkg-deb -f "$d" Depends | tr ',' '\n' | sed 's/|.*//; s/(.*)//; s/[[:space:]]//g'
+    done
+} | grep -v '^$' | grep -Ev "$OWN" | sort -u | paste -sd, -)
 sources=()
 for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
     [ -s "$f" ] && sources+=("$f")
@@ -145,41 +177,54 @@ fi
 mkdir "$root" && bounded 300 "$tmp/tar.log" tar -C "$root" --numeric-owner --xattrs \
     --xattrs-include='*' -xpf "$base" || die "cannot unpack $base: $(tail -n 3 "$tmp/tar.log")"
 
-# ---- 2. the package, the engine and the checks ----
+nspawn=(systemd-nspawn --quiet --register=no --keep-unit --private-network --machine="$machine"
+    -D "$root")
 
-mkdir -p "$root/$DIR" "$root/etc/systemd/system/multi-user.target.wants" &&
-    install -m 644 "$deb" "$root/$DIR/vase.deb" &&
+# ---- 2. the packages of a build without CUDA: installed, loaded, purged ----
+
+if [ ${#plain_debs[@]} -gt 0 ]; then
+    mkdir -p "$root/$DIR/plain" && cp "${plain_debs[@]}" "$root/$DIR/plain/" &&
+        install -m 755 "$src/tests/boot/loads.sh" "$root/$DIR/loads.sh" ||
+        die "cannot copy the packages of $plain into $root"
+    echo "  DPKG    $(cd "$plain" && echo *.deb) in the root (no CUDA), loaded, purged"
+    if ! bounded 300 "$tmp/plain.log" "${nspawn[@]}" --pipe -- /bin/sh -c \
+        "dpkg -i /$DIR/plain/*.deb && /$DIR/loads.sh && dpkg --purge \$(for d in /$DIR/plain/*.deb; do dpkg-deb -f \$d Package; done)"; then
+        cat "$tmp/plain.log" >&2
+        echo "FAIL plain-packages: the packages without CUDA do not install, load or purge (above)"
+        exit 1
+    fi
+    sed 's/^/          /' "$tmp/plain.log"
+    echo "PASS plain-packages: installed, every ELF file resolved by ldd, import vase, purged"
+    rm -rf "${root:?}/$DIR/plain"
+fi
+
+# ---- 3. the packages, the engines and the checks ----
+
+stub=
+for f in "${CUDA_HOME:-/usr/local/cuda}/lib64/stubs/libcuda.so" /usr/local/cuda/lib64/stubs/libcuda.so; do
+    [ -f "$f" ] && stub=$f && break
+done
+mkdir -p "$root/$DIR/debs" "$root/etc/systemd/system/multi-user.target.wants" &&
+    cp "${debs[@]}" "$root/$DIR/debs/" &&
     install -m 755 "$engine" "$root/$DIR/synthetic_engine" &&
     { [ -z "$reopen" ] || install -m 755 "$reopen" "$root/$DIR/reopen_engine"; } &&
-    install -m 755 "$src/tests/boot/checks.sh" "$root/$DIR/checks.sh" &&
+    { [ -z "$stub" ] || install -D -m 644 "$stub" "$root/$DIR/cuda-stub/libcuda.so.1"; } &&
+    install -m 755 "$src/tests/boot/checks.sh" "$src/tests/boot/loads.sh" "$root/$DIR/" &&
     install -m 644 "$src/tests/boot/vase-boot-check.service" "$root/etc/systemd/system/" &&
     ln -s ../vase-boot-check.service \
         "$root/etc/systemd/system/multi-user.target.wants/vase-boot-check.service" ||
-    die "cannot copy the package, engine and checks into $root"
+    die "cannot copy the packages, engines and checks into $root"
 
-nspawn=(systemd-nspawn --quiet --register=no --keep-unit --private-network --machine="$machine"
-    -D "$root")
-echo "  DPKG    $(basename "$deb") in the root"
-if ! bounded 300 "$tmp/dpkg.log" "${nspawn[@]}" --pipe -- dpkg -i "/$DIR/vase.deb"; then
+echo "  DPKG    $(cd "$debdir" && echo *.deb) in the root"
+if ! bounded 300 "$tmp/dpkg.log" "${nspawn[@]}" --pipe -- /bin/sh -c "dpkg -i /$DIR/debs/*.deb"; then
     cat "$tmp/dpkg.log" >&2
-    die "dpkg -i $(basename "$deb") failed in the root"
+    die "dpkg -i failed in the root"
 fi
 
-# RUNPATH directories of the package's programs and of the engines that the root lacks.
-binds=()
-dpkg-deb -x "$deb" "$tmp/deb" || die "cannot unpack $deb"
-for d in $(find "$tmp/deb" "$engine" $reopen -type f -exec readelf -d {} + 2>/dev/null |
-    sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p' | tr ':' '\n' | sort -u); do
-    if [ ! -e "$root$d" ] && [ -d "$d" ]; then
-        echo "  BIND    $d (read-only, as RUNPATH names it)"
-        binds+=(--bind-ro="$d")
-    fi
-done
-
-# ---- 3. boot; the checks run inside and power off ----
+# ---- 4. boot; the checks run inside and power off ----
 
 echo "  BOOT    systemd-nspawn --boot (checks: tests/boot/checks.sh)"
-bounded "$BOOT_TIMEOUT" "$tmp/console.log" "${nspawn[@]}" "${binds[@]}" --console=pipe --boot
+bounded "$BOOT_TIMEOUT" "$tmp/console.log" "${nspawn[@]}" --console=pipe --boot
 boot_rc=$?
 results=$root/var/lib/vase-boot-check/results
 pass=0

@@ -196,6 +196,29 @@ const char *cudaGetErrorName(cudaError_t error) {
     return error == cudaSuccess ? "cudaSuccess" : "cudaErrorMock";
 }
 
+/* ---- the driver's library, as vase_cuda_device_find() probes it ---- */
+
+void *__real_dlopen(const char *file, int mode);
+int __real_dlclose(void *handle);
+void *__wrap_dlopen(const char *file, int mode);
+int __wrap_dlclose(void *handle);
+
+static char fake_driver;
+
+void *__wrap_dlopen(const char *file, int mode) {
+    if (!file || strcmp(file, "libcuda.so.1") != 0)
+        return __real_dlopen(file, mode);
+    pthread_mutex_lock(&lock);
+    mock_cuda.driver_probes++;
+    bool missing = mock_cuda.driver_missing;
+    pthread_mutex_unlock(&lock);
+    return missing ? NULL : &fake_driver;
+}
+
+int __wrap_dlclose(void *handle) {
+    return handle == &fake_driver ? 0 : __real_dlclose(handle);
+}
+
 cudaError_t cudaGetDeviceCount(int *count) {
     pthread_mutex_lock(&lock);
     cudaError_t e = mock_cuda.count_error;

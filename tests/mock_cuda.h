@@ -67,6 +67,11 @@ struct mock_cuda {
 
     /* More knobs. */
     int plan_error; /* vase_plan_cuda() fails with this -errno when not 0 */
+    /* dlopen() of the driver's libcuda.so.1 (the programs link with --wrap=dlopen,--wrap=dlclose)
+     * fails when set, as where no NVIDIA driver is installed; else it gives a fake handle.
+     * dlopen() of any other library is the real one. */
+    bool driver_missing;
+    unsigned driver_probes;
 };
 
 extern struct mock_cuda mock_cuda;

@@ -337,6 +337,11 @@ static void test_refusals(void **state) {
     ipc_arena(&a, 0, 0);
     mock_cuda.count_error = cudaErrorInsufficientDriver;
     expect_refusal(&a, -ENODEV, "this process sees no CUDA device");
+    /* No driver at all: the library to install is named. */
+    mock_cuda.driver_missing = true;
+    expect_refusal(&a, -ENODEV, "library libcuda.so.1 cannot be loaded in this process");
+    expect_refusal(&a, -ENODEV, "install it (Debian: nvidia-driver");
+    mock_cuda.driver_missing = false;
     mock_cuda.count_error = cudaSuccess;
     mock_cuda.device_count = 0;
     expect_refusal(&a, -ENODEV, "this process sees no CUDA device");

@@ -150,6 +150,13 @@ static void test_device_refusals(void **state) {
         mock_cuda_reset();
         mock_cuda.count_error = cudaErrorInsufficientDriver;
         expect_refusal("cuda:0", s, -ENODEV, "no usable CUDA device");
+        assert_int_equal(mock_cuda.driver_probes, 1);
+        /* No driver installed: the library and what to install are named. */
+        mock_cuda.driver_missing = true;
+        expect_refusal("cuda:0", s, -ENODEV,
+                       "the NVIDIA driver's library libcuda.so.1 cannot be loaded");
+        expect_refusal("cuda:0", s, -ENODEV, "(Debian: nvidia-driver, from non-free");
+        mock_cuda.driver_missing = false;
         mock_cuda.count_error = cudaSuccess;
         mock_cuda.device_count = 0;
         expect_refusal("cuda:0", s, -ENODEV, "no usable CUDA device");

@@ -16,8 +16,11 @@
 #     removes every other file: after uninstall with the default conf, nothing of ours is left,
 #     the empty drop-in directory /etc/vase/vased.conf.d included; one with an operator's
 #     drop-in in it stays.
-#  5. `make deb` builds a package whose contents (dpkg-deb -c) hold the files of case 1, with
-#     /etc/vase/vased.conf as its conffile.
+#  5. `make deb` builds the packages (vased, libvase0, libvase-dev, python3-vase, vase) whose
+#     contents (dpkg-deb -c) hold the files of case 1, each file in its package, vased's conffile
+#     /etc/vase/vased.conf; every library an ELF file needs is held by a package its Depends
+#     name, and none is the CUDA runtime.
+#  6. With CUDA: the packaged vased's CUDA arena reaches the toolkit's stub of the driver.
 #
 # Prints PASS, FAIL or SKIP per case; exits 1 if any failed.
 
@@ -56,7 +59,8 @@ expected() {
         /usr/lib/systemd/system/vased.service /usr/lib/systemd/system/vased.socket \
         /usr/lib/sysusers.d/vase.conf \
         /usr/lib/tmpfiles.d/vase.conf /etc/vase/vased.conf /usr/share/doc/vase/README.md \
-        /usr/lib/python3/dist-packages/vase/__init__.py
+        /usr/lib/python3/dist-packages/vase/__init__.py \
+        /usr/lib/python3/dist-packages/vase/_vase.abi3.so
     if [ "$have_man" = 1 ]; then
         printf '%s\n' /usr/share/man/man8/vased.8 /usr/share/man/man1/vasectl.1 \
             /usr/share/man/man3/libvase.3 /usr/share/man/man5/vased.conf.5
@@ -167,25 +171,128 @@ status=$?
     { echo "uninstall removed an operator's drop-in" >>"$out"; status=1; }
 result "make uninstall keeps a drop-in directory that is not empty" "$status" "$out"
 
-# 5. The package.
+# 5. The packages: make deb builds what it packages (the Python extension from this build), split
+# as Debian splits a library (vased, libvase0, libvase-dev, python3-vase, and vase depending on
+# them); every installed file is in one of them, each in the package it belongs to; and every
+# library that an ELF file of a package needs comes from a Debian package that its Depends names
+# (or from vase's own package it names), and none is the CUDA runtime or driver.
 out=$tmp/deb.out
-deb=$BUILD/vase_${version}_$(dpkg --print-architecture).deb
-rm -f "$deb"
+debdir=$BUILD/debs
+arch=$(dpkg --print-architecture)
+rm -rf "$debdir"
 $MAKE --no-print-directory deb BUILD="$BUILD" >"$out" 2>&1
 status=$?
+# owner PATH PACKAGE: PATH (as make install writes it) is in PACKAGE's file list.
+owner() {
+    grep -qx "$1" "$tmp/deb-$2.list" || { echo "$1 is not in $2" >>"$out"; status=1; }
+}
 if [ "$status" = 0 ]; then
-    dpkg-deb -c "$deb" | awk '{print substr($6, 2)}' | sed 's| -> .*||' >"$tmp/deb.list"
+    : >"$tmp/deb.list"
+    for p in vased libvase0 libvase-dev python3-vase vase; do
+        d=$debdir/${p}_${version}_$arch.deb
+        if [ ! -f "$d" ]; then
+            echo "no package $d" >>"$out"
+            status=1
+            : >"$tmp/deb-$p.list"
+            continue
+        fi
+        dpkg-deb -c "$d" | awk '{print substr($6, 2)}' | sed 's| -> .*||' >"$tmp/deb-$p.list"
+        cat "$tmp/deb-$p.list" >>"$tmp/deb.list"
+        [ "$(dpkg-deb -f "$d" Version)" = "$version" ] ||
+            { echo "$p's version is not $version" >>"$out"; status=1; }
+        dpkg-deb -c "$d" | awk '$2 != "root/root" {bad = 1; print "not root-owned: " $0} END {exit bad}' \
+            >>"$out" || status=1
+        grep -qx "/usr/share/doc/$p/copyright" "$tmp/deb-$p.list" ||
+            { echo "$p has no copyright file" >>"$out"; status=1; }
+    done
     while read -r f; do
-        case $f in /usr/share/man/*) f=$f.gz ;; esac
-        grep -qx "$f" "$tmp/deb.list" || { echo "not in the package: $f" >>"$out"; status=1; }
+        case $f in
+        /usr/share/man/*) f=$f.gz ;;
+        /usr/share/doc/vase/README.md) f=/usr/share/doc/vased/README.md ;;
+        esac
+        grep -qx "$f" "$tmp/deb.list" || { echo "not in the packages: $f" >>"$out"; status=1; }
     done < <(expected)
-    [ "$(dpkg-deb -f "$deb" Version)" = "$version" ] ||
-        { echo "the package's version is not $version" >>"$out"; status=1; }
-    [ "$(dpkg-deb -I "$deb" conffiles)" = /etc/vase/vased.conf ] ||
-        { echo "conffiles is not /etc/vase/vased.conf" >>"$out"; status=1; }
-    dpkg-deb -c "$deb" | awk '$2 != "root/root" {bad = 1; print "not root-owned: " $0} END {exit bad}' \
-        >>"$out" || status=1
+    owner /usr/bin/vased vased
+    owner /usr/bin/vasectl vased
+    owner /usr/lib/systemd/system/vased.service vased
+    owner "/usr/lib/libvase.so.$version" libvase0
+    owner /usr/lib/libvase.so.0 libvase0
+    owner /usr/lib/libvase.so libvase-dev
+    owner /usr/lib/libvase.a libvase-dev
+    owner /usr/lib/pkgconfig/vase.pc libvase-dev
+    owner /usr/include/vase/vase.h libvase-dev
+    owner /usr/share/doc/libvase-dev/examples/Makefile libvase-dev
+    owner /usr/share/doc/libvase-dev/examples/synthetic_engine.c libvase-dev
+    owner /usr/lib/python3/dist-packages/vase/_vase.abi3.so python3-vase
+    [ "$(dpkg-deb -I "$debdir/vased_${version}_$arch.deb" conffiles 2>&1)" = /etc/vase/vased.conf ] ||
+        { echo "vased's conffiles is not /etc/vase/vased.conf" >>"$out"; status=1; }
+    deps=$(dpkg-deb -f "$debdir/libvase-dev_${version}_$arch.deb" Depends)
+    for want in "libvase0 (= $version)" libzmq3-dev libprotobuf-c-dev; do
+        case ", $deps," in *", $want,"*) ;; *)
+            echo "libvase-dev's Depends ($deps) lack $want (vase.pc requires it)" >>"$out"
+            status=1
+            ;;
+        esac
+    done
+    # Every NEEDED library of every ELF file, resolved on this machine to the Debian package
+    # that holds it, against the package's Depends.
+    for p in vased libvase0 python3-vase; do
+        x=$tmp/x-$p
+        mkdir -p "$x" && dpkg-deb -x "$debdir/${p}_${version}_$arch.deb" "$x" || { status=1; continue; }
+        depends=" $(dpkg-deb -f "$debdir/${p}_${version}_$arch.deb" Depends | tr ',|' '\n\n' |
+            sed 's/(.*)//; s/[[:space:]]//g' | grep -v '^$' | tr '\n' ' ')"
+        while read -r f; do
+            head -c 4 "$f" | grep -q '^.ELF' || continue
+            for so in $(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+                case $so in libcuda*.so* | libcudart*)
+                    echo "${f#"$x"} needs $so: the CUDA runtime is not a dependency" >>"$out"
+                    status=1
+                    continue
+                    ;;
+                esac
+                path=$(ldconfig -p | awk -v so="$so" '$1 == so && /x86-64|64bit/ {print $NF; exit}')
+                [ -n "$path" ] || path=$(ldconfig -p | awk -v so="$so" '$1 == so {print $NF; exit}')
+                pkg=
+                for q in "$path" "$(realpath -e "$path" 2>/dev/null)" "/usr$path" "${path#/usr}"; do
+                    [ -n "$q" ] || continue
+                    pkg=$(dpkg -S "$q" 2>/dev/null | head -n 1 | cut -d: -f1) && [ -n "$pkg" ] && break
+                done
+                if [ -z "$pkg" ]; then
+                    echo "${f#"$x"} ($p) needs $so, which no installed Debian package holds" >>"$out"
+                    status=1
+                elif [[ "$depends" != *" $pkg "* ]]; then
+                    echo "${f#"$x"} ($p) needs $so of $pkg, which $p's Depends ($depends) do not name" >>"$out"
+                    status=1
+                fi
+            done
+        done < <(find "$x" -type f)
+    done
 fi
-result "make deb: dpkg-deb -c lists the installed files, conffile vased.conf" "$status" "$out"
+result "make deb: vased, libvase0, libvase-dev, python3-vase and vase hold the installed files; every library an ELF file needs is in its package's Depends" "$status" "$out"
+
+# 6. With CUDA built in: the packaged vased's CUDA arena code runs where the toolkit's stub
+# libcuda.so.1 stands in for the driver (it says the driver is a stub), and needs no CUDA runtime
+# library to start.
+out=$tmp/cuda.out
+stub=${CUDA_HOME:-/usr/local/cuda}/lib64/stubs/libcuda.so
+x=$tmp/x-vased/usr/bin/vased
+if [ ! -x "$x" ]; then
+    result "the packaged vased's CUDA arena" 1 "$out"
+else
+    "$x" --config=/dev/null --runtime-dir="$tmp" --arena=cuda:0 --metrics-address= >"$out" 2>&1
+    if grep -q 'built without CUDA' "$out"; then
+        echo "  SKIP    the packaged vased's CUDA arena: this build has no CUDA (USE_CUDA=0, or no nvcc)"
+    elif [ ! -f "$stub" ]; then
+        echo "  SKIP    the packaged vased's CUDA arena: no stub libcuda.so at $stub"
+    else
+        mkdir -p "$tmp/stub" && cp "$stub" "$tmp/stub/libcuda.so.1"
+        LD_LIBRARY_PATH=$tmp/stub "$x" --config=/dev/null --runtime-dir="$tmp" --arena=cuda:0 \
+            --metrics-address= >>"$out" 2>&1
+        rc=$?
+        status=0
+        [ "$rc" = 1 ] && grep -q 'CUDA driver is a stub library' "$out" || status=1
+        result "the packaged vased's CUDA arena reaches the driver's stub, with no CUDA runtime library" "$status" "$out"
+    fi
+fi
 
 exit "$failed"

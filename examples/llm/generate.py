@@ -27,9 +27,11 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The repository's own vase package, after an installed one.
-sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client",
-                             "python"))
+# The vase package of the repository's build (make builds it into build/python, or the build
+# directory VASE_BUILD_DIR names), after an installed one.
+sys.path.append(os.path.join(
+    os.environ.get("VASE_BUILD_DIR") or
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build"), "python"))
 
 import vase  # noqa: E402
 

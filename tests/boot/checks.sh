@@ -28,6 +28,15 @@
 #                     connect starts vased
 #  restart-fdstore    `systemctl restart vased` keeps a host arena through the fd store: an engine
 #                     reopens its sequence and finds its K and V bytes intact
+#  no-cuda            the root has no CUDA library, and every ELF file of the packages loads
+#                     (loads.sh: ldd, import vase)
+#  cuda-arena-no-driver  vased with a CUDA arena there is refused, naming libcuda.so.1 and the
+#                     package to install
+#  cuda-arena-stub    with the toolkit's stub libcuda.so.1, the same vased's CUDA code reaches
+#                     the driver (it says it is a stub): the CUDA arena code is in the package
+#  dev-examples       libvase-dev's example engines, built by a user with its Makefile and
+#                     pkg-config alone (shared and static), decode through the daemon; the
+#                     Python package connects
 #
 # Prints and writes to RESULTS one "PASS|FAIL|SKIP name[: why]" line per check, then "done"; on
 # any failure the boot's journal goes to JOURNAL. Bounded: every wait polls with a deadline.
@@ -35,7 +44,7 @@
 set -u
 
 DIR=/usr/local/lib/vase-boot-check
-ENGINE=$DIR/synthetic_engine
+ENGINE=${ENGINE:-$DIR/synthetic_engine}
 OUT=/var/lib/vase-boot-check
 RESULTS=$OUT/results
 JOURNAL=$OUT/journal.txt
@@ -91,10 +100,11 @@ engine_evicted() {
         awk '$1 ~ /^[0-9]+$/ && NF >= 14 && $7 > 0 {found = 1} END {exit !found}' "$work/$1.out"
 }
 
-# set_conf KEY VALUE: KEY's line in vased.conf (the shipped file has one per key).
+# set_conf KEY VALUE: KEY's line in vased.conf (the shipped file has one per key, set or
+# commented out with its default).
 set_conf() {
-    grep -q "^$1 =" "$CONF" || return 1
-    sed -i "s|^$1 =.*|$1 = $2|" "$CONF"
+    grep -Eq "^(# ?)?$1 =" "$CONF" || return 1
+    sed -Ei "s|^(# ?)?$1 =.*|$1 = $2|" "$CONF"
 }
 
 check_boot_active() {
@@ -202,7 +212,7 @@ check_journal() {
 check_postinst_restart() {
     local pid
     pid=$(prop MainPID)
-    if dpkg -i "$DIR/vase.deb" >"$work/dpkg.out" 2>&1 && wait_for 30 main_pid_is_not "$pid"; then
+    if dpkg -i "$DIR"/debs/vased_*.deb >"$work/dpkg.out" 2>&1 && wait_for 30 main_pid_is_not "$pid"; then
         result PASS postinst-restart
     else
         result FAIL "postinst-restart: main pid $pid -> $(prop MainPID), $(systemctl is-active vased)"
@@ -331,6 +341,86 @@ check_persist() {
     fi
 }
 
+# The root has no CUDA library (check_boot.sh binds nothing in), so that the checks below see a
+# host without the NVIDIA driver: every file of the packages loads, and a configured CUDA arena
+# is refused with the library to install named, while host arenas serve (the other checks).
+check_no_cuda() {
+    local libs out rc
+    libs=$(ldconfig -p | grep -E 'libcuda(rt)?\.so' | head -n 3)
+    "$DIR/loads.sh" >"$work/loads.out" 2>&1
+    rc=$?
+    if [ -n "$libs" ]; then
+        result FAIL "no-cuda: the root has CUDA libraries, so it cannot show their absence: $libs"
+    elif [ "$rc" = 0 ]; then
+        result PASS "no-cuda: no CUDA library in the root; $(grep -c '^ok' "$work/loads.out") files load, import vase works"
+    else
+        result FAIL "no-cuda: $(grep '^FAIL' "$work/loads.out" | head -n 5 | tr '\n' ' ')"
+    fi
+    out=$(timeout 30 vased --config=/dev/null --runtime-dir="$(mktemp -d)" --arena=cuda:0 \
+        --metrics-address= 2>&1)
+    rc=$?
+    if [ "$rc" = 1 ] && echo "$out" | grep -q 'libcuda.so.1 cannot be loaded' &&
+        echo "$out" | grep -q 'nvidia-driver'; then
+        result PASS "cuda-arena-no-driver: refused, naming libcuda.so.1 and the package"
+    else
+        result FAIL "cuda-arena-no-driver: exit $rc, $(echo "$out" | head -c 400)"
+    fi
+    # With the toolkit's stub of the driver's library, the same vased's CUDA code gets as far as
+    # the driver, which says it is a stub: the package's CUDA arena code is there.
+    if [ ! -f "$DIR/cuda-stub/libcuda.so.1" ]; then
+        result SKIP "cuda-arena-stub: no stub libcuda.so.1 (this build machine has no CUDA toolkit)"
+        return
+    fi
+    out=$(LD_LIBRARY_PATH=$DIR/cuda-stub timeout 30 vased --config=/dev/null \
+        --runtime-dir="$(mktemp -d)" --arena=cuda:0 --metrics-address= 2>&1)
+    rc=$?
+    if [ "$rc" = 1 ] && echo "$out" | grep -q 'CUDA driver is a stub library'; then
+        result PASS "cuda-arena-stub: the CUDA arena code reaches the driver's stub"
+    elif [ "$rc" = 1 ] && echo "$out" | grep -q 'built without CUDA'; then
+        result FAIL "cuda-arena-stub: the package's vased was built without CUDA, on a machine with the toolkit"
+    else
+        result FAIL "cuda-arena-stub: exit $rc, $(echo "$out" | head -c 400)"
+    fi
+}
+
+# libvase-dev's examples, copied out and built by the engine user with pkg-config alone (the
+# Makefile libvase-dev ships), shared and with libvase.a; each decodes through the running
+# daemon with evictions. The Python package connects too.
+check_dev_examples() {
+    local ex=/home/$ENGINE_USER/examples why= mode
+    rm -rf "$ex" && cp -r /usr/share/doc/libvase-dev/examples "$ex" && chown -R "$ENGINE_USER:" "$ex"
+    for mode in shared static; do
+        if ! setpriv --reuid="$ENGINE_USER" --regid="$ENGINE_USER" --init-groups -- \
+            make -C "$ex" clean all $([ $mode = static ] && echo STATIC=1) >"$work/ex-$mode.out" 2>&1; then
+            why+="make ($mode) failed: $(tail -n 5 "$work/ex-$mode.out" | tr '\n' ' '); "
+            continue
+        fi
+        if [ $mode = shared ] && ! ldd "$ex/synthetic_engine" | grep -Eq 'libvase\.so\.0 => (/usr)?/lib/libvase\.so\.0'; then
+            why+="the shared build does not take the installed libvase.so.0: $(ldd "$ex/synthetic_engine" | grep libvase); "
+        fi
+        if [ $mode = static ] && ldd "$ex/synthetic_engine" | grep -q libvase; then
+            why+="the static build still needs libvase.so; "
+        fi
+        ENGINE=$ex/synthetic_engine engine "$ENGINE_USER" "example-$mode" --runtime-dir=/run/vase
+        local rc=$?
+        if [ "$rc" != 0 ] || ! engine_evicted "example-$mode"; then
+            why+="the $mode example engine: exit $rc, $(tail -n 3 "$work/example-$mode.out" | tr '\n' ' '); "
+        fi
+    done
+    if ! setpriv --reuid="$ENGINE_USER" --regid="$ENGINE_USER" --init-groups -- python3 -I -c \
+        'import vase
+with vase.connect("/run/vase", name="boot-python") as c:
+    m = c.register_model(layers=2, q_heads=4, kv_heads=2, head_dim=64, dtype="bf16")
+    print("python ok", m)' >"$work/python.out" 2>&1; then
+        why+="python3-vase: $(tail -n 3 "$work/python.out" | tr '\n' ' '); "
+    fi
+    if [ -z "$why" ]; then
+        result PASS "dev-examples: built with pkg-config (shared and static) and decoded; python3-vase connected"
+    else
+        result FAIL "dev-examples: $why"
+    fi
+}
+
 # Ordered after vased.service, which is active or failed by now; a slow start gets a moment.
 wait_for 30 is_active
 check_boot_active
@@ -340,6 +430,8 @@ if ! useradd --create-home --groups vase "$ENGINE_USER" || ! useradd --create-ho
 fi
 check_reload
 check_engine_user
+check_no_cuda
+check_dev_examples
 check_journal
 check_postinst_restart
 check_persist
