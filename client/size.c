@@ -12,23 +12,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "alloc.h"
 #include "internal.h"
-
-__attribute__((format(printf, 3, 4))) static int refuse(char *msg, size_t msg_size, const char *fmt,
-                                                        ...) {
-    if (msg && msg_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, msg_size, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
+#include "vase_layout.h"
 
 /* Sequences of footprint fp that an empty allocator of a->arena_bytes takes. 0 or -ENOMEM. */
 static int count_fits(struct vase_alloc *a, const struct vase_layout *l,
@@ -78,21 +67,22 @@ int vase_size_seq(const struct vase_geometry *g, const struct vase_seq_config *c
     if (msg && msg_size)
         msg[0] = '\0';
     if (!g || !cfg || !ret)
-        return refuse(msg, msg_size, "no geometry, configuration or result pointer");
+        return vase_layout_refuse(msg, msg_size, "no geometry, configuration or result pointer");
     if (granule_bytes < 4096 || granule_bytes % 4096 != 0)
-        return refuse(msg, msg_size,
-                      "granule_bytes must be a multiple of 4096 (granule_bytes %" PRIu64 ")",
-                      granule_bytes);
+        return vase_layout_refuse(
+            msg, msg_size, "granule_bytes must be a multiple of 4096 (granule_bytes %" PRIu64 ")",
+            granule_bytes);
     if (arena_bytes == 0 || arena_bytes % granule_bytes != 0 ||
         arena_bytes / granule_bytes > INT32_MAX)
-        return refuse(msg, msg_size,
-                      "arena_bytes must be a multiple of granule_bytes (arena_bytes %" PRIu64
-                      ", granule_bytes %" PRIu64 ")",
-                      arena_bytes, granule_bytes);
+        return vase_layout_refuse(
+            msg, msg_size,
+            "arena_bytes must be a multiple of granule_bytes (arena_bytes %" PRIu64
+            ", granule_bytes %" PRIu64 ")",
+            arena_bytes, granule_bytes);
     if (vase_params_explain(&cfg->params, cfg->policy, why, sizeof(why)) < 0)
-        return refuse(msg, msg_size, "%s", why);
+        return vase_layout_refuse(msg, msg_size, "%s", why);
     if (cfg->slack < -1)
-        return refuse(msg, msg_size, "slack must be >= -1 (slack %d)", (int)cfg->slack);
+        return vase_layout_refuse(msg, msg_size, "slack must be >= -1 (slack %d)", (int)cfg->slack);
     struct vase_layout_geometry lg = {
         .layers = g->layers,
         .q_heads = g->q_heads,

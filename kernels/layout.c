@@ -13,9 +13,7 @@
 
 #include "vase_layout.h"
 
-/* Writes the reason for a refusal into msg; returns -EINVAL. */
-__attribute__((format(printf, 3, 4))) static int refuse(char *msg, size_t msg_size, const char *fmt,
-                                                        ...) {
+int vase_layout_refuse(char *msg, size_t msg_size, const char *fmt, ...) {
     if (msg && msg_size) {
         va_list ap;
         va_start(ap, fmt);
@@ -36,44 +34,47 @@ uint64_t vase_layout_units(uint64_t arena_bytes, uint64_t unit_bytes) {
 int vase_layout_compute(const struct vase_layout_geometry *g, uint64_t arena_bytes,
                         struct vase_layout *ret, char *msg, size_t msg_size) {
     if (!g || !ret)
-        return refuse(msg, msg_size, "no geometry");
+        return vase_layout_refuse(msg, msg_size, "no geometry");
     size_t es = vase_dtype_size(g->dtype);
     uint32_t B = g->block_tokens ? g->block_tokens : VASE_LAYOUT_DEFAULT_BLOCK_TOKENS;
 
     if (es == 0)
-        return refuse(msg, msg_size, "unknown dtype %d", (int)g->dtype);
+        return vase_layout_refuse(msg, msg_size, "unknown dtype %d", (int)g->dtype);
     if (g->layers == 0 || g->layers > VASE_LAYOUT_MAX_LAYERS)
-        return refuse(msg, msg_size, "layers must be 1 .. %u, not %u", VASE_LAYOUT_MAX_LAYERS,
-                      g->layers);
+        return vase_layout_refuse(msg, msg_size, "layers must be 1 .. %u, not %u",
+                                  VASE_LAYOUT_MAX_LAYERS, g->layers);
     if (g->kv_heads == 0 || g->kv_heads > VASE_MAX_HEADS)
-        return refuse(msg, msg_size, "kv_heads must be 1 .. %u, not %u", VASE_MAX_HEADS,
-                      g->kv_heads);
+        return vase_layout_refuse(msg, msg_size, "kv_heads must be 1 .. %u, not %u", VASE_MAX_HEADS,
+                                  g->kv_heads);
     if (g->q_heads == 0 || g->q_heads > VASE_MAX_HEADS)
-        return refuse(msg, msg_size, "q_heads must be 1 .. %u, not %u", VASE_MAX_HEADS, g->q_heads);
+        return vase_layout_refuse(msg, msg_size, "q_heads must be 1 .. %u, not %u", VASE_MAX_HEADS,
+                                  g->q_heads);
     if (g->q_heads % g->kv_heads != 0)
-        return refuse(msg, msg_size, "q_heads (%u) must be a multiple of kv_heads (%u)", g->q_heads,
-                      g->kv_heads);
+        return vase_layout_refuse(msg, msg_size, "q_heads (%u) must be a multiple of kv_heads (%u)",
+                                  g->q_heads, g->kv_heads);
     if (g->head_dim == 0 || g->head_dim > VASE_MAX_DIM)
-        return refuse(msg, msg_size, "head_dim must be 1 .. %u, not %u", VASE_MAX_DIM, g->head_dim);
+        return vase_layout_refuse(msg, msg_size, "head_dim must be 1 .. %u, not %u", VASE_MAX_DIM,
+                                  g->head_dim);
     if (B > VASE_LAYOUT_MAX_BLOCK_TOKENS)
-        return refuse(msg, msg_size, "block_tokens must be 1 .. %u, not %u",
-                      VASE_LAYOUT_MAX_BLOCK_TOKENS, B);
+        return vase_layout_refuse(msg, msg_size, "block_tokens must be 1 .. %u, not %u",
+                                  VASE_LAYOUT_MAX_BLOCK_TOKENS, B);
 
     /* Every product below is bounded: token_stride < 2^23, times 2 * layers < 2^34, times
      * B <= 2^16: page_bytes < 2^50. */
     uint64_t token_stride = (uint64_t)g->kv_heads * g->head_dim * es;
     uint64_t page_bytes = (uint64_t)B * g->layers * 2 * token_stride;
     if (page_bytes > arena_bytes)
-        return refuse(msg, msg_size,
-                      "one page of %u tokens (block_tokens) of %u layers is %" PRIu64
-                      " bytes, more than the arena's %" PRIu64
-                      " bytes: use a smaller block_tokens or a larger arena",
-                      B, g->layers, page_bytes, arena_bytes);
+        return vase_layout_refuse(msg, msg_size,
+                                  "one page of %u tokens (block_tokens) of %u layers is %" PRIu64
+                                  " bytes, more than the arena's %" PRIu64
+                                  " bytes: use a smaller block_tokens or a larger arena",
+                                  B, g->layers, page_bytes, arena_bytes);
     if (arena_bytes / page_bytes > VASE_LAYOUT_MAX_UNITS)
-        return refuse(msg, msg_size,
-                      "pages of %" PRIu64 " bytes are too small for an arena of %" PRIu64
-                      " bytes (more than 2^26 blocks): use a larger block_tokens",
-                      page_bytes, arena_bytes);
+        return vase_layout_refuse(msg, msg_size,
+                                  "pages of %" PRIu64
+                                  " bytes are too small for an arena of %" PRIu64
+                                  " bytes (more than 2^26 blocks): use a larger block_tokens",
+                                  page_bytes, arena_bytes);
 
     /* Ring pages are the model's pages wherever one entry of every layer fits one: then the
      * ring and the KV cache are pages of one size, which pack together. */
@@ -135,17 +136,17 @@ uint32_t vase_layout_ring_pages(const struct vase_layout *l, uint32_t window, bo
 int vase_layout_plans(const struct vase_layout *l, uint32_t keep, struct vase_plan_layout *ret,
                       char *msg, size_t msg_size) {
     if (keep == 0)
-        return refuse(msg, msg_size, "a plan keeps no slot");
+        return vase_layout_refuse(msg, msg_size, "a plan keeps no slot");
     uint32_t lists = l->layers * l->kv_heads; /* < 2^20 */
     uint64_t need = (uint64_t)lists * 4 * keep, bytes = VASE_LAYOUT_MIN_PLAN_BYTES;
     while (bytes < need || l->arena_bytes / bytes > VASE_LAYOUT_MAX_UNITS)
         bytes *= 2;
     if (bytes > l->arena_bytes)
-        return refuse(msg, msg_size,
-                      "the plan area (%u keep lists of %u slots, %" PRIu64
-                      " bytes in a plan page of %" PRIu64 ") does not fit the arena's %" PRIu64
-                      " bytes",
-                      lists, keep, need, bytes, l->arena_bytes);
+        return vase_layout_refuse(msg, msg_size,
+                                  "the plan area (%u keep lists of %u slots, %" PRIu64
+                                  " bytes in a plan page of %" PRIu64
+                                  ") does not fit the arena's %" PRIu64 " bytes",
+                                  lists, keep, need, bytes, l->arena_bytes);
     *ret = (struct vase_plan_layout){
         .keep = keep,
         .lists = lists,
@@ -162,15 +163,15 @@ int vase_layout_footprint(const struct vase_layout *l, bool ring, uint32_t promp
     uint64_t slots = vase_layout_open_slots(prompt_len, budget, window, slack);
     struct vase_layout_footprint fp = {.kv_pages = vase_layout_blocks_for(l, slots)};
     if (slots > UINT32_MAX || (uint64_t)fp.kv_pages * l->block_tokens > UINT32_MAX)
-        return refuse(msg, msg_size, "the sequence's capacity does not fit 32 bits");
+        return vase_layout_refuse(msg, msg_size, "the sequence's capacity does not fit 32 bits");
     if (ring) {
         bool fits;
         fp.ring_pages = vase_layout_ring_pages(l, window, &fits);
         if (!fits)
-            return refuse(msg, msg_size,
-                          "one query ring page of this model (%" PRIu64
-                          " bytes) does not fit the arena",
-                          l->ring_page_bytes);
+            return vase_layout_refuse(msg, msg_size,
+                                      "one query ring page of this model (%" PRIu64
+                                      " bytes) does not fit the arena",
+                                      l->ring_page_bytes);
     }
     int r = vase_layout_plans(l, keep, &fp.plan, msg, msg_size);
     if (r < 0)

@@ -8,10 +8,10 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "internal.h"
+#include "vase_layout.h"
 
 static const char *const policy_names[_VASE_POLICY_MAX] = {
     [VASE_POLICY_VASE_ATTNV] = "vase-attnv",
@@ -144,58 +144,53 @@ struct vase_params vase_params_default(uint32_t budget) {
     };
 }
 
-/* Writes the rule p breaks into msg (may be NULL); returns -EINVAL. */
-__attribute__((format(printf, 3, 4))) static int broken(char *msg, size_t msg_size, const char *fmt,
-                                                        ...) {
-    if (msg && msg_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, msg_size, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
-
 int vase_params_explain(const struct vase_params *p, enum vase_policy policy, char *msg,
                         size_t msg_size) {
     if (msg && msg_size)
         msg[0] = '\0';
     if (!p)
-        return broken(msg, msg_size, "no parameters");
+        return vase_layout_refuse(msg, msg_size, "no parameters");
     if ((unsigned)policy >= _VASE_POLICY_MAX)
-        return broken(msg, msg_size, "unknown policy %d", (int)policy);
+        return vase_layout_refuse(msg, msg_size, "unknown policy %d", (int)policy);
     if (p->window == 0)
-        return broken(msg, msg_size, "window must be positive");
+        return vase_layout_refuse(msg, msg_size, "window must be positive");
     if (p->budget <= p->window)
-        return broken(msg, msg_size, "budget must be larger than window (budget %u <= window %u)",
-                      p->budget, p->window);
+        return vase_layout_refuse(msg, msg_size,
+                                  "budget must be larger than window (budget %u <= window %u)",
+                                  p->budget, p->window);
     if (p->budget % p->window != 0)
-        return broken(msg, msg_size,
-                      "budget must be a multiple of window (budget %u, window %u; %u or %u "
-                      "would be)",
-                      p->budget, p->window, p->budget / p->window * p->window,
-                      (p->budget / p->window + 1) * p->window);
+        return vase_layout_refuse(
+            msg, msg_size,
+            "budget must be a multiple of window (budget %u, window %u; %u or %u "
+            "would be)",
+            p->budget, p->window, p->budget / p->window * p->window,
+            (p->budget / p->window + 1) * p->window);
     if (p->budget > VASE_MAX_BUDGET)
-        return broken(msg, msg_size, "budget must be at most %u (budget %u)", VASE_MAX_BUDGET,
-                      p->budget);
+        return vase_layout_refuse(msg, msg_size, "budget must be at most %u (budget %u)",
+                                  VASE_MAX_BUDGET, p->budget);
     if (p->n_sink > p->budget)
-        return broken(msg, msg_size, "n_sink must not exceed budget (n_sink %u > budget %u)",
-                      p->n_sink, p->budget);
+        return vase_layout_refuse(msg, msg_size,
+                                  "n_sink must not exceed budget (n_sink %u > budget %u)",
+                                  p->n_sink, p->budget);
     if (p->n_large > p->budget)
-        return broken(msg, msg_size, "n_large must not exceed budget (n_large %u > budget %u)",
-                      p->n_large, p->budget);
+        return vase_layout_refuse(msg, msg_size,
+                                  "n_large must not exceed budget (n_large %u > budget %u)",
+                                  p->n_large, p->budget);
     if (!(p->temperature > 0.0f) || !isfinite(p->temperature))
-        return broken(msg, msg_size, "temperature must be positive and finite (temperature %g)",
-                      (double)p->temperature);
+        return vase_layout_refuse(msg, msg_size,
+                                  "temperature must be positive and finite (temperature %g)",
+                                  (double)p->temperature);
     if (!(p->lambda >= 0.0f && p->lambda <= 1.0f))
-        return broken(msg, msg_size, "lambda must be in [0, 1] (lambda %g)", (double)p->lambda);
+        return vase_layout_refuse(msg, msg_size, "lambda must be in [0, 1] (lambda %g)",
+                                  (double)p->lambda);
     if (p->smooth == 0 || p->smooth % 2 == 0 || p->smooth > VASE_MAX_SMOOTH)
-        return broken(msg, msg_size, "smooth must be odd, 1 .. %u (smooth %u)", VASE_MAX_SMOOTH,
-                      p->smooth);
+        return vase_layout_refuse(msg, msg_size, "smooth must be odd, 1 .. %u (smooth %u)",
+                                  VASE_MAX_SMOOTH, p->smooth);
     if (p->rank == 0 || p->rank > VASE_MAX_RANK)
-        return broken(msg, msg_size, "rank must be 1 .. %u (rank %u)", VASE_MAX_RANK, p->rank);
+        return vase_layout_refuse(msg, msg_size, "rank must be 1 .. %u (rank %u)", VASE_MAX_RANK,
+                                  p->rank);
     if ((unsigned)p->metric >= _VASE_METRIC_MAX)
-        return broken(msg, msg_size, "unknown metric %d", (int)p->metric);
+        return vase_layout_refuse(msg, msg_size, "unknown metric %d", (int)p->metric);
     return 0;
 }
 

@@ -166,3 +166,11 @@ void vase_layout_kv_tensor(const struct vase_layout *l, uint32_t layer, enum vas
  */
 bool vase_layout_evict_due(uint64_t pos, uint32_t prompt_len, uint32_t len, uint32_t budget,
                            uint32_t window);
+
+/*
+ * Formats the reason for a refusal into msg (msg_size bytes; msg may be NULL) and returns
+ * -EINVAL: the one helper of every check that explains its refusal (the layout, the policy
+ * parameters, libvase's sizes).
+ */
+__attribute__((format(printf, 3, 4))) int vase_layout_refuse(char *msg, size_t msg_size,
+                                                             const char *fmt, ...);
