@@ -58,6 +58,7 @@ typedef struct {
     int closed;         /* close() was called */
     Py_ssize_t pins;    /* device block-table views and calls in flight */
     uint32_t id;
+    enum vase_policy policy; /* as opened, for the messages of query_slot() */
 } SeqObject;
 
 typedef struct {
@@ -833,6 +834,7 @@ static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
             so->closed = 0;
             so->pins = 0;
             so->id = vase_seq_id(s);
+            so->policy = cfg.policy;
         } else {
             Py_BEGIN_ALLOW_THREADS vase_seq_close(s);
             Py_END_ALLOW_THREADS
@@ -1153,11 +1155,22 @@ static PyObject *seq_query_slot(SeqObject *self, PyObject *args, PyObject *kw) {
     ModelObject *m = self->model;
     void *p = vase_seq_query_ptr(self->s, layer, pos, 0);
     PyObject *ret;
-    if (!p)
+    if (!p && layer >= m->layers)
+        ret = raise_vasef(-EINVAL, "no query slot: layer %u, but the model has %u layers", layer,
+                          m->layers);
+    else if (!p && !(vase_policy_needs(self->policy) & VASE_NEEDS_Q)) {
+        char with[256] = "";
+        size_t n = 0;
+        for (int q = 0; q < _VASE_POLICY_MAX && n < sizeof(with); q++)
+            if (vase_policy_needs((enum vase_policy)q) & VASE_NEEDS_Q)
+                n += (size_t)snprintf(with + n, sizeof(with) - n, "%s%s", n ? ", " : "",
+                                      vase_policy_to_string((enum vase_policy)q));
         ret = raise_vasef(-EINVAL,
-                          "no query slot: layer %u of %u, or a policy without a query "
-                          "ring",
-                          layer, m->layers);
+                          "no query slot: policy %s reads no queries, so its sequences keep no "
+                          "query ring (the policies that do: %s)",
+                          vase_policy_to_string(self->policy), with);
+    } else if (!p)
+        ret = raise_vasef(-EINVAL, "no query slot for layer %u at position %llu", layer, pos);
     else {
         int64_t shape[2] = {m->q_heads, m->head_dim}, strides[2] = {m->head_dim, 1};
         ret = (PyObject *)tensor_new(self->client, NULL, p, dl_dtype(m->dtype), m->device, 2, shape,
