@@ -356,6 +356,59 @@ int vase_alloc_reserve(struct vase_alloc *a, const struct vase_alloc_req *reqs, 
     return 0;
 }
 
+/* Extends the pending run [*run_off, *run_off + *run_len) by [off, off + len), or emits it and
+ * starts another. */
+static void unheld_run(uint64_t off, uint64_t len, uint64_t *run_off, uint64_t *run_len,
+                       void (*fn)(void *, uint64_t, uint64_t), void *ctx) {
+    if (len == 0)
+        return;
+    if (*run_len && *run_off + *run_len == off) {
+        *run_len += len;
+        return;
+    }
+    if (*run_len)
+        fn(ctx, *run_off, *run_len);
+    *run_off = off;
+    *run_len = len;
+}
+
+void vase_alloc_each_unheld(const struct vase_alloc *a,
+                            void (*fn)(void *ctx, uint64_t off, uint64_t len), void *ctx) {
+    uint64_t run_off = 0, run_len = 0;
+    for (uint32_t g = 0; g < a->n_granules; g++) {
+        uint64_t start = (uint64_t)g * a->granule_bytes, end = start + a->granule_bytes;
+        if (a->owner[g] == 0) {
+            unheld_run(start, a->granule_bytes, &run_off, &run_len, fn, ctx);
+            continue;
+        }
+        /* An owned granule: the gaps between its class's allocated pages that touch it. */
+        const struct vase_alloc_class *c = &a->classes[a->owner[g] - 1];
+        uint64_t at = start;
+        for (uint64_t p = start / c->unit; p * c->unit < end && p < c->n_units; p++) {
+            if (!bit(c, (uint32_t)p))
+                continue;
+            uint64_t lo = p * c->unit, hi = lo + c->unit;
+            if (lo < at)
+                lo = at;
+            if (hi > end)
+                hi = end;
+            if (lo > at)
+                unheld_run(at, lo - at, &run_off, &run_len, fn, ctx);
+            if (hi > at)
+                at = hi;
+        }
+        unheld_run(at, end - at, &run_off, &run_len, fn, ctx);
+    }
+    if (run_len)
+        fn(ctx, run_off, run_len);
+}
+
+void vase_alloc_set_release_hook(struct vase_alloc *a,
+                                 void (*fn)(void *ctx, uint64_t off, uint64_t len), void *ctx) {
+    a->on_release = fn;
+    a->release_ctx = ctx;
+}
+
 int vase_alloc_release(struct vase_alloc *a, uint64_t unit, const uint32_t *pages, uint32_t n,
                        uint64_t *client_bytes) {
     if (!a || (!pages && n))
@@ -384,6 +437,14 @@ int vase_alloc_release(struct vase_alloc *a, uint64_t unit, const uint32_t *page
         set_bit(c, pages[i], true);
     if (r < 0)
         return r;
+    /* The hook sees runs of adjacent pages as one range. */
+    for (i = 0; a->on_release && i < n;) {
+        uint32_t j = i + 1;
+        while (j < n && pages[j] == pages[j - 1] + 1)
+            j++;
+        a->on_release(a->release_ctx, (uint64_t)pages[i] * unit, (uint64_t)(j - i) * unit);
+        i = j;
+    }
     for (i = 0; i < n; i++)
         drop_page(a, ci, pages[i]);
     put_class(a, ci);

@@ -46,6 +46,10 @@ struct vase_alloc {
     struct vase_alloc_class *classes;
     uint32_t n_classes;  /* slots in classes[], some unused */
     uint64_t used_bytes; /* bytes of all allocated pages */
+    /* Called with each run of released bytes before they can be reserved again
+     * (vase_alloc_set_release_hook); NULL: none. */
+    void (*on_release)(void *ctx, uint64_t off, uint64_t len);
+    void *release_ctx;
 };
 
 /* One part of a reservation: n pages of unit bytes, their indices written to ret[0 .. n). */
@@ -54,6 +58,22 @@ struct vase_alloc_req {
     uint32_t n;
     uint32_t *ret;
 };
+
+/*
+ * Has fn(ctx, off, len) called by vase_alloc_release() for every run of contiguous bytes it
+ * releases, before they can be reserved again (vased zeroes them there: arena.h,
+ * vase_arena_clear()). fn NULL: no hook.
+ */
+void vase_alloc_set_release_hook(struct vase_alloc *a,
+                                 void (*fn)(void *ctx, uint64_t off, uint64_t len), void *ctx);
+
+/*
+ * Calls fn(ctx, off, len) for every run of the arena's bytes that no allocated page covers, in
+ * order and coalesced: what vased zeroes in a kept arena once the kept sequences have claimed
+ * their pages (restore.h), since the previous daemon may have left bytes there it never released.
+ */
+void vase_alloc_each_unheld(const struct vase_alloc *a,
+                            void (*fn)(void *ctx, uint64_t off, uint64_t len), void *ctx);
 
 /* An allocator of arena_bytes in granules of granule_bytes (which must divide it), all free.
  * 0, -EINVAL or -ENOMEM. */

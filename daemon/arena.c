@@ -92,12 +92,34 @@ static void host_destroy(struct vase_arena *a) {
     a->fd = -1;
 }
 
+static int host_clear(struct vase_arena *a, uint64_t off, uint64_t len) {
+    memset((char *)a->map + off, 0, (size_t)len);
+    return 0;
+}
+
 const struct vase_arena_ops vase_arena_host_ops = {
     .share = "memfd",
     .create = host_create,
     .export_fd = host_export_fd,
     .destroy = host_destroy,
+    .clear = host_clear,
 };
+
+void vase_arena_zero(void *arena, uint64_t off, uint64_t len) {
+    struct vase_arena *a = arena;
+    int r = vase_arena_clear(a, off, len);
+    if (r < 0)
+        log_error_errno(r, "Arena %u: failed to zero %llu bytes at %llu: %m.", a->id,
+                        (unsigned long long)len, (unsigned long long)off);
+}
+
+int vase_arena_clear(struct vase_arena *a, uint64_t off, uint64_t len) {
+    if (!a || !a->map || off > a->size || len > a->size - off)
+        return -EINVAL;
+    if (len == 0)
+        return 0;
+    return a->ops->clear ? a->ops->clear(a, off, len) : -EOPNOTSUPP;
+}
 
 int vase_cuda_share_from_string(const char *s, enum vase_cuda_share *ret) {
     if (!s || !ret)

@@ -35,6 +35,9 @@ struct vase_arena_ops {
     int (*export_fd)(const struct vase_arena *a, int *ret_fd);
     /* Frees what create made; safe on a half-created arena. */
     void (*destroy)(struct vase_arena *a);
+    /* Zeroes bytes [off, off + len) of the arena, complete when it returns (a device's memset
+     * waited for). 0 or -errno, logged. */
+    int (*clear)(struct vase_arena *a, uint64_t off, uint64_t len);
     /* Whether the memory is on a device (only device code and CUDA copies may touch map), so
      * that the CUDA planner, not the CPU's, plans over it (planner.h). */
     bool on_device;
@@ -109,6 +112,16 @@ int vase_arena_write_stamp(const struct vase_arena *a, const struct vase_arena_s
 int vase_arena_read_stamp(const struct vase_arena *a, struct vase_arena_stamp *ret);
 /* Zeroes the stamp page's stamp: 0 or -errno. */
 int vase_arena_clear_stamp(const struct vase_arena *a);
+
+/*
+ * Zeroes bytes [off, off + len) of the arena (bounds checked: -EINVAL), before the allocator
+ * hands them to another sequence: a sequence never reads what another one wrote. 0 or -errno.
+ */
+int vase_arena_clear(struct vase_arena *a, uint64_t off, uint64_t len);
+
+/* vase_arena_clear() with arena a void pointer, as the allocator's hooks call it (alloc.h):
+ * a failure is logged. */
+void vase_arena_zero(void *arena, uint64_t off, uint64_t len);
 
 /* Address of byte offset off in the daemon's mapping (a device address for CUDA arenas). */
 void *vase_arena_at(const struct vase_arena *a, uint64_t off);

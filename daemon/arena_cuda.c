@@ -117,6 +117,15 @@ static int zero_arena(struct vase_arena *a) {
     return e == cudaSuccess ? 0 : log_rt(a, e, "clearing the arena");
 }
 
+/* Zeroes a released range and waits for it: the pages may go to another engine's sequence as
+ * soon as this returns. */
+static int cuda_clear(struct vase_arena *a, uint64_t off, uint64_t len) {
+    cudaError_t e = cudaMemset((char *)a->map + off, 0, (size_t)len);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    return e == cudaSuccess ? 0 : log_rt(a, e, "clearing released pages");
+}
+
 /* ---- cuda-ipc ------------------------------------------------------------------------------ */
 
 static int ipc_create(struct vase_arena *a) {
@@ -297,6 +306,7 @@ const struct vase_arena_ops vase_arena_cuda_ipc_ops = {
     .create = ipc_create,
     .export_fd = no_export_fd,
     .destroy = ipc_destroy,
+    .clear = cuda_clear,
     .on_device = true,
 };
 
@@ -305,5 +315,6 @@ const struct vase_arena_ops vase_arena_cuda_vmm_ops = {
     .create = vmm_create,
     .export_fd = vmm_export_fd,
     .destroy = vmm_destroy,
+    .clear = cuda_clear,
     .on_device = true,
 };

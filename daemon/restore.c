@@ -456,7 +456,22 @@ static void drop_all(struct vased *d) {
     }
 }
 
+static int restore_seqs(struct vased *d);
+
+/* The kept sequences, then, in each arena that kept its memory, every byte none of them holds
+ * zeroed: the previous daemon stopped with sequences whose pages it never released, and the
+ * next sequence given those bytes must not read them. */
 int vase_restore_seqs(struct vased *d) {
+    int r = restore_seqs(d);
+    if (r < 0 || !d->restore)
+        return r;
+    for (uint32_t i = 0; i < d->n_arenas; i++)
+        if (d->restore->kept[i])
+            vase_alloc_each_unheld(d->allocs[i], vase_arena_zero, d->arenas[i]);
+    return r;
+}
+
+static int restore_seqs(struct vased *d) {
     struct vase_restore *rs = d->restore;
     if (!rs)
         return 0;

@@ -318,6 +318,7 @@ static int add_arena(struct vased *d, const char *name, const char *spec, const 
     r = vase_alloc_new(d->arenas[i]->size, d->arenas[i]->granule_bytes, &d->allocs[i]);
     if (r < 0)
         return log_oom();
+    vase_alloc_set_release_hook(d->allocs[i], vase_arena_zero, d->arenas[i]);
     /* An arena that names no one is open to every allowed peer; one whose names do not
      * resolve is open to no one but root and the daemon's user (denying more, never less). */
     d->arena_open[i] = blank(users) && blank(groups);

@@ -386,6 +386,91 @@ static void test_release_refusals(void **state) {
     vase_alloc_free(a);
 }
 
+/* The release hook: each run of adjacent released pages once, as its byte range, before the
+ * pages can be reserved again; refused releases call it for none. */
+struct hook_log {
+    uint64_t off[8], len[8];
+    int n;
+};
+
+static void record_release(void *ctx, uint64_t off, uint64_t len) {
+    struct hook_log *h = ctx;
+    assert_true(h->n < 8);
+    h->off[h->n] = off;
+    h->len[h->n] = len;
+    h->n++;
+}
+
+static void test_release_hook(void **state) {
+    (void)state;
+    struct vase_alloc *a;
+    struct hook_log h = {0};
+    uint64_t client = 0;
+    uint32_t p[4];
+    assert_int_equal(vase_alloc_new(MIB, 64 * KIB, &a), 0);
+    vase_alloc_set_release_hook(a, record_release, &h);
+    struct vase_alloc_req r = {.unit = 16 * KIB, .n = 4, .ret = p};
+    assert_int_equal(vase_alloc_reserve(a, &r, 1, 0, &client), 0);
+    assert_int_equal(h.n, 0);
+    uint32_t twice[2] = {p[0], p[0]};
+    assert_int_equal(vase_alloc_release(a, 16 * KIB, twice, 2, &client), -EINVAL);
+    assert_int_equal(h.n, 0);
+    /* p[0], p[1] adjacent (one range), then p[3] alone. */
+    uint32_t some[3] = {p[0], p[1], p[3]};
+    assert_int_equal(p[1], p[0] + 1);
+    assert_int_not_equal(p[3], p[1] + 1);
+    assert_int_equal(vase_alloc_release(a, 16 * KIB, some, 3, &client), 0);
+    assert_int_equal(h.n, 2);
+    assert_int_equal(h.off[0], (uint64_t)p[0] * 16 * KIB);
+    assert_int_equal(h.len[0], 32 * KIB);
+    assert_int_equal(h.off[1], (uint64_t)p[3] * 16 * KIB);
+    assert_int_equal(h.len[1], 16 * KIB);
+    /* No hook: releases as before. */
+    vase_alloc_set_release_hook(a, NULL, NULL);
+    assert_int_equal(vase_alloc_release(a, 16 * KIB, &p[2], 1, &client), 0);
+    assert_int_equal(h.n, 2);
+    all_free(a);
+    vase_alloc_free(a);
+}
+
+/* The bytes no allocated page covers, coalesced and in order: a free arena is one run; with
+ * pages of two sizes held, the runs are the complement of those pages. */
+static void test_each_unheld(void **state) {
+    (void)state;
+    struct vase_alloc *a;
+    struct hook_log h = {0};
+    uint64_t client = 0;
+    uint32_t kv[2], small[1];
+    assert_int_equal(vase_alloc_new(MIB, 64 * KIB, &a), 0);
+    vase_alloc_each_unheld(a, record_release, &h);
+    assert_int_equal(h.n, 1);
+    assert_int_equal(h.off[0], 0);
+    assert_int_equal(h.len[0], MIB);
+    struct vase_alloc_req r[2] = {{.unit = 96 * KIB, .n = 2, .ret = kv},
+                                  {.unit = 16 * KIB, .n = 1, .ret = small}};
+    assert_int_equal(vase_alloc_reserve(a, r, 2, 0, &client), 0);
+    uint64_t covered = 0;
+    h.n = 0;
+    vase_alloc_each_unheld(a, record_release, &h);
+    assert_true(h.n >= 1);
+    for (int i = 0; i < h.n; i++) {
+        /* In order, not touching each other, and never over a held page. */
+        if (i > 0)
+            assert_true(h.off[i] > h.off[i - 1] + h.len[i - 1]);
+        for (uint64_t b = h.off[i]; b < h.off[i] + h.len[i]; b += 4 * KIB) {
+            for (int k = 0; k < 2; k++)
+                assert_false(b >= kv[k] * 96 * KIB && b < (kv[k] + 1) * 96 * KIB);
+            assert_false(b >= small[0] * 16 * KIB && b < (small[0] + 1) * 16 * KIB);
+        }
+        covered += h.len[i];
+    }
+    assert_int_equal(covered, MIB - 2 * 96 * KIB - 16 * KIB);
+    assert_int_equal(vase_alloc_release(a, 96 * KIB, kv, 2, &client), 0);
+    assert_int_equal(vase_alloc_release(a, 16 * KIB, small, 1, &client), 0);
+    all_free(a);
+    vase_alloc_free(a);
+}
+
 /* Page i of size U lies at i * U, also for sizes that do not divide a granule; two sizes never
  * share a granule. */
 static void test_alignment_and_classes(void **state) {
@@ -784,6 +869,8 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_all_or_nothing),
         cmocka_unit_test(test_release_refusals),
+        cmocka_unit_test(test_release_hook),
+        cmocka_unit_test(test_each_unheld),
         cmocka_unit_test(test_alignment_and_classes),
         cmocka_unit_test(test_granules_return_and_holes),
         cmocka_unit_test(test_small_pages_pack),
