@@ -387,6 +387,11 @@ static int cmd_status(struct vase_admin *a) {
            s->plans_queued, s->clients_waiting, s->plans_running);
     if (s->metrics_address && *s->metrics_address)
         printf("metrics http://%s/metrics\n", s->metrics_address);
+    if (s->metrics_unavailable && *s->metrics_unavailable) {
+        char why[4 * 160 + 1];
+        vase_admin_escape(s->metrics_unavailable, why, sizeof(why));
+        printf("metrics NOT SERVED: %s\n", why);
+    }
     char n1[32], n2[32], n3[32], n4[32];
     printf("requests %s, errors %s (engines) and %s (administrative), stats messages %s\n\n",
            vasectl_fmt_count(s->requests_total, n1, sizeof(n1)),

@@ -67,6 +67,7 @@ static int handle_status(struct vased *d, const struct vase_reply_to *p,
     sr.admin_errors_total = d->admin_errors_total;
     sr.metrics_address =
         d->metrics_http ? (char *)vase_metrics_http_address(d->metrics_http) : (char *)"";
+    sr.metrics_unavailable = (char *)d->metrics_unavailable;
     sr.evictions_in_flight = d->evictions_in_flight;
     struct vase_evictor_counts q;
     vase_evictor_get_counts(d->evictor, &q);

@@ -452,9 +452,12 @@ static int setup_metrics(struct vased *d) {
     }
     int r = vase_metrics_http_new(d->cfg.metrics_address, render_metrics, d, &d->metrics_http);
     if ((r == -EADDRINUSE || r == -EACCES || r == -EADDRNOTAVAIL) && !metrics_address_given(d)) {
-        log_warning("No metrics endpoint: the default metrics_address %s is not free; set "
-                    "metrics_address to another address, or to off.",
-                    d->cfg.metrics_address);
+        snprintf(d->metrics_unavailable, sizeof(d->metrics_unavailable),
+                 "the default metrics_address %s is not free (%s): a scrape there does not read "
+                 "this vased",
+                 d->cfg.metrics_address, strerror(-r));
+        log_warning("No metrics endpoint: %s; set metrics_address to another address, or to off.",
+                    d->metrics_unavailable);
         return 0;
     }
     if (r < 0)

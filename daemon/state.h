@@ -126,6 +126,9 @@ struct vased {
 
     struct vase_metrics metrics;            /* counters of the Prometheus metrics */
     struct vase_metrics_http *metrics_http; /* the /metrics endpoint; NULL when off */
+    /* Why there is none although metrics_address is not off (StatusReply.metrics_unavailable,
+     * STATUS=); "" otherwise. */
+    char metrics_unavailable[160];
 };
 
 /* CLOCK_MONOTONIC in seconds: the daemon's clock for deadlines, uptimes and rate limits. */

@@ -51,9 +51,11 @@ static void update_status(struct vased *d, bool force) {
     if (d->reg->n_draining)
         snprintf(draining, sizeof(draining), ", %u draining (%llu MiB held)", d->reg->n_draining,
                  (unsigned long long)(vase_registry_draining_bytes(d->reg) >> 20));
-    snprintf(status, sizeof(status), "%u clients, %u sequences, %llu MiB of %llu MiB free%s%s",
+    snprintf(status, sizeof(status), "%u clients, %u sequences, %llu MiB of %llu MiB free%s%s%s",
              d->reg->n_clients, d->reg->n_seqs, (unsigned long long)(free_bytes >> 20),
-             (unsigned long long)(total >> 20), draining, d->stopping ? ", stopping" : "");
+             (unsigned long long)(total >> 20), draining,
+             d->metrics_unavailable[0] ? ", no metrics (default port taken)" : "",
+             d->stopping ? ", stopping" : "");
     if (!force && strcmp(status, d->last_status) == 0)
         return;
     memcpy(d->last_status, status, sizeof(status));

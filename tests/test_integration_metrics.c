@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -529,6 +530,19 @@ static void test_idle_connections(void **state) {
 }
 
 /* Whether d's log (read into log_text) says want. */
+/* `vasectl status` of d, its output (stdout and stderr) in out. 0 or the exit status. */
+static int run_vasectl_status(const struct harness_daemon *d, char *out, size_t size) {
+    char prog[4096], cmd[8192];
+    assert_int_equal(harness_program("vasectl", prog, sizeof(prog)), 0);
+    snprintf(cmd, sizeof(cmd), "'%s' --runtime-dir='%s' status 2>&1", prog, d->dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 static bool log_has(const struct harness_daemon *d, const char *want) {
     FILE *log = fopen(d->log, "r");
     assert_non_null(log);
@@ -581,6 +595,16 @@ static void test_bind_errors(void **state) {
     if (!log_has(&dflt, "No metrics endpoint: the default metrics_address 127.0.0.1:9464 is "
                         "not free"))
         fail_msg("the log of a daemon on the default, taken address:\n%s", log_text);
+    /* ... and the status says so, to vasectl status and systemd's STATUS= alike. */
+    assert_non_null(strstr(st.metrics_unavailable, "127.0.0.1:9464 is not free (Address already "
+                                                   "in use): a scrape there does not read this "
+                                                   "vased"));
+    char out[8192];
+    assert_int_equal(run_vasectl_status(&dflt, out, sizeof(out)), 0);
+    if (!strstr(out, "metrics NOT SERVED: the default metrics_address 127.0.0.1:9464 is not free"))
+        fail_msg("vasectl status of a daemon on the default, taken address:\n%s", out);
+    if (!log_has(&dflt, "<4>") && !log_has(&dflt, "warning: No metrics endpoint"))
+        fail_msg("the endpoint's absence is not logged at warning:\n%s", log_text);
     harness_daemon_free(&dflt);
     close(hold);
 

@@ -577,6 +577,8 @@ int harness_status(const struct harness_daemon *d, struct harness_status *ret) {
         };
         snprintf(ret->metrics_address, sizeof(ret->metrics_address), "%s",
                  s->metrics_address ? s->metrics_address : "");
+        snprintf(ret->metrics_unavailable, sizeof(ret->metrics_unavailable), "%s",
+                 s->metrics_unavailable ? s->metrics_unavailable : "");
     }
     vase__envelope__free_unpacked(reply, NULL);
     return r;

@@ -197,7 +197,8 @@ struct harness_status {
     uint32_t opens_waiting;      /* OpenSeq requests parked for room */
     uint64_t budget_shrinks_total, budget_grows_total, bytes_reclaiming; /* elastic budgets */
     uint32_t seqs_shrunk;
-    char metrics_address[64]; /* "" when the metrics are off */
+    char metrics_address[64];      /* "" when the metrics are off */
+    char metrics_unavailable[192]; /* why none are served when not off, or "" */
 };
 /* A Status request. 0 or -errno. */
 int harness_status(const struct harness_daemon *d, struct harness_status *ret);
