@@ -641,7 +641,9 @@ int vase_config_dump(const struct vase_config *c, FILE *f) {
                "# this file (or config_dir) are read after it in lexical order, each overriding\n"
                "# the files before it; flags override all files. On SIGHUP a key the files do\n"
                "# not change keeps a value set with `vasectl config set`; `vasectl config set\n"
-               "# --persist` writes vased.conf.d/90-vasectl.conf.\n\n[vased]\n");
+               "# --persist` writes vased.conf.d/90-vasectl.conf. A setting left to its\n"
+               "# default is written commented out (#name = value): remove the '#' to set it.\n"
+               "\n[vased]\n");
     for (size_t i = 0; i < vase_settings_count; i++) {
         const struct vase_setting *s = &vase_settings[i];
         char value[PATH_MAX + 1], bounds[96];
@@ -649,8 +651,11 @@ int vase_config_dump(const struct vase_config *c, FILE *f) {
         vase_setting_bounds(s, bounds, sizeof(bounds));
         fprintf(f, "\n");
         comment_wrapped(f, s->description);
-        fprintf(f, "# (%s; default \"%s\"%s)\n%s =%s%s\n", bounds, s->def,
-                s->runtime ? "; runtime" : "", s->name, value[0] ? " " : "", value);
+        bool dflt = (!c->origins || c->origins[i].from == VASE_CONFIG_FROM_DEFAULT) &&
+                    strcmp(value, s->def) == 0;
+        fprintf(f, "# (%s; default \"%s\"%s)\n%s%s =%s%s\n", bounds, s->def,
+                s->runtime ? "; runtime" : "", dflt ? "#" : "", s->name, value[0] ? " " : "",
+                value);
     }
     dump_arenas(c, f);
     return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;

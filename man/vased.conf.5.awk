@@ -6,7 +6,8 @@
 # here; every setting and the [arena NAME] description come from the dump. `make man` runs it.
 #
 # The dump: a header comment, "[vased]", then per setting a blank line, its description as
-# "# " comment lines, "# (BOUNDS; default "D"[; runtime])" and "name = value"; then a
+# "# " comment lines, "# (BOUNDS; default "D"[; runtime])" and "name = value" ("#name = value"
+# for one left to its default, as every one is in this dump); then a
 # "# ---- Further arenas ... ----" comment, its text and an indented example ("#   ...").
 
 # Text taken from the dump: scdoc's markup characters are escaped.
@@ -82,21 +83,22 @@ BEGIN {
     next
 }
 
+section == "vased" && /^#?[a-z_]+ =/ {
+    name = $1
+    sub(/^#/, "", name)
+    printf "*%s*\n", esc(name)
+    printf "\t%s\n\n", esc(desc)
+    printf "\t(%s)\n\n", esc(kind)
+    desc = ""; kind = ""
+    n++
+    next
+}
 section == "vased" && /^# \(.*\)$/ {
     kind = substr($0, 4, length($0) - 4)
     next
 }
 section == "vased" && /^# / {
     desc = desc (desc == "" ? "" : " ") substr($0, 3)
-    next
-}
-section == "vased" && /^[a-z_]+ =/ {
-    name = $1
-    printf "*%s*\n", esc(name)
-    printf "\t%s\n\n", esc(desc)
-    printf "\t(%s)\n\n", esc(kind)
-    desc = ""; kind = ""
-    n++
     next
 }
 section == "arenas" && /^#   / {

@@ -475,8 +475,34 @@ static void test_persist_unwritable(void **state) {
     expect(f, "max_clients", "15", "runtime");
 }
 
+/* The shipped vased.conf sets nothing: every key is written commented out with its default, so
+ * that a daemon started with it says "default" for each, and an operator's own edit stands out
+ * as "file". */
+static void test_shipped_conf_sets_nothing(void **state) {
+    struct fixture *f = *state;
+    char src[4096], text[1 << 16], arg[300];
+    const char *build = getenv("VASE_BUILD_DIR");
+    assert_non_null(build);
+    snprintf(src, sizeof(src), "%s/../systemd/vased.conf", build);
+    read_text(src, text, sizeof(text));
+    assert_non_null(strstr(text, "#max_clients = 64"));
+    write_text(f->conf, NULL, text);
+    snprintf(arg, sizeof(arg), "--config=%s", f->conf);
+    assert_int_equal(restart(f, (const char *[]){arg, NULL}), 0);
+    expect(f, "max_clients", "64", "default");
+    expect(f, "log_level", "info", "default");
+    expect(f, "max_seqs_per_uid", "4096", "default");
+    /* Uncommented, a key is the file's. */
+    char *at = strstr(text, "#max_clients = 64");
+    memmove(at, at + 1, strlen(at + 1) + 1);
+    write_text(f->conf, NULL, text);
+    assert_int_equal(reload(f), 0);
+    expect(f, "max_clients", "64", "file vased.conf");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_shipped_conf_sets_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_survives_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dropins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_persist, setup, teardown),
