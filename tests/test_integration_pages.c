@@ -30,6 +30,19 @@ static int setup(void **state) {
     return harness_fixture_setup(state, sizeof(struct harness_fixture), NULL);
 }
 
+/* One row at p (n bytes): filled with 0xa5 when write, else the count of its bytes not zero. */
+static uint64_t touch(unsigned char *p, size_t n, bool write) {
+    uint64_t dirty = 0;
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) {
+        if (write)
+            p[i] = 0xa5;
+        else
+            dirty += p[i] != 0;
+    }
+    return dirty;
+}
+
 /* Visits every byte a sequence can read: K and V of every slot, head and layer, and the query
  * ring's entries (2 * window positions). write: fills them with 0xa5; else returns how many are
  * not zero. */
@@ -40,25 +53,11 @@ static uint64_t visit(struct vase_seq *s, const struct vase_geometry *g, bool wr
         for (uint32_t slot = 0; slot < vase_seq_capacity(s); slot++)
             for (int kv = 0; kv < 2; kv++)
                 for (uint32_t h = 0; h < g->kv_heads; h++) {
-                    unsigned char *p = vase_seq_kv_ptr(s, l, (enum vase_kv)kv, slot, h);
-                    assert_non_null(p);
-                    for (size_t i = 0; i < row; i++) {
-                        if (write)
-                            p[i] = 0xa5;
-                        else
-                            dirty += p[i] != 0;
-                    }
+                    dirty += touch(vase_seq_kv_ptr(s, l, (enum vase_kv)kv, slot, h), row, write);
                 }
         for (uint64_t pos = 0; pos < 2 * WINDOW; pos++)
             for (uint32_t h = 0; h < g->q_heads; h++) {
-                unsigned char *p = vase_seq_query_ptr(s, l, pos, h);
-                assert_non_null(p);
-                for (size_t i = 0; i < row; i++) {
-                    if (write)
-                        p[i] = 0xa5;
-                    else
-                        dirty += p[i] != 0;
-                }
+                dirty += touch(vase_seq_query_ptr(s, l, pos, h), row, write);
             }
     }
     return dirty;
