@@ -835,7 +835,8 @@ install: $(INSTALL_DEPS)
 	$(Q)$(INSTALL) -m 644 $(VASE_PC) $(D)$(LIBDIR)/pkgconfig/
 	$(Q)$(INSTALL) -m 644 $(addprefix $(PUBLIC_INCLUDE)/,$(notdir $(PUBLIC_HEADERS))) \
 	  $(D)$(INCLUDEDIR)/vase/
-	$(Q)sed 's|^ExecStart=/usr/bin/vased |ExecStart=$(BINDIR)/vased |' systemd/vased.service \
+	$(Q)sed -e 's|^ExecStart=/usr/bin/vased |ExecStart=$(BINDIR)/vased |' \
+	  -e 's|^ExecReload=/usr/bin/vasectl |ExecReload=$(BINDIR)/vasectl |' systemd/vased.service \
 	  >$(D)$(UNITDIR)/vased.service && chmod 644 $(D)$(UNITDIR)/vased.service
 	$(Q)$(INSTALL) -m 644 systemd/vased.socket $(D)$(UNITDIR)/
 	$(Q)$(INSTALL) -m 644 systemd/vase.sysusers $(D)$(SYSUSERSDIR)/vase.conf

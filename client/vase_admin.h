@@ -34,6 +34,16 @@ extern "C" {
 struct vase_admin;
 struct vase_admin_events;
 
+/*
+ * `vasectl reload PID` sends vased SIGHUP with sigqueue(3) and this value (with
+ * VASE_RELOAD_FROM_UNIT or'ed in when it runs as a systemd unit's ExecReload=, as
+ * `systemctl reload vased` has it), so that vased's log names the command that asked instead of
+ * only the uid it ran as. The kernel's sender uid and pid are logged as well; a plain kill -HUP
+ * is logged by uid and pid alone.
+ */
+#define VASE_RELOAD_SIGVAL 0x76617300
+#define VASE_RELOAD_FROM_UNIT 0x1
+
 struct vase_admin_options {
     const char *runtime_dir; /* NULL: $VASE_RUNTIME_DIR, else /run/vase if it exists, else ./run */
     int timeout_ms;          /* bound on every wait for the daemon; 0: 5000 */

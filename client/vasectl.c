@@ -121,6 +121,9 @@ static void help(void) {
            "                         rates (keys: s/S sort column, r reverse, q quit); plain\n"
            "                         text snapshots when stdout is not a terminal\n"
            "  ping                   round trip to the daemon\n"
+           "  reload [PID]           have vased (PID, else $MAINPID) reload its configuration:\n"
+           "                         SIGHUP marked so that its log names vasectl reload, or\n"
+           "                         systemctl reload when the unit's ExecReload= runs it\n"
            "  size KEY=VALUE...      what one sequence costs in the arena and how many fit,\n"
            "                         without a daemon: layers=, q_heads=, kv_heads=, head_dim=\n"
            "                         (required), dtype= (bf16), block_tokens= (16), policy=\n"
@@ -594,7 +597,9 @@ static int print_config(const Vase__ConfigReply *cr, bool single) {
     for (size_t i = 0; i < cr->n_entries && r == 0; i++) {
         const Vase__ConfigEntry *c = cr->entries[i];
         if ((r = vasectl_table_add(&t, "%s", c->key)) < 0 ||
-            (r = vasectl_table_add(&t, "%s", c->value)) < 0 ||
+            (r = c->pending && c->pending[0]
+                     ? vasectl_table_add(&t, "%s (restart pending: %s)", c->value, c->pending)
+                     : vasectl_table_add(&t, "%s", c->value)) < 0 ||
             (r = vasectl_table_add(&t, "%s", c->source[0] ? c->source : "-")) < 0 ||
             (r = vasectl_table_add(&t, "%s", c->default_value)) < 0 ||
             (r = vasectl_table_add(&t, "%s", c->runtime ? "yes" : "no")) < 0 ||
@@ -718,6 +723,8 @@ static int check_words(uint32_t *ret_id) {
              (n == 3 && strcmp(args[0], "set") == 0);
     else if (strcmp(cmd, "size") == 0)
         ok = n >= 1 && n < MAX_WORDS;
+    else if (strcmp(cmd, "reload") == 0)
+        ok = n <= 1;
     else {
         return fail(-EINVAL, "unknown command '%s' " HINT, cmd);
     }
@@ -778,6 +785,40 @@ static int dispatch(struct vase_admin **ap, uint32_t id) {
     return cmd_config_set(a, args[1], args[2]);
 }
 
+/* SIGHUP to vased at pid (its own words, else $MAINPID, as systemd sets it for ExecReload=),
+ * carrying VASE_RELOAD_SIGVAL (vase_admin.h). A pid that is not vased's is refused: SIGHUP ends
+ * most programs. */
+static int cmd_reload(const char *word) {
+    const char *text = word ? word : getenv("MAINPID");
+    if (!text || !text[0])
+        return fail(-EINVAL,
+                    "reload: give vased's pid (systemd sets $MAINPID for ExecReload=) " HINT);
+    char *end;
+    errno = 0;
+    long pid = strtol(text, &end, 10);
+    if (errno || *end || end == text || pid <= 0 || pid > INT_MAX)
+        return fail(-EINVAL, "reload: '%.64s' is not a pid " HINT, text);
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return fail(-errno, "reload: no process %ld: %s", pid, strerror(errno));
+    if (!fgets(comm, sizeof(comm), f))
+        comm[0] = '\0';
+    fclose(f);
+    comm[strcspn(comm, "\n")] = '\0';
+    if (strcmp(comm, "vased") != 0)
+        return fail(-ESRCH, "reload: process %ld is not vased (it is '%s')", pid, comm);
+    union sigval v = {.sival_int = VASE_RELOAD_SIGVAL};
+    /* systemd sets INVOCATION_ID in the environment of the unit's processes. */
+    const char *inv = getenv("INVOCATION_ID");
+    if (inv && inv[0])
+        v.sival_int |= VASE_RELOAD_FROM_UNIT;
+    if (sigqueue((pid_t)pid, SIGHUP, v) < 0)
+        return fail(-errno, "reload: cannot signal vased (pid %ld): %s", pid, strerror(errno));
+    return 0;
+}
+
 /* Exit status: 0 done, 1 the daemon or the system said no, 2 usage. */
 static int run(void) {
     struct vase_admin *a;
@@ -796,6 +837,10 @@ static int run(void) {
             return r == -EINVAL ? 2 : 1;
         }
         return fflush(stdout) == 0 ? 0 : 1;
+    }
+    if (strcmp(arg_command[0], "reload") == 0) {
+        r = cmd_reload(arg_n_command > 1 ? arg_command[1] : NULL);
+        return r == -EINVAL ? 2 : r < 0 ? 1 : 0;
     }
     r = ctl_open(&a);
     if (r < 0)

@@ -176,6 +176,9 @@ static void config_entry(const struct vased *d, const struct vase_setting *s, ch
     ret->runtime = s->runtime;
     ret->description = (char *)s->description;
     ret->source = text + CONFIG_VALUE_MAX;
+    size_t i = (size_t)(s - vase_settings);
+    ret->pending =
+        d->pending_settings && d->pending_settings[i] ? d->pending_settings[i] : (char *)"";
 }
 
 static int reply_config(struct vased *d, const struct vase_reply_to *p,

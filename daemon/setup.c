@@ -495,8 +495,11 @@ static int setup_access(struct vased *d) {
 static int setup_registry(struct vased *d) {
     int r = vase_registry_new(&d->reg);
     if (r < 0)
-        log_oom();
-    return r;
+        return log_oom();
+    d->pending_settings = calloc(vase_settings_count, sizeof(*d->pending_settings));
+    if (!d->pending_settings)
+        return log_oom();
+    return 0;
 }
 
 /* The sequences the previous daemon kept on the arenas kept with them (restore.h). */
@@ -531,6 +534,10 @@ void vase_setup_teardown(struct vased *d) {
     vase_admitq_clear(&d->admitq);
     /* Closing the sessions is what tells clients we are gone. */
     d->reg = vase_registry_free(d->reg);
+    for (size_t i = 0; d->pending_settings && i < vase_settings_count; i++)
+        free(d->pending_settings[i]);
+    free(d->pending_settings);
+    d->pending_settings = NULL;
     if (d->session_fd >= 0) {
         close(d->session_fd);
         d->session_fd = -1;

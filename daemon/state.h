@@ -61,6 +61,10 @@ struct vased_pending {
 
 struct vased {
     struct vase_config cfg;
+    /* Restart-only settings the configuration files changed since the start (a reload saw it):
+     * the value they give now, which applies at the next restart (ConfigEntry.pending), by index
+     * in vase_settings; NULL where none. */
+    char **pending_settings;
     const struct vase_cmdline *cmdline; /* for SIGHUP: defaults, file, then these flags */
 
     char *runtime_dir;  /* absolute */

@@ -36,6 +36,7 @@
 #include "metrics_http.h"
 #include "publish.h"
 #include "restore.h"
+#include "vase_admin.h"
 #include "setup.h"
 #include "vased.h"
 #include "zap.h"
@@ -90,9 +91,15 @@ static void reload(struct vased *d) {
         char old[PATH_MAX + 1], now[PATH_MAX + 1];
         vase_config_format(&d->cfg, s, old, sizeof(old));
         vase_config_format(&nc, s, now, sizeof(now));
-        if (strcmp(old, now) != 0)
+        bool changed = strcmp(old, now) != 0;
+        if (changed)
             log_warning("%s changed to \"%s\" in the configuration; restart vased to apply it.",
                         s->name, now);
+        /* What vasectl config get shows as pending (a failed copy shows none). */
+        if (d->pending_settings) {
+            free(d->pending_settings[i]);
+            d->pending_settings[i] = changed ? strdup(now) : NULL;
+        }
     }
     log_info("Configuration reloaded.");
     vase_config_done(&nc);
@@ -122,6 +129,26 @@ static void begin_shutdown(struct vased *d) {
         d->quit = true;
 }
 
+/* Who asked for a reload: the kernel's sender uid and pid, and the command where vasectl reload
+ * sent it (vase_admin.h). systemd does not tell a unit who ran `systemctl reload`; its
+ * ExecReload= runs as the unit's user. */
+static void log_sighup(const struct signalfd_siginfo *si) {
+    uint32_t v = (uint32_t)si->ssi_int;
+    bool marked =
+        si->ssi_code == SI_QUEUE && (v & ~(uint32_t)VASE_RELOAD_FROM_UNIT) == VASE_RELOAD_SIGVAL;
+    if (marked && (v & VASE_RELOAD_FROM_UNIT))
+        log_notice(
+            "SIGHUP from systemctl reload (the unit's ExecReload=, vasectl reload as uid %u, "
+            "pid %d): reloading the configuration.",
+            (unsigned)si->ssi_uid, (int)si->ssi_pid);
+    else if (marked)
+        log_notice("SIGHUP from vasectl reload by uid %u (pid %d): reloading the configuration.",
+                   (unsigned)si->ssi_uid, (int)si->ssi_pid);
+    else
+        log_notice("SIGHUP from uid %u (pid %d): reloading the configuration.",
+                   (unsigned)si->ssi_uid, (int)si->ssi_pid);
+}
+
 static void on_signal(struct vased *d) {
     struct signalfd_siginfo si;
     while (read(d->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
@@ -131,8 +158,7 @@ static void on_signal(struct vased *d) {
             begin_shutdown(d);
             break;
         case SIGHUP:
-            log_notice("SIGHUP from uid %u (pid %d): reloading the configuration.",
-                       (unsigned)si.ssi_uid, (int)si.ssi_pid);
+            log_sighup(&si);
             reload(d);
             break;
         default:

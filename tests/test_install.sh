@@ -83,6 +83,8 @@ readelf -d "$lib/libvase.so.$version" | grep -q 'SONAME.*\[libvase\.so\.0\]' ||
     { echo "the SONAME of libvase.so.$version is not libvase.so.0" >>"$out"; status=1; }
 grep -q '^ExecStart=/usr/bin/vased ' "$root/usr/lib/systemd/system/vased.service" ||
     { echo "vased.service: ExecStart does not name /usr/bin/vased" >>"$out"; status=1; }
+grep -q '^ExecReload=/usr/bin/vasectl reload ' "$root/usr/lib/systemd/system/vased.service" ||
+    { echo "vased.service: ExecReload does not name /usr/bin/vasectl" >>"$out"; status=1; }
 cmp -s systemd/vased.conf "$root/etc/vase/vased.conf" ||
     { echo "/etc/vase/vased.conf is not systemd/vased.conf" >>"$out"; status=1; }
 [ -d "$root/etc/vase/vased.conf.d" ] ||

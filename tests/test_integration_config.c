@@ -500,10 +500,58 @@ static void test_shipped_conf_sets_nothing(void **state) {
     expect(f, "max_clients", "64", "file vased.conf");
 }
 
+/* A restart-only key the files change is not applied at a reload: the running value stays, the
+ * log says so, and config get shows the file's value as pending until the files agree with the
+ * running value again or vased restarts with it. */
+static void test_restart_pending(void **state) {
+    struct fixture *f = *state;
+    Vase__ConfigReply *cr = NULL;
+
+    assert_int_equal(vase_admin_config_get(f->a, "cuda_share", &cr), 0);
+    assert_string_equal(cr->entries[0]->pending, "");
+    char running[64];
+    snprintf(running, sizeof(running), "%s", cr->entries[0]->value);
+    protobuf_c_message_free_unpacked(&cr->base, NULL);
+    const char *other = strcmp(running, "vmm") == 0 ? "ipc" : "vmm";
+    char text[128];
+    snprintf(text, sizeof(text), "[vased]\ncuda_share = %s\n", other);
+    write_text(f->conf, NULL, text);
+    assert_int_equal(reload(f), 0);
+    expect_log(f, "cuda_share changed to", 1);
+    assert_int_equal(vase_admin_config_get(f->a, "cuda_share", &cr), 0);
+    assert_string_equal(cr->entries[0]->value, running);
+    assert_string_equal(cr->entries[0]->pending, other);
+    protobuf_c_message_free_unpacked(&cr->base, NULL);
+    /* The whole table shows it too. */
+    assert_int_equal(vase_admin_config_get(f->a, NULL, &cr), 0);
+    size_t pending = 0;
+    for (size_t i = 0; i < cr->n_entries; i++)
+        pending += cr->entries[i]->pending[0] != '\0';
+    assert_int_equal(pending, 1);
+    protobuf_c_message_free_unpacked(&cr->base, NULL);
+
+    /* The files back at the running value: nothing pending. */
+    write_text(f->conf, NULL, "[vased]\n");
+    assert_int_equal(reload(f), 0);
+    assert_int_equal(vase_admin_config_get(f->a, "cuda_share", &cr), 0);
+    assert_string_equal(cr->entries[0]->pending, "");
+    protobuf_c_message_free_unpacked(&cr->base, NULL);
+
+    /* Changed again, then a restart applies it and clears the mark. */
+    write_text(f->conf, NULL, text);
+    assert_int_equal(reload(f), 0);
+    assert_int_equal(restart(f, NULL), 0);
+    assert_int_equal(vase_admin_config_get(f->a, "cuda_share", &cr), 0);
+    assert_string_equal(cr->entries[0]->value, other);
+    assert_string_equal(cr->entries[0]->pending, "");
+    protobuf_c_message_free_unpacked(&cr->base, NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_shipped_conf_sets_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_survives_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dropins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_persist, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_refuses_untrusted, setup, teardown),

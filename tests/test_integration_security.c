@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <signal.h>
 #include <setjmp.h>
@@ -232,7 +233,7 @@ static void test_settings_need_authority(void **state) {
         log_count(&f->d, "Setting max_clients changed from \"64\" to \"12\" by uid 0", false), 1);
 
     /* A reload names who sent SIGHUP, then each setting it changed, old and new. */
-    char conf[sizeof(f->d.dir) + 16], who[64];
+    char conf[sizeof(f->d.dir) + 16], who[160];
     snprintf(conf, sizeof(conf), "%s/vased.conf", f->d.dir);
     FILE *cf = fopen(conf, "w");
     assert_non_null(cf);
@@ -246,6 +247,37 @@ static void test_settings_need_authority(void **state) {
         harness_daemon_dump_log(&f->d);
         fail_msg("no line starting \"%s\"", who);
     }
+
+    /* vasectl reload: the log names the command, and systemctl reload where the unit's
+     * ExecReload= runs it (INVOCATION_ID and MAINPID in its environment, as systemd sets). */
+    char vasectl[PATH_MAX], pid[16], mine[16];
+    struct harness_proc p = {.out_fd = -1};
+    assert_int_equal(harness_program("vasectl", vasectl, sizeof(vasectl)), 0);
+    snprintf(pid, sizeof(pid), "%d", (int)f->d.pid);
+    assert_int_equal(harness_run(&p, (const char *[]){vasectl, "reload", pid, NULL}, NULL, 10000),
+                     0);
+    harness_proc_free(&p);
+    snprintf(who, sizeof(who), "<5>SIGHUP from vasectl reload by uid %u (pid ", (unsigned)getuid());
+    assert_true(log_wait(&f->d, who, 10000));
+    assert_int_equal(setenv("INVOCATION_ID", "5d0c6b1e2f3a4b5c6d7e8f9a0b1c2d3e", 1), 0);
+    assert_int_equal(setenv("MAINPID", pid, 1), 0);
+    assert_int_equal(harness_run(&p, (const char *[]){vasectl, "reload", NULL}, NULL, 10000), 0);
+    harness_proc_free(&p);
+    unsetenv("MAINPID");
+    unsetenv("INVOCATION_ID");
+    snprintf(who, sizeof(who),
+             "<5>SIGHUP from systemctl reload (the unit's ExecReload=, vasectl reload as uid %u, "
+             "pid ",
+             (unsigned)getuid());
+    assert_true(log_wait(&f->d, who, 10000));
+    /* A process that is not vased is not signalled; no pid at all is a usage error. */
+    snprintf(mine, sizeof(mine), "%d", (int)getpid());
+    assert_int_equal(harness_run(&p, (const char *[]){vasectl, "reload", mine, NULL}, NULL, 10000),
+                     1);
+    assert_non_null(strstr(p.out, "is not vased"));
+    harness_proc_free(&p);
+    assert_int_equal(harness_run(&p, (const char *[]){vasectl, "reload", NULL}, NULL, 10000), 2);
+    harness_proc_free(&p);
 }
 
 static int admin_group_part(const struct harness_daemon *d, void *arg) {

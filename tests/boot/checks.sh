@@ -192,9 +192,9 @@ check_journal() {
         why+="no warning-level line for the restart-only key; "
     journal_has notice 'Setting stats_interval changed from "10" to "7" by uid 0 ' ||
         why+="no notice-level line naming uid 0 and 10 -> 7; "
-    # ExecReload= runs as the unit's user.
-    journal_has notice "SIGHUP from uid $(id -u vase) " ||
-        why+="no notice-level line for the reload's SIGHUP from user vase; "
+    # ExecReload= runs vasectl reload as the unit's user; the log names systemctl reload.
+    journal_has notice "SIGHUP from systemctl reload \\(the unit's ExecReload=, vasectl reload as uid $(id -u vase), " ||
+        why+="no notice-level line naming systemctl reload for the reload's SIGHUP; "
     # The info lines are below notice: a filter at notice that shows them would mean the
     # priorities were not parsed at all.
     journal_has info 'Client [0-9]+ "engine-a" \(pid [0-9]+, uid [0-9]+\) connected' ||
