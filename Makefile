@@ -723,7 +723,7 @@ check-replay: $(VASED) $(REPLAY_ENGINE)
 	  $$(ls -d $(VECTORS)/trace_*/ $(REPLAY_VECTORS)/trace_*/)
 
 # The unit, sysusers and tmpfiles files parse, and vased.conf is what the daemon dumps.
-check-systemd: $(VASED)
+check-systemd: $(VASED) $(VASECTL)
 	$(Q)systemd/check.sh $(VASED)
 
 # Rewrites systemd/vased.conf after a change to the daemon's settings table.

@@ -3,8 +3,9 @@
 #
 # check.sh VASED: checks the files of systemd/ (run by `make check-systemd`).
 #
-#  1. systemd-analyze verify on vased.service and vased.socket. It needs the ExecStart binary to exist, so a
-#     copy of the unit whose ExecStart names the built VASED is verified. verify exits 0 on
+#  1. systemd-analyze verify on vased.service and vased.socket. It needs the ExecStart and
+#     ExecReload binaries to exist, so a copy of the unit whose ExecStart names the built VASED
+#     and whose ExecReload names the vasectl beside it is verified. verify exits 0 on
 #     directives it cannot parse (it only logs "ignoring"), so any line it prints about the
 #     unit is a failure too.
 #  2. vase.sysusers parses (systemd-sysusers --dry-run) and vase.tmpfiles applies to an empty
@@ -23,6 +24,8 @@ fi
 here=$(cd "$(dirname "$0")" && pwd)
 vased=$(realpath "$1") || exit 1
 [ -x "$vased" ] || { echo "$0: $vased is not executable" >&2; exit 1; }
+vasectl=$(dirname "$vased")/vasectl
+[ -x "$vasectl" ] || { echo "$0: $vasectl is not executable" >&2; exit 1; }
 for tool in systemd-analyze systemd-sysusers systemd-tmpfiles; do
     command -v "$tool" >/dev/null || {
         echo "$0: $tool is missing (Debian: apt-get install systemd)" >&2
@@ -46,10 +49,13 @@ result() { # name status output-file
 
 # 1. The unit.
 mkdir "$tmp/unit"
-sed "s|^ExecStart=/usr/bin/vased |ExecStart=$vased |" "$here/vased.service" \
+sed -e "s|^ExecStart=/usr/bin/vased |ExecStart=$vased |" \
+    -e "s|^ExecReload=/usr/bin/vasectl |ExecReload=$vasectl |" "$here/vased.service" \
     >"$tmp/unit/vased.service"
-if ! grep -q "^ExecStart=$vased " "$tmp/unit/vased.service"; then
-    echo "ExecStart=/usr/bin/vased ... not found in vased.service" >"$tmp/verify.out"
+if ! grep -q "^ExecStart=$vased " "$tmp/unit/vased.service" ||
+    ! grep -q "^ExecReload=$vasectl reload " "$tmp/unit/vased.service"; then
+    echo "ExecStart=/usr/bin/vased ... or ExecReload=/usr/bin/vasectl reload ... not found in" \
+        "vased.service" >"$tmp/verify.out"
     status=1
 else
     cp "$here/vased.socket" "$tmp/unit/vased.socket"
