@@ -32,15 +32,14 @@ endif
 
 # Besides the libraries: python3 and python3-numpy run the vector generator (python3-dev,
 # libdlpack-dev, python3-torch and python3-pytest build and test the Python package), systemd gives the
-# tools of check-systemd (systemd-analyze, systemd-sysusers, systemd-tmpfiles), and procps the
-# /bin/kill that vased.service names (systemd-analyze verify wants it to exist); scdoc writes
+# tools of check-systemd (systemd-analyze, systemd-sysusers, systemd-tmpfiles); scdoc writes
 # the man pages and man-db's man renders them in make check (both optional for a build);
 # libmicrohttpd-dev serves vased's metrics, and prometheus gives the promtool that make check
 # runs on a scrape of them (a test tool only). The README's Set-up lists every one in a table, which
 # tests/test_setup.sh keeps equal to this list.
 DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
                 libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
-                python3 python3-numpy valgrind systemd procps clang-format \
+                python3 python3-numpy valgrind systemd clang-format \
                 python3-dev python3-torch python3-pytest python3-matplotlib libdlpack-dev \
                 scdoc man-db libmicrohttpd-dev prometheus
 # tmux is the terminal in which tests/test_top_tmux.sh drives `vasectl top`; dpkg-dev's
