@@ -30,8 +30,9 @@ endif
 
 # ---- Debian packages and library paths ---------------------------------------------------
 
-# Besides the libraries: python3 and python3-numpy run the vector generator (python3-dev,
-# libdlpack-dev, python3-torch and python3-pytest build and test the Python package), systemd gives the
+# Besides the libraries: python3 and python3-numpy run the vector generator (python3-dev and
+# libdlpack-dev build the Python package's extension, python3-venv makes the virtual environment
+# in which PyTorch, transformers and pytest from PyPI test it: VENV below), systemd gives the
 # tools of check-systemd (systemd-analyze, systemd-sysusers, systemd-tmpfiles); scdoc writes
 # the man pages and man-db's man renders them in make check (both optional for a build);
 # libmicrohttpd-dev serves vased's metrics, and prometheus gives the promtool that make check
@@ -40,7 +41,7 @@ endif
 DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
                 libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
                 python3 python3-numpy valgrind systemd clang-format \
-                python3-dev python3-torch python3-pytest python3-matplotlib libdlpack-dev \
+                python3-dev python3-venv libdlpack-dev \
                 scdoc man-db libmicrohttpd-dev prometheus
 # tmux is the terminal in which tests/test_top_tmux.sh drives `vasectl top`; dpkg-dev's
 # dpkg-shlibdeps names the library packages of `make deb`'s packages.
@@ -484,33 +485,48 @@ $(VASECTL): $(VASECTL_SRCS:%.c=$(BUILD)/%.o) $(LIBVASE_A)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
 
-# ---- client/python/: the vase Python package ----------------------------------------------
+# ---- python/: the vase Python package ---------------------------------------------------
 #
 # The extension module vase._vase, on CPython's limited API (one _vase.abi3.so serves every
 # CPython >= 3.11 of the machine), is built into $(BUILD)/python/vase/ (PY_PKG), with the
 # package's Python files copied beside it, so that each build directory holds a package made of
-# its own objects: PYTHONPATH=<repo>/build/python, or from the repository root through the
-# symlink ./vase (to build/python/vase). Like an engine it sees only the public headers (and
-# DLPack's), and it links libvase.a statically (its objects are -fPIC), exporting nothing of it.
-# Not built with SANITIZE: a sanitized extension loads only into a sanitized interpreter.
-PY_SRC_DIR := client/python/vase
+# its own objects: PYTHONPATH=<repo>/build/python. Like an engine it sees only the public
+# headers (and DLPack's), and it links libvase.a statically (its objects are -fPIC), exporting
+# nothing of it. Not built with SANITIZE: a sanitized extension loads only into a sanitized
+# interpreter. python/pyproject.toml builds the same package for pip (`pip install ./python`,
+# `make wheel`) from what $(PY_SETUP_JSON) says of this build.
+PY_SRC_DIR := python/vase
 PY_PKG := $(BUILD)/python/vase
 PY_EXT := $(PY_PKG)/_vase.abi3.so
-PY_EXT_OBJ := $(BUILD)/client/python/vase/_vase.o
+PY_EXT_OBJ := $(BUILD)/python/obj/_vase.o
 PY_FILES := $(wildcard $(PY_SRC_DIR)/*.py $(PY_SRC_DIR)/*.pyi $(PY_SRC_DIR)/py.typed)
 PY_STAGED := $(PY_FILES:$(PY_SRC_DIR)/%=$(PY_PKG)/%)
 PY_INC = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_SETUP_JSON := $(BUILD)/python/setup.json
 
 $(PY_STAGED): $(PY_PKG)/%: $(PY_SRC_DIR)/%
 	$(Q)mkdir -p $(@D) && cp $< $@
 
-$(PY_EXT_OBJ): CPPFLAGS := -MMD -MP -I$(PUBLIC_INCLUDE) -I$(PY_INC)
-$(PY_EXT_OBJ): | $(PUBLIC_STAMP)
+$(PY_EXT_OBJ): python/vase/_vase.c $(FLAGS_FILE) | $(DEPS_STAMP) $(PUBLIC_STAMP)
+	$(call say,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -MMD -MP -I$(PUBLIC_INCLUDE) -I$(PY_INC) $(CFLAGS) -c -o $@ $<
 
 $(PY_EXT): $(PY_EXT_OBJ) $(LIBVASE_A) | $(PY_STAGED)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,--exclude-libs,ALL -o $@ $^ $(LIBVASE_LIBS)
+
+# What setup.py builds the extension from: the version, the public headers, and the link words
+# of a program that links libvase statically (the self-contained archive, as vase.pc's
+# static_libs has it). Rewritten only when its text changes.
+$(PY_SETUP_JSON): FORCE | $(DEPS_STAMP)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(PYTHON) -c 'import json, sys; print(json.dumps({"version": sys.argv[1], \
+	  "include": sys.argv[2], "link": sys.argv[3:]}, indent=1))' '$(VERSION)' \
+	  $(abspath $(PUBLIC_INCLUDE)) $(abspath $(LIBVASE_DIST_A)) $(ZMQ_LIBS) $(PROTOBUF_LIBS) \
+	  $(LIBVASE_DIST_LIBS) >$@.tmp
+	$(Q)if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
 
 # A machine without Python's or DLPack's headers (python3-dev, libdlpack-dev; a GPU machine with
 # only the packages DEPS_PREFIX holds) builds everything else and says, in one line, that the
@@ -521,7 +537,7 @@ HAVE_PY_HEADERS := $(if $(PY_INC_NOW),$(shell \
   printf '\043include <Python.h>\n\043include <dlpack/dlpack.h>\nint v[PY_VERSION_HEX + DLPACK_VERSION];\n' | \
   $(CC) -fsyntax-only $(DEPS_CFLAGS) -I$(PY_INC_NOW) -x c - >/dev/null 2>&1 && echo 1))
 ifeq ($(HAVE_PY_HEADERS),1)
-all: $(PY_EXT) $(PY_STAGED)
+all: $(PY_EXT) $(PY_STAGED) $(PY_SETUP_JSON) $(LIBVASE_DIST_A)
 else
 all: py-ext-skipped
 py-ext-skipped:
@@ -529,6 +545,38 @@ py-ext-skipped:
 .PHONY: py-ext-skipped
 endif
 endif
+
+# ---- the Python environment ----------------------------------------------------------
+#
+# Every Python part that needs PyTorch or transformers (the package's tests, examples/llm, the
+# kvpress comparison, make wheel) runs in one virtual environment, $(VENV), made once from
+# Debian's python3 (python3-venv) with the exact versions of python/requirements.txt. It is
+# outside the build directories, so make clean keeps it; it is made again when that file
+# changes, and pip's wheel cache (~/.cache/pip) serves every later install without a download.
+# `make venv` makes it alone.
+VENV ?= $(CURDIR)/.venv
+VENV_PY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.requirements
+
+$(VENV_STAMP): python/requirements.txt | $(DEPS_STAMP)
+	$(call say,VENV,$(VENV) (python/requirements.txt))
+	$(Q)if ! cmp -s $< $@; then \
+	  { [ -x $(VENV_PY) ] || $(PYTHON) -m venv $(VENV); } && \
+	  $(VENV_PY) -m pip install --quiet --disable-pip-version-check --no-input -r $< && \
+	  cp $< $@; \
+	else touch $@; fi
+
+venv: $(VENV_STAMP)
+
+# A wheel of the package, built by pip from python/ against this build (python/setup.py), into
+# $(BUILD)/dist/.
+WHEEL_DIR := $(BUILD)/dist
+wheel: $(VENV_STAMP) $(PY_SETUP_JSON) $(LIBVASE_DIST_A) $(PUBLIC_STAMP)
+	$(call say,WHEEL,$(WHEEL_DIR))
+	$(Q)mkdir -p $(WHEEL_DIR) && VASE_BUILD_DIR=$(abspath $(BUILD)) $(VENV_PY) -m pip wheel \
+	  --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(WHEEL_DIR) ./python
+
+.PHONY: venv wheel
 
 # ---- daemon/: vased -------------------------------------------------------------------
 
@@ -994,7 +1042,7 @@ export VASE_VECTORS := $(abspath $(VECTORS))
 # shipped vectors and on cases generated by the independent NumPy implementation (K and V
 # contiguous, then in pages of each of VECTOR_BLOCKS tokens), and ends with one
 # "check: N passed, N failed" line.
-check: all
+check: all $(VENV_STAMP)
 	$(Q)pass=0; fail=0; \
 	result() { if [ "$$1" = 0 ]; then pass=$$((pass + 1)); else fail=$$((fail + 1)); echo "FAILED: $$2" >&2; fi; }; \
 	for t in $(TEST_PROGS); do \
@@ -1027,11 +1075,11 @@ check: all
 	echo "  TOP     tests/test_top_tmux.sh: vasectl top in a tmux terminal and into a pipe"; \
 	  BUILD=$(BUILD) tests/test_top_tmux.sh; result $$? tests/test_top_tmux.sh; \
 	echo "  LOADGEN examples/loadgen/run.sh --quick: static and elastic budgets, private daemon"; \
-	  BUILD=$(BUILD) PYTHON=$(PYTHON) examples/loadgen/run.sh --quick >$(BUILD)/loadgen-quick.out 2>&1; \
+	  BUILD=$(BUILD) PYTHON=$(VENV_PY) examples/loadgen/run.sh --quick >$(BUILD)/loadgen-quick.out 2>&1; \
 	  rc=$$?; tail -n 25 $(BUILD)/loadgen-quick.out; result $$rc "examples/loadgen/run.sh --quick"; \
 	if [ -z "$(SANITIZE)" ]; then \
-	  echo "  PYTHON  tests/python (pytest, python3 -X dev)"; \
-	  PYTHONPATH=$(abspath $(BUILD))/python $(PYTHON) -X dev -m pytest -q -p no:cacheprovider \
+	  echo "  PYTHON  tests/python (pytest in $(VENV), python -X dev)"; \
+	  PYTHONPATH=$(abspath $(BUILD))/python $(VENV_PY) -X dev -m pytest -q -p no:cacheprovider \
 	    tests/python >$(BUILD)/pytest.out 2>&1; rc=$$?; cat $(BUILD)/pytest.out; \
 	  summary=$$(tail -n 1 $(BUILD)/pytest.out); \
 	  np=$$(echo "$$summary" | sed -n 's/.*\b\([0-9][0-9]*\) passed.*/\1/p'); \
@@ -1040,11 +1088,11 @@ check: all
 	  pass=$$((pass + $${np:-0})); fail=$$((fail + $${nf:-0} + $${ne:-0})); \
 	  if [ $$rc != 0 ] && [ $$(($${nf:-0} + $${ne:-0})) = 0 ]; then result 1 "pytest tests/python (exit $$rc)"; fi; \
 	  echo "  QUALITY examples/llm/harness.py --quick, against a private daemon"; \
-	  $(WITH_VASED) $(VASED) -- $(PYTHON) \
+	  $(WITH_VASED) $(VASED) -- $(VENV_PY) \
 	    examples/llm/harness.py --quick --out $(BUILD)/quality-quick >$(BUILD)/quality-quick.out 2>&1; \
 	  rc=$$?; tail -n 40 $(BUILD)/quality-quick.out; result $$rc "harness.py --quick"; \
 	  echo "  QUALITY examples/llm/harness.py --quick --elastic-half: budgets halved mid-document"; \
-	  $(WITH_VASED) $(VASED) -- $(PYTHON) examples/llm/harness.py --quick --elastic-half \
+	  $(WITH_VASED) $(VASED) -- $(VENV_PY) examples/llm/harness.py --quick --elastic-half \
 	    --policies vase-attnv --out $(BUILD)/quality-elastic-quick \
 	    >$(BUILD)/quality-elastic-quick.out 2>&1; \
 	  rc=$$?; tail -n 20 $(BUILD)/quality-elastic-quick.out; result $$rc "harness.py --quick --elastic-half"; \

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import harness
-from vase_cache import DTYPES, SeqSpec, VaseCache
+from vase.torch import DTYPES, SeqSpec, VaseCache
 
 
 @dataclass

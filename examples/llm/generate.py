@@ -37,7 +37,7 @@ import vase  # noqa: E402
 
 import model as llm  # noqa: E402
 from tokenizer import ByteTokenizer  # noqa: E402
-from vase_cache import ATTENTION, DTYPES, SeqSpec, VaseCache  # noqa: E402
+from vase.torch import ATTENTION, DTYPES, SeqSpec, VaseCache  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

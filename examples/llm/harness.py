@@ -55,7 +55,7 @@ import vase  # noqa: E402
 
 import model as llm  # noqa: E402
 from tokenizer import ByteTokenizer  # noqa: E402
-from vase_cache import ATTENTION, DTYPES, SeqSpec, VaseCache  # noqa: E402
+from vase.torch import ATTENTION, DTYPES, SeqSpec, VaseCache  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = ["vase-attnv", "vase-dkv", "snapkv", "rkv", "h2o", "streaming", "random"]

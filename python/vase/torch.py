@@ -1,16 +1,22 @@
 # SPDX-License-Identifier: MIT
-"""A KV cache whose keys and values live in vased's shared arena.
+"""A KV cache for PyTorch decoders whose keys and values live in vased's shared arena.
 
-`VaseCache` implements the cache interface of `model.py` (append, attend, step_done) for a
-batch of sequences, each opened with its own eviction policy and budget. Keys, values and, for
-the policies that read them, the post-RoPE queries are written straight into the arena through
-the zero-copy tensors of the `vase` binding (`Model.kv_tensor`, `Seq.query_slot`); attention
-reads the cache back through each sequence's block table (`Seq.block_table`): on a CUDA arena
-with FlashInfer (any block size) or FlashAttention-2 (blocks of a multiple of 256 tokens)
-installed, that kernel reads the arena's pages through the table itself; otherwise one gather of
-the blocks of every sequence, then masked attention over the slots each one holds. At the end of
-every forward pass the new tokens are counted with `Seq.append`, and ready plans are applied
-with `Seq.poll`: from then on a sequence holds the slots its policy kept, in order.
+`VaseCache` serves a batch of sequences, each opened with its own eviction policy and budget,
+through three calls a decoder makes (the protocol of `examples/llm` and of `vase.hf`):
+
+- ``append(layer, k, v, q)``: the new tokens' keys and values ``[b, n, kv_heads, head_dim]``
+  (after RoPE) and their queries ``[b, n, q_heads, head_dim]`` (after RoPE), written straight
+  into the arena through the zero-copy tensors of the binding (`Model.kv_tensor`,
+  `Seq.query_slot`; the queries only for the policies that read them);
+- ``attend(layer, q)``: attention of the new queries over what each sequence holds, read back
+  through its block table (`Seq.block_table`): on a CUDA arena with FlashInfer (any block size)
+  or FlashAttention-2 (blocks of a multiple of 256 tokens) installed, that kernel reads the
+  arena's pages through the table itself; otherwise one gather of the blocks of every sequence,
+  then masked attention over the slots each one holds;
+- ``step_done(n)``: the end of a forward pass: the new tokens are counted with `Seq.append`,
+  and ready plans are applied with `Seq.poll`; from then on a sequence holds the slots its
+  policy kept, in order. ``step_done`` also takes a count per sequence, for batches whose rows
+  add different numbers of tokens (padding).
 
 Slots are not positions: after an eviction slot i holds whichever token the plan kept, so keys
 are stored after RoPE (with their own positions) and attention needs no positions at all.
@@ -22,7 +28,7 @@ import errno
 import math
 import time
 from dataclasses import dataclass, field
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Union
 
 import torch
 
@@ -98,12 +104,15 @@ def choose_attention(requested: str, device: torch.device, dtype: torch.dtype, b
     raise ValueError(f"attention {requested!r}: {'; '.join(why)}")
 
 
-def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, base: torch.Tensor):
-    """Causal grouped-query attention of a batch over slots of different counts, in float32.
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor,
+                     scale: Optional[float] = None):
+    """Grouped-query attention of a batch over slots of different counts, in float32.
 
-    q: [b, n, q_heads, d] (the new tokens); k, v: [b, T, kv_heads, d] where sequence i holds
-    base[i] + n slots, the n new ones last, and slots beyond are padding. Query j of sequence i
-    sees slots below base[i] + j + 1. Returns the output [b, n, q_heads, d] in q's dtype and the
+    q: [b, n, q_heads, d] (the new tokens); k, v: [b, T, kv_heads, d]; visible: [b, n], the
+    slots query j of sequence i sees: slots 0 .. visible[i, j] - 1 (causal attention over a
+    sequence that holds base[i] slots before the step and appends its n new ones in order is
+    visible[i, j] = base[i] + j + 1). A query that sees no slot gets NaN. scale: the scores'
+    factor, 1/sqrt(d) if None. Returns the output [b, n, q_heads, d] in q's dtype and the
     probabilities [b, kv_heads, group, n, T].
     """
     b, n, q_heads, d = q.shape
@@ -112,10 +121,10 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, base: to
     qf = q.float().reshape(b, n, kv_heads, g, d).permute(0, 2, 3, 1, 4)  # [b, kv, g, n, d]
     kf = k.float().permute(0, 2, 1, 3).unsqueeze(2)  # [b, kv, 1, T, d]
     vf = v.float().permute(0, 2, 1, 3).unsqueeze(2)
-    scores = torch.matmul(qf, kf.transpose(-1, -2)) * (1.0 / math.sqrt(d))
+    factor = (1.0 / math.sqrt(d)) if scale is None else scale
+    scores = torch.matmul(qf, kf.transpose(-1, -2)) * factor
     cols = torch.arange(T, device=q.device).view(1, 1, T)
-    rows = torch.arange(n, device=q.device).view(1, n, 1)
-    hidden = cols > base.to(q.device).view(b, 1, 1) + rows  # [b, n, T]
+    hidden = cols >= visible.to(q.device).view(b, n, 1)  # [b, n, T]
     scores = scores.masked_fill(hidden.view(b, 1, 1, n, T), float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     out = torch.matmul(probs, vf)  # [b, kv, g, n, d]
@@ -133,7 +142,14 @@ def _has_ring(seq: "vase.Seq") -> bool:
 
 
 class VaseCache:
-    """The cache of a batch of sequences in one vase model (one geometry, one arena)."""
+    """The cache of a batch of sequences in one vase model (one geometry, one arena).
+
+    One sequence per spec, opened with prompt_len (one count for all, or one per sequence) as
+    the tokens its first forward pass brings. Every forward pass appends n columns to every
+    sequence; ``real`` ([b, n] booleans, to append() and attend()) marks which columns of a row
+    are its tokens, the others being padding that is neither stored nor counted (a row's tokens
+    keep their order; its padded queries give zeros). Without ``real`` every column is a token.
+    """
 
     def __init__(
         self,
@@ -143,13 +159,18 @@ class VaseCache:
         kv_heads: int,
         head_dim: int,
         specs: Sequence[SeqSpec],
-        prompt_len: int = 0,
+        prompt_len: Union[int, Sequence[int]] = 0,
         dtype: str = "f32",
         block_tokens: int = 16,
         name: str = "",
         attention: str = "auto",
     ):
         self.layers, self.q_heads, self.kv_heads, self.head_dim = layers, q_heads, kv_heads, head_dim
+        self.specs = list(specs)
+        prompts = [prompt_len] * len(self.specs) if isinstance(prompt_len, int) else list(prompt_len)
+        if len(prompts) != len(self.specs):
+            raise ValueError(f"{len(prompts)} prompt lengths for {len(self.specs)} sequences")
+        self.seqs: List["vase.Seq"] = []
         self.model = client.register_model(
             layers, q_heads, kv_heads, head_dim, dtype=dtype, block_tokens=block_tokens, name=name
         )
@@ -158,20 +179,18 @@ class VaseCache:
         self.k = [torch.from_dlpack(self.model.kv_tensor(l, "k")) for l in range(layers)]
         self.v = [torch.from_dlpack(self.model.kv_tensor(l, "v")) for l in range(layers)]
         self.device = self.k[0].device
-        self.specs = list(specs)
         self._stats = [sp.policy in STATS_POLICIES for sp in self.specs]
         self.attention, self._kernel = choose_attention(
             attention, self.device, self.k[0].dtype, self.block, any(self._stats))
         self._workspace = None
-        self.seqs: List["vase.Seq"] = []
         try:
-            for sp in self.specs:
+            for sp, p in zip(self.specs, prompts):
                 self.seqs.append(
                     self.model.open(
                         policy=sp.policy,
                         budget=sp.budget,
                         window=sp.window,
-                        prompt_len=prompt_len,
+                        prompt_len=p,
                         mode=sp.mode,
                         seed=sp.seed,
                         **sp.extra,
@@ -200,9 +219,14 @@ class VaseCache:
         self._begin_step()
 
     def close(self) -> None:
-        for s in self.seqs:
+        """Closes every sequence (their pages go back to the arena). Idempotent."""
+        seqs, self.seqs = self.seqs, []
+        for s in seqs:
             s.close()
-        self.seqs = []
+
+    @property
+    def closed(self) -> bool:
+        return not self.seqs
 
     def __enter__(self) -> "VaseCache":
         return self
@@ -210,56 +234,81 @@ class VaseCache:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ---- the cache interface of model.py ----
+    # ---- the cache protocol ----
 
     def _begin_step(self) -> None:
         # Per sequence, its length and position when the step began, and its block table.
         self._base = torch.tensor([s.len for s in self.seqs], dtype=torch.long)
         self._pos = [s.position for s in self.seqs]
         tables = [torch.from_dlpack(s.block_table()).long() for s in self.seqs]
-        width = max(t.numel() for t in tables)
+        width = max((t.numel() for t in tables), default=0)
         self._tables = torch.zeros(len(tables), width, dtype=torch.long)
         for i, t in enumerate(tables):
             self._tables[i, : t.numel()] = t
-        self._widths = torch.tensor([t.numel() for t in tables])
-        self._where = None
+        self._widths = torch.tensor([t.numel() for t in tables], dtype=torch.long)
+        self._step = None  # this step's new tokens, fixed by its first append() or attend()
         self._plan = None  # the paged kernels' per-step inputs, made by the first attend()
 
-    def _new_slots(self, n: int):
-        """The blocks and offsets of the n new tokens of every sequence: [b * n] each."""
-        if self._where is None:
-            slots = self._base.view(-1, 1) + torch.arange(n).view(1, -1)  # [b, n]
-            idx = slots // self.block
-            if bool((idx >= self._widths.view(-1, 1)).any()):
-                full = [s.id for s, w in zip(self.seqs, (idx >= self._widths.view(-1, 1)).any(1)) if w]
-                raise RuntimeError(f"sequences {full}: more slots than their capacity")
-            blocks = self._tables.gather(1, idx)
-            self._where = (blocks.reshape(-1), (slots % self.block).reshape(-1))
-        return self._where
+    def _tokens(self, n: int, real: Optional[torch.Tensor]) -> dict:
+        """This step's new tokens, the same for every layer: where each goes (rows, cols: the
+        tokens among the [b, n] columns; blocks, offs: their places in the arena), how many
+        each sequence appends (counts), the slots each column's query sees (visible), and the
+        padding mask (pad, None when every column is a token)."""
+        if self._step is not None:
+            if self._step["n"] != n:
+                raise ValueError(f"{n} new columns in a step that began with {self._step['n']}")
+            return self._step
+        b = len(self.seqs)
+        if b == 0:
+            raise vase.VaseError(9, "Bad file descriptor", "the cache is closed")
+        mask = torch.ones(b, n, dtype=torch.bool)
+        if real is not None:
+            mask = torch.as_tensor(real).to(device="cpu", dtype=torch.bool)
+            if tuple(mask.shape) != (b, n):
+                raise ValueError(f"real: shape {tuple(mask.shape)}, expected {(b, n)}")
+        rank = mask.long().cumsum(1)  # [b, n]: a row's tokens up to and including column j
+        rows, cols = mask.nonzero(as_tuple=True)
+        slots = (self._base.view(-1, 1) + rank - 1)[rows, cols]
+        idx = slots // self.block
+        over = idx >= self._widths[rows]
+        if bool(over.any()):
+            full = sorted({self.seqs[int(r)].id for r in rows[over]})
+            raise RuntimeError(f"sequences {full}: more slots than their capacity")
+        self._step = dict(
+            n=n, rows=rows, cols=cols, blocks=self._tables[rows, idx], offs=slots % self.block,
+            counts=rank[:, -1] if n else torch.zeros(b, dtype=torch.long),
+            visible=(self._base.view(-1, 1) + rank).clamp(min=1),
+            pad=None if bool(mask.all()) else ~mask)
+        return self._step
 
-    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, q: torch.Tensor) -> None:
-        b, n = k.shape[0], k.shape[1]
-        blocks, offs = self._new_slots(n)
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, q: torch.Tensor,
+               real: Optional[torch.Tensor] = None) -> None:
+        st = self._tokens(k.shape[1], real)
+        rows, cols = st["rows"].to(k.device), st["cols"].to(k.device)
         kd, vd = self.k[layer], self.v[layer]
-        kd[blocks, offs] = k.reshape(b * n, self.kv_heads, self.head_dim).to(kd.dtype)
-        vd[blocks, offs] = v.reshape(b * n, self.kv_heads, self.head_dim).to(vd.dtype)
+        kd[st["blocks"], st["offs"]] = k[rows, cols].to(kd.dtype)
+        vd[st["blocks"], st["offs"]] = v[rows, cols].to(vd.dtype)
         for i, ring in enumerate(self.rings):
             if ring is None:
                 continue
             # Only the last 2 * window queries can still be in the ring after this step.
+            mine = st["cols"][st["rows"] == i].tolist()
             entries = len(ring[layer])
-            for j in range(max(0, n - entries), n):
-                slot = ring[layer][(self._pos[i] + j) % entries]
-                slot.copy_(q[i, j].to(slot.dtype))
+            for r in range(max(0, len(mine) - entries), len(mine)):
+                slot = ring[layer][(self._pos[i] + r) % entries]
+                slot.copy_(q[i, mine[r]].to(slot.dtype))
 
-    def attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        if self.attention == "flash-attn":
-            return self._attend_flash_attn(layer, q)
-        if self.attention == "flashinfer":
-            return self._attend_flashinfer(layer, q)
+    def attend(self, layer: int, q: torch.Tensor, real: Optional[torch.Tensor] = None,
+               scale: Optional[float] = None) -> torch.Tensor:
+        st = self._tokens(q.shape[1], real)
+        if st["pad"] is None and scale in (None, 1.0 / math.sqrt(self.head_dim)):
+            if self.attention == "flash-attn":
+                return self._attend_flash_attn(layer, q)
+            if self.attention == "flashinfer":
+                return self._attend_flashinfer(layer, q)
         b, n = q.shape[0], q.shape[1]
-        held = self._base + n
-        width = int((held.max() + self.block - 1) // self.block)
+        held = self._base + st["counts"]
+        width = max(1, int((held.max() + self.block - 1) // self.block))
         blocks = self._tables[:, :width]  # padding blocks are read, then masked
         shape = (b, width * self.block, self.kv_heads, self.head_dim)
         k = self.k[layer][blocks].reshape(shape)
@@ -269,7 +318,12 @@ class VaseCache:
         # probability of 0 times a NaN of V is NaN, so V is zeroed there.
         past = torch.arange(shape[1], device=v.device).view(1, -1) >= held.to(v.device).view(-1, 1)
         v = v.masked_fill(past.view(b, -1, 1, 1), 0)
-        out, probs = masked_attention(q, k, v, self._base)
+        out, probs = masked_attention(q, k, v, st["visible"], scale)
+        if st["pad"] is not None:
+            # Padded queries see what the row held (or slot 0): their output is not theirs.
+            pad = st["pad"].to(q.device)
+            out = out.masked_fill(pad.view(b, n, 1, 1), 0)
+            probs = probs.masked_fill(pad.view(b, 1, 1, n, 1), 0)
         if any(self._stats):
             # Attention each slot received, summed over the new queries and each KV head's
             # group of query heads: [b, kv_heads, T].
@@ -336,7 +390,18 @@ class VaseCache:
         )
         return out.reshape(b, n, self.q_heads, self.head_dim).to(q.dtype)
 
-    def step_done(self, n_new: int) -> None:
+    def step_done(self, n_new: Optional[int] = None) -> None:
+        """Ends a forward pass: each sequence counts its new tokens (n_new each, or what this
+        step's append() found: its real columns) and applies a plan that is ready."""
+        if self._step is not None:
+            counts = self._step["counts"].tolist()
+            if n_new is not None and (self._step["pad"] is not None or n_new != self._step["n"]):
+                raise ValueError(f"step_done({n_new}) after a step of {self._step['n']} columns"
+                                 + (" with padding" if self._step["pad"] is not None else ""))
+        elif n_new is None:
+            raise ValueError("step_done() without n_new before any append()")
+        else:
+            counts = [n_new] * len(self.seqs)
         for i, s in enumerate(self.seqs):
             t0 = time.perf_counter()
             # h2o: the attention the slots cached before this step received (the new tokens are
@@ -346,7 +411,8 @@ class VaseCache:
                 for layer in range(self.layers):
                     recv = self._recv[layer][i, :, :base].contiguous()
                     s.push_stats(layer, "acc_add", recv.cpu().numpy())
-            s.append(n_new)
+            if counts[i]:
+                s.append(counts[i])
             s.poll()
             self.call_seconds[i] += time.perf_counter() - t0
             rounds = s.rounds

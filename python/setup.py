@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: MIT
+"""Builds vase._vase, the abi3 extension, against the libvase of a built vase tree.
+
+`make` writes $VASE_BUILD_DIR/python/setup.json: the version, the directory of the public
+headers, and the link words (the self-contained static libvase and the libraries it needs);
+this compiles vase/_vase.c against those, so that `pip install ./python` and `make wheel` link
+the libvase the tree was built with. VASE_BUILD_DIR defaults to ../build. setuptools' build and
+egg-info directories go under it too, never into the source tree.
+"""
+
+import json
+import os
+import sys
+
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.path.abspath(os.environ.get("VASE_BUILD_DIR") or os.path.join(HERE, "..", "build"))
+SETUP_JSON = os.path.join(BUILD, "python", "setup.json")
+
+
+def built_tree():
+    try:
+        with open(SETUP_JSON) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        sys.exit(f"vase: {SETUP_JSON} is missing: run `make` in the vase tree first, or set "
+                 "VASE_BUILD_DIR to the build directory of a built tree")
+
+
+tree = built_tree()
+words = tree["link"]
+work = os.path.join(BUILD, "python-setup")
+os.makedirs(work, exist_ok=True)
+setup(
+    version=tree["version"],
+    ext_modules=[
+        Extension(
+            "vase._vase",
+            sources=["vase/_vase.c"],
+            include_dirs=[tree["include"]],
+            extra_objects=[w for w in words if not w.startswith("-")],
+            extra_link_args=["-Wl,--exclude-libs,ALL"] + [w for w in words if w.startswith("-")],
+            py_limited_api=True,
+        )
+    ],
+    options={
+        "build": {"build_base": work},
+        "egg_info": {"egg_base": work},
+        "bdist_wheel": {"py_limited_api": "cp311"},
+    },
+)
