@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import harness
-from vase.torch import DTYPES, SeqSpec, VaseCache
+from vase.torch import SeqSpec
 
 
 @dataclass
@@ -83,9 +83,7 @@ def run_document(net, cfg, client, tokens, args, budgets: List[int], rows: Dict[
         elastic_idx = [i for i, k in enumerate(keys) if k[2]]
         changed_at: Dict[int, Optional[int]] = {i: None for i in elastic_idx}
         t0 = time.monotonic()
-        with VaseCache(client, specs=specs, prompt_len=prompt, block_tokens=args.block,
-                       dtype=DTYPES[args.dtype], attention=args.attention,
-                       **harness.geometry_of(cfg)) as cache:
+        with harness.make_cache(client, cfg, specs, args) as cache:
 
             def on_step(i: int) -> None:
                 for j in elastic_idx:

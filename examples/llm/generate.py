@@ -1,20 +1,21 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Generates text with a Llama/Qwen3-style checkpoint whose KV cache lives in vase.
+"""Generates text with a Hugging Face checkpoint whose KV cache lives in vase.
 
     make run                      # another terminal: vased, sockets in ./run
-    python3 examples/llm/generate.py --runtime-dir=./run --policy=vase-attnv --budget=256 \\
-        --tokens=1000 --prompt-file=/usr/include/stdio.h
+    .venv/bin/python examples/llm/generate.py --runtime-dir=./run --policy=vase-attnv \\
+        --budget=256 --tokens=1000 --prompt-file=/usr/include/stdio.h
 
-The prompt is read in one step, then tokens are sampled one at a time (greedy with
+transformers' `generate()` runs the model with a `vase.hf.VaseCache` as its `past_key_values`:
+the prompt is read in one step, then tokens are sampled one at a time (greedy with
 --temperature=0); every step writes its keys, values and queries into the arena and counts the
 new token with vase, which evicts down to --budget slots whenever the trigger fires. Prints the
-text and, per sequence, the evictions and vase's counters.
+text and the sequence's evictions and vase's counters.
 
 On a daemon whose arena is on a GPU (`arena_device = cuda:0`), run the model there too:
-`--device=cuda:0 --dtype=bfloat16` (a vase model of bf16; the checkpoint is converted as it
-loads), and attention reads the arena's pages through the block table with FlashInfer or
-FlashAttention-2 when installed (`--attention`, default auto).
+`--device=cuda:0 --dtype=bfloat16` (a vase model of bf16), and attention reads the arena's pages
+through the block table with FlashInfer or FlashAttention-2 when installed (`--attention`,
+default auto).
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ sys.path.append(os.path.join(
     os.environ.get("VASE_BUILD_DIR") or
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build"), "python"))
 
-import vase  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-import model as llm  # noqa: E402
-from tokenizer import ByteTokenizer  # noqa: E402
-from vase.torch import ATTENTION, DTYPES, SeqSpec, VaseCache  # noqa: E402
+import vase  # noqa: E402
+import vase.hf  # noqa: E402
+from vase.torch import ATTENTION, DTYPES  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -66,59 +67,37 @@ def main(argv=None) -> int:
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    dtype = getattr(torch, args.dtype)
-    net = llm.Model.load(args.model, dtype=dtype).eval().to(args.device)
-    cfg = net.config
-    tok = ByteTokenizer.load(os.path.join(args.model, "tokenizer.json"))
+    net = AutoModelForCausalLM.from_pretrained(
+        args.model, dtype=getattr(torch, args.dtype),
+        attn_implementation=vase.hf.ATTENTION).eval().to(args.device)
+    tok = AutoTokenizer.from_pretrained(args.model)
     if args.prompt_file:
         with open(args.prompt_file, "rb") as f:
-            text = f.read(args.prompt_bytes)
+            text = f.read(args.prompt_bytes).decode("utf-8", errors="replace")
     else:
-        text = args.prompt.encode()
-    ids = tok.encode(text)
-    prompt = torch.tensor(ids, dtype=torch.long, device=args.device).unsqueeze(0)
-    spec = SeqSpec(policy=args.policy, budget=args.budget, window=args.window, mode=args.mode,
-                   seed=args.seed)
-    out = []
+        text = args.prompt
+    inputs = tok(text, return_tensors="pt").to(args.device)
     t0 = time.monotonic()
-    with vase.connect(runtime_dir=args.runtime_dir, name="generate.py") as client, VaseCache(
-        client,
-        layers=cfg.num_hidden_layers,
-        q_heads=cfg.num_attention_heads,
-        kv_heads=cfg.num_key_value_heads,
-        head_dim=cfg.head_dim,
-        specs=[spec],
-        prompt_len=prompt.shape[1],
-        dtype=DTYPES[args.dtype],
-        block_tokens=args.block,
-        name="generate",
-        attention=args.attention,
-    ) as cache, torch.no_grad():
-        if cache.device != torch.device(args.device):
-            raise SystemExit(f"generate.py: the arena is on {cache.device}; run with "
-                             f"--device={cache.device}")
-        logits = net.forward(prompt, torch.arange(prompt.shape[1], device=args.device)
-                             .unsqueeze(0), cache)
-        pos = prompt.shape[1]
-        for _ in range(args.tokens):
-            last = logits[0, -1].float()
-            if args.temperature > 0:
-                nxt = int(torch.multinomial(torch.softmax(last / args.temperature, -1), 1))
-            else:
-                nxt = int(last.argmax())
-            out.append(nxt)
-            logits = net.forward(torch.tensor([[nxt]], device=args.device),
-                                 torch.tensor([[pos]], device=args.device), cache)
-            pos += 1
+    with vase.connect(runtime_dir=args.runtime_dir, name="generate.py") as client, \
+            vase.hf.VaseCache(client, net.config, policy=args.policy, budget=args.budget,
+                              window=args.window, mode=args.mode, seed=args.seed,
+                              block_tokens=args.block, attention=args.attention,
+                              name="generate") as cache, torch.no_grad():
+        sample = dict(do_sample=True, temperature=args.temperature, top_k=0) \
+            if args.temperature > 0 else dict(do_sample=False)
+        out = net.generate(**inputs, past_key_values=cache, max_new_tokens=args.tokens,
+                           pad_token_id=tok.pad_token_id, **sample)
         seq = cache.seqs[0]
         stats = seq.stats
         rounds, length = seq.rounds, seq.len
+        attention = cache.batch.attention
     seconds = time.monotonic() - t0
-    sys.stdout.write(tok.decode(ids + out))
-    print(f"\n---\n{len(ids)} prompt tokens, {len(out)} generated in {seconds:.1f} s; policy "
-          f"{args.policy}, budget {args.budget}, {args.mode}: {rounds} evictions, {length} slots "
-          f"cached at the end; stalls {stats['stalls']}, compaction {stats['compact_seconds']:.3f} s; "
-          f"attention {cache.attention}")
+    prompt_len = inputs["input_ids"].shape[1]
+    sys.stdout.write(tok.decode(out[0], skip_special_tokens=True))
+    print(f"\n---\n{prompt_len} prompt tokens, {out.shape[1] - prompt_len} generated in "
+          f"{seconds:.1f} s; policy {args.policy}, budget {args.budget}, {args.mode}: {rounds} "
+          f"evictions, {length} slots cached at the end; stalls {stats['stalls']}, compaction "
+          f"{stats['compact_seconds']:.3f} s; attention {attention}")
     return 0
 
 

@@ -51,11 +51,11 @@ sys.path.append(os.path.join(
     os.environ.get("VASE_BUILD_DIR") or
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build"), "python"))
 
-import vase  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache  # noqa: E402
 
-import model as llm  # noqa: E402
-from tokenizer import ByteTokenizer  # noqa: E402
-from vase.torch import ATTENTION, DTYPES, SeqSpec, VaseCache  # noqa: E402
+import vase  # noqa: E402
+import vase.hf  # noqa: E402
+from vase.torch import ATTENTION, DTYPES, SeqSpec  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = ["vase-attnv", "vase-dkv", "snapkv", "rkv", "h2o", "streaming", "random"]
@@ -89,14 +89,13 @@ def score_batch(net, tokens: torch.Tensor, prompt: int, cache, batch: int,
     out = []
     with torch.no_grad():
         toks = tokens[:prompt].unsqueeze(0).expand(batch, -1)
-        pos = torch.arange(prompt, device=tokens.device).unsqueeze(0).expand(batch, -1)
-        logits = net.forward(toks, pos, cache)
+        logits = net(input_ids=toks, past_key_values=cache, use_cache=True).logits
         out.append(torch.log_softmax(logits[:, -1].float(), -1))
         if on_step:
             on_step(prompt - 1)
         for i in range(prompt, n - 1):
             t = tokens[i : i + 1].unsqueeze(0).expand(batch, -1)
-            logits = net.forward(t, torch.full((batch, 1), i, device=tokens.device), cache)
+            logits = net(input_ids=t, past_key_values=cache, use_cache=True).logits
             out.append(torch.log_softmax(logits[:, -1].float(), -1))
             if on_step:
                 on_step(i)
@@ -119,7 +118,6 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
     targets = tokens[prompt:]
     ref, plain_nll = run_plain(net, tokens, prompt, runs, walls)
     full_budget = args.window * (tokens.numel() // args.window + 2)
-    geometry = geometry_of(cfg)
     for mode in args.modes:
         # Every policy and budget of a mode in one batch: one forward pass per token for all of
         # them. The full cache through vase runs apart: its many more slots would pad the rest.
@@ -139,12 +137,7 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
                 for policy, b in keys
             ]
             t0 = time.monotonic()
-            with VaseCache(client, specs=specs, prompt_len=prompt, block_tokens=args.block,
-                           dtype=DTYPES[args.dtype], attention=args.attention,
-                           **geometry) as cache:
-                if cache.device != tokens.device:
-                    raise SystemExit(f"harness: the arena is on {cache.device}; run with "
-                                     f"--device={cache.device}")
+            with make_cache(client, cfg, specs, args) as cache:
                 got = score_batch(net, tokens, prompt, cache, len(specs))
                 evictions = cache.evictions()
                 counters = cache.counters()
@@ -170,7 +163,7 @@ def run_plain(net, tokens, prompt: int, runs: Dict[tuple, Run], walls: Dict[str,
     """The reference: the document through a plain cache that keeps every token. Adds it to runs
     as ("plain", 0, "-"); returns its log-probabilities and NLL per predicted token."""
     t0 = time.monotonic()
-    ref = score_batch(net, tokens, prompt, llm.ContiguousCache(), 1)[0]
+    ref = score_batch(net, tokens, prompt, DynamicCache(config=net.config), 1)[0]
     walls["plain"] = walls.get("plain", 0.0) + time.monotonic() - t0
     plain_nll, _, _ = compare(ref, ref, tokens[prompt:])
     r = runs.setdefault(("plain", 0, "-"), Run("plain", 0, "-", [], [], [], 0.0, 0.0, 0))
@@ -180,17 +173,21 @@ def run_plain(net, tokens, prompt: int, runs: Dict[tuple, Run], walls: Dict[str,
     return ref, plain_nll
 
 
-def geometry_of(cfg) -> dict:
-    return dict(layers=cfg.num_hidden_layers, q_heads=cfg.num_attention_heads,
-                kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim)
+def make_cache(client, cfg, specs: List[SeqSpec], args) -> "vase.hf.VaseCache":
+    """A transformers Cache whose rows are vase sequences of specs (vase.hf)."""
+    return vase.hf.VaseCache(client, cfg, specs=specs, block_tokens=args.block,
+                             attention=args.attention, name="quality-harness")
 
 
-def documents(args, tok: ByteTokenizer) -> List[torch.Tensor]:
+def documents(args, tok) -> List[torch.Tensor]:
     docs = []
     for path in args.docs:
         with open(path, "rb") as f:
             data = f.read()
-        ids = tok.encode(data)
+        try:
+            ids = tok(data.decode("utf-8"))["input_ids"]
+        except UnicodeDecodeError as e:
+            raise SystemExit(f"{path}: not UTF-8 ({e})")
         if len(ids) < args.doc_tokens:
             raise SystemExit(f"{path}: {len(ids)} tokens, fewer than --doc-tokens {args.doc_tokens}")
         docs.append(torch.tensor(ids[: args.doc_tokens], dtype=torch.long))
@@ -314,6 +311,14 @@ def parse_args(argv=None):
     return args
 
 
+def load_model(path: str, dtype: str, device: str):
+    """The checkpoint as a transformers model in dtype on device, attending through vase.hf's
+    attention function (SDPA for any cache but a vase.hf.VaseCache)."""
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
+                                               attn_implementation=vase.hf.ATTENTION)
+    return net.eval().to(device)
+
+
 def budgets_for(args, doc_len: int) -> List[int]:
     out = []
     for share in args.budget_shares:
@@ -328,9 +333,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    net = llm.Model.load(args.model, dtype=getattr(torch, args.dtype)).eval().to(args.device)
+    net = load_model(args.model, args.dtype, args.device)
     cfg = net.config
-    tok = ByteTokenizer.load(os.path.join(args.model, "tokenizer.json"))
+    tok = AutoTokenizer.from_pretrained(args.model)
     if args.docs is None:
         args.docs = default_documents(args)
     docs = [d.to(args.device) for d in documents(args, tok)]

@@ -47,7 +47,7 @@ from __future__ import annotations
 import errno
 import threading
 from dataclasses import replace
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import torch
 from transformers import AttentionInterface
@@ -121,13 +121,15 @@ class VaseCache(Cache):
     ("sync" or "async"), seed and ``open_kwargs`` (n_sink, n_large, slack, min_budget, ...):
     how every row's sequence is opened (`Model.open`). block_tokens: tokens per arena page.
     attention: how attention reads the arena ("auto", "gather", "flashinfer", "flash-attn";
-    `vase.torch.choose_attention`). name: the vase model's name (shown by vasectl).
+    `vase.torch.choose_attention`). name: the vase model's name (shown by vasectl). specs: one
+    `vase.torch.SeqSpec` per row instead (a batch whose rows run different policies or
+    budgets); the batch must then have that many rows.
     """
 
     def __init__(self, client: "vase.Client", model_config: Any, policy: str = "vase-attnv",
                  budget: int = 1024, window: int = 64, mode: str = "sync", seed: int = 0,
                  block_tokens: int = 16, attention: str = "auto", name: str = "",
-                 **open_kwargs: Any):
+                 specs: Optional[Sequence[SeqSpec]] = None, **open_kwargs: Any):
         super().__init__(layers=[])
         self.client = client
         self.config = model_config
@@ -142,6 +144,9 @@ class VaseCache(Cache):
                              "supported (their masks are not the causal one)")
         self.spec = SeqSpec(policy=policy, budget=budget, window=window, mode=mode, seed=seed,
                             extra=dict(open_kwargs))
+        if specs is not None and (open_kwargs or not specs):
+            raise ValueError("vase.hf.VaseCache: specs, or the open keywords, not both")
+        self.specs = None if specs is None else [replace(sp) for sp in specs]
         self.block_tokens, self.attention, self.name = block_tokens, attention, name
         self.batch: Optional[_Batch] = None
         self._seen = 0  # columns of the 2D attention mask seen so far, padding included
@@ -187,6 +192,8 @@ class VaseCache(Cache):
     def get_seq_length(self, layer_idx: Optional[int] = 0) -> int:
         """The columns seen so far (the positions of the next tokens start there), padding
         included, whatever was evicted: transformers counts positions with it."""
+        if self._closed:
+            raise _closed()
         return self._seen
 
     def get_mask_sizes(self, cache_position: torch.Tensor, layer_idx: int) -> Tuple[int, int]:
@@ -240,8 +247,12 @@ class VaseCache(Cache):
         """Opens a sequence per row, each with its tokens of this first pass as its prompt."""
         dtype = DTYPES.get(str(k.dtype).replace("torch.", ""))
         prompts = real.sum(1).tolist()
+        specs = self.specs or [replace(self.spec) for _ in prompts]
+        if len(specs) != len(prompts):
+            raise ValueError(f"vase.hf.VaseCache: {len(specs)} specs for a batch of "
+                             f"{len(prompts)} rows")
         self.batch = _Batch(self.client, self.layers_n, self.q_heads, self.kv_heads,
-                            self.head_dim, [replace(self.spec) for _ in prompts],
+                            self.head_dim, specs,
                             prompt_len=prompts, dtype=dtype, block_tokens=self.block_tokens,
                             name=self.name, attention=self.attention)
         self._dtype = k.dtype
@@ -281,7 +292,22 @@ class VaseCache(Cache):
         return [] if self.batch is None else self.batch.seqs
 
     def evictions(self):
+        """Evictions (plans applied) of each row's sequence."""
         return [] if self.batch is None else self.batch.evictions()
+
+    def counters(self):
+        """libvase's counters of each row's sequence (Seq.stats)."""
+        return [] if self.batch is None else self.batch.counters()
+
+    @property
+    def plan_seconds(self):
+        """Per row: the daemon's plan seconds of the evictions it applied."""
+        return [] if self.batch is None else self.batch.plan_seconds
+
+    @property
+    def call_seconds(self):
+        """Per row: seconds spent in its own vase calls (push_stats, append, poll)."""
+        return [] if self.batch is None else self.batch.call_seconds
 
     def kv_bytes(self) -> int:
         """The arena bytes the rows' sequences hold now (their pages, as vasectl shows them)."""

@@ -34,6 +34,9 @@ import torch
 
 import vase
 
+# What a call says when vased went away.
+_GONE = {errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN, errno.ESHUTDOWN, errno.ECONNREFUSED}
+
 # Policies that read the attention each slot received, pushed by the engine.
 STATS_POLICIES = {"h2o"}
 
@@ -219,10 +222,19 @@ class VaseCache:
         self._begin_step()
 
     def close(self) -> None:
-        """Closes every sequence (their pages go back to the arena). Idempotent."""
+        """Closes every sequence (their pages go back to the arena). Idempotent. A daemon that
+        is gone (its connection reset) took the pages with it: that is not an error here; any
+        other failure is raised once every sequence was tried."""
         seqs, self.seqs = self.seqs, []
+        failed = None
         for s in seqs:
-            s.close()
+            try:
+                s.close()
+            except vase.VaseError as e:
+                if e.errno not in _GONE and failed is None:
+                    failed = e
+        if failed is not None:
+            raise failed
 
     @property
     def closed(self) -> bool:
@@ -301,11 +313,11 @@ class VaseCache:
     def attend(self, layer: int, q: torch.Tensor, real: Optional[torch.Tensor] = None,
                scale: Optional[float] = None) -> torch.Tensor:
         st = self._tokens(q.shape[1], real)
-        if st["pad"] is None and scale in (None, 1.0 / math.sqrt(self.head_dim)):
+        if st["pad"] is None:
             if self.attention == "flash-attn":
-                return self._attend_flash_attn(layer, q)
+                return self._attend_flash_attn(layer, q, scale)
             if self.attention == "flashinfer":
-                return self._attend_flashinfer(layer, q)
+                return self._attend_flashinfer(layer, q, scale)
         b, n = q.shape[0], q.shape[1]
         held = self._base + st["counts"]
         width = max(1, int((held.max() + self.block - 1) // self.block))
@@ -343,7 +355,8 @@ class VaseCache:
                               table_dev=table.to(**i32))
         return self._plan
 
-    def _attend_flash_attn(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+    def _attend_flash_attn(self, layer: int, q: torch.Tensor,
+                           scale: Optional[float] = None) -> torch.Tensor:
         # flash_attn_with_kvcache reads blocks table[i][0 .. ceil(seqlens[i] / block)) of the
         # arena-wide K and V (strided: the block stride is the page's) and masks causally from
         # the bottom right: new query j of sequence i sees slots below base[i] + j + 1.
@@ -354,11 +367,12 @@ class VaseCache:
             self.v[layer],
             cache_seqlens=plan["held_dev"],
             block_table=plan["table_dev"],
-            softmax_scale=1.0 / math.sqrt(self.head_dim),
+            softmax_scale=1.0 / math.sqrt(self.head_dim) if scale is None else scale,
             causal=True,
         ).to(q.dtype)
 
-    def _attend_flashinfer(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+    def _attend_flashinfer(self, layer: int, q: torch.Tensor,
+                           scale: Optional[float] = None) -> torch.Tensor:
         b, n = q.shape[0], q.shape[1]
         if self._plan is None:
             plan = self._step_plan(n)
@@ -380,7 +394,7 @@ class VaseCache:
                 self.head_dim,
                 self.block,
                 causal=True,
-                sm_scale=1.0 / math.sqrt(self.head_dim),
+                sm_scale=1.0 / math.sqrt(self.head_dim) if scale is None else scale,
                 q_data_type=self.k[layer].dtype,
                 kv_data_type=self.k[layer].dtype,
             )

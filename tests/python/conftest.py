@@ -34,8 +34,8 @@ def start_vased(run, *settings):
     raise RuntimeError("vased did not come up")
 
 
-def stop_vased(proc):
-    proc.send_signal(signal.SIGTERM)
+def stop_vased(proc, sig=signal.SIGTERM):
+    proc.send_signal(sig)
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

@@ -15,25 +15,21 @@ What is not: that the real kernels accept the arena's strided tensors on a real 
 """
 
 import math
-import os
 import sys
 import types
 
 import pytest
 import torch
+from transformers import DynamicCache
 
 import vase
+import vase.hf
+import vase.torch
+from vase.torch import SeqSpec, choose_attention, masked_attention
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "examples", "llm"))
+from hfutil import document, read, shipped
 
-import model as llm  # noqa: E402
-from tokenizer import ByteTokenizer  # noqa: E402
-import vase_cache  # noqa: E402
-from vase_cache import SeqSpec, VaseCache, choose_attention  # noqa: E402
-
-MODEL = os.path.join(REPO, "examples", "llm", "model")
-PROMPT, TOKENS = 60, 200
+PROMPT, TOKENS = 48, 150
 CALLS = {"flash-attn": 0, "flashinfer-plan": 0, "flashinfer-run": 0}
 
 
@@ -116,32 +112,28 @@ def kernels(monkeypatch):
         CALLS[k] = 0
 
 
-def read(net, tokens, cache, batch):
-    """Logits [batch, TOKENS, vocab]: the prompt in one forward, then one token per forward."""
-    return llm.score(net, tokens.expand(batch, -1), lambda: cache, chunk=PROMPT)
-
-
 def setup_model():
-    net = llm.Model.load(MODEL).eval()
-    tok = ByteTokenizer.load(os.path.join(MODEL, "tokenizer.json"))
-    with open(os.path.join(REPO, "README.md"), "rb") as f:
-        tokens = torch.tensor(tok.encode(f.read())[:TOKENS], dtype=torch.long)
-    return net, net.config, tokens
+    net = shipped()
+    return net, net.config, document(TOKENS)
+
+
+def plain_logits(net, tokens, batch):
+    return read(net, tokens, DynamicCache(config=net.config), batch, PROMPT)
 
 
 def through(daemon, net, cfg, tokens, specs, block, attention):
     with vase.connect(daemon, name="test_attention") as client:
-        with VaseCache(client, cfg.num_hidden_layers, cfg.num_attention_heads,
-                       cfg.num_key_value_heads, cfg.head_dim, specs, prompt_len=PROMPT,
-                       block_tokens=block, attention=attention) as cache:
-            assert cache.attention == attention
-            return read(net, tokens, cache, len(specs)), cache.evictions()
+        with vase.hf.VaseCache(client, cfg, specs=specs, block_tokens=block,
+                               attention=attention) as cache:
+            got = read(net, tokens, cache, len(specs), PROMPT)
+            assert cache.batch.attention == attention
+            return got, cache.evictions()
 
 
 @pytest.mark.parametrize("attention,block", [("flashinfer", 16), ("flash-attn", 256)])
 def test_kernel_arguments_give_the_plain_model(daemon, kernels, attention, block):
     net, cfg, tokens = setup_model()
-    plain = read(net, tokens, llm.ContiguousCache(), 2)
+    plain = plain_logits(net, tokens, 2)
     specs = [SeqSpec(policy="vase-attnv", budget=512, window=64, mode="sync"),
              SeqSpec(policy="snapkv", budget=256, window=32, mode="async")]
     got, evictions = through(daemon, net, cfg, tokens, specs, block, attention)
@@ -187,7 +179,7 @@ def test_choose_attention_explains_itself(kernels):
 
 
 def test_choose_attention_without_the_kernels(monkeypatch):
-    monkeypatch.setattr(vase_cache, "_import_kernel", lambda name: None)
+    monkeypatch.setattr(vase.torch, "_import_kernel", lambda name: None)
     cuda = torch.device("cuda", 0)
     assert choose_attention("auto", cuda, torch.bfloat16, 256, False)[0] == "gather"
     with pytest.raises(ValueError, match="flashinfer is not installed"):
@@ -195,10 +187,12 @@ def test_choose_attention_without_the_kernels(monkeypatch):
 
 
 def test_sequence_attention_model_is_causal():
-    # The stand-ins' own core against model.attention, the plain model's.
+    # The stand-ins' own core against the gather path's attention (vase.torch): query j of n
+    # sees the keys below T - n + j + 1.
     torch.manual_seed(1)
     q, k, v = torch.randn(5, 4, 8), torch.randn(12, 2, 8), torch.randn(12, 2, 8)
-    want = llm.attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), 7)[0]
+    visible = (12 - 5 + torch.arange(5) + 1).view(1, 5)
+    want = masked_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), visible)[0][0]
     got = sequence_attention(q, k, v, 1.0 / math.sqrt(8)).float()
     assert (got - want).abs().max().item() <= 1e-5
 
@@ -214,7 +208,7 @@ def test_gather_ignores_what_the_arena_held_before(daemon):
         for layer in range(cfg.num_hidden_layers):
             for kv in ("k", "v"):
                 torch.from_dlpack(m.kv_tensor(layer, kv)).fill_(float("nan"))
-    plain = read(net, tokens, llm.ContiguousCache(), 2)
+    plain = plain_logits(net, tokens, 2)
     specs = [SeqSpec(policy="vase-attnv", budget=512, window=64, mode="sync"),
              SeqSpec(policy="streaming", budget=320, window=64, mode="async")]
     got, evictions = through(daemon, net, cfg, tokens, specs, 16, "gather")
