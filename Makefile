@@ -613,7 +613,8 @@ $(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(LIBVASE_A)
 # ---- tests/ ---------------------------------------------------------------------------
 
 KERNEL_MODULES := view philox select score plan compact
-KERNEL_TESTS := $(KERNEL_MODULES:%=$(BUILD)/tests/test_%)
+# plan.c's protected prompt has a binary of its own (test_plan_prompt).
+KERNEL_TESTS := $(KERNEL_MODULES:%=$(BUILD)/tests/test_%) $(BUILD)/tests/test_plan_prompt
 TEST_SUPPORT_OBJS := $(BUILD)/tests/npy.o $(BUILD)/tests/vcase.o $(BUILD)/tests/argnum.o
 REPLAY_ENGINE := $(BUILD)/tests/replay_engine
 RUN_VECTORS := $(BUILD)/tests/run_vectors

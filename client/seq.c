@@ -180,17 +180,13 @@ struct open_msg {
     Vase__Envelope e;
 };
 
-/* Checks what vase_seq_open() (what: its name) got and fills o with the request. 0 or -errno
- * with the reason for vase_last_error(). Lock held. */
-static int open_begin(struct vase_client *c, struct vase_model *m,
-                      const struct vase_seq_config *cfg, const void *ret, const char *what,
-                      struct open_msg *o) {
-    if (!m || !cfg || !ret || m->client != c)
-        return vase__client_fail(c, -EINVAL, "%s: %s", what,
-                                 m && m->client != c ? "the model is another client's"
-                                                     : "no model, configuration or result pointer");
-    char why[160];
-    if (vase_params_explain(&cfg->params, cfg->policy, why, sizeof(why)) < 0) {
+/* Checks the configuration vase_seq_open() (what: its name) got. 0 or -EINVAL with the reason
+ * for vase_last_error(). Lock held. */
+static int config_check(struct vase_client *c, const struct vase_seq_config *cfg,
+                        const char *what) {
+    char why[256];
+    if (vase_params_explain_prompt(&cfg->params, cfg->policy, cfg->prompt_len, why, sizeof(why)) <
+        0) {
         const char *policy = vase_policy_to_string(cfg->policy);
         return vase__client_fail(c, -EINVAL, "%s: invalid parameters for policy %s: %s", what,
                                  policy ? policy : "(unknown)", why);
@@ -206,6 +202,12 @@ static int open_begin(struct vase_client *c, struct vase_model *m,
                                  "%s: min_budget %u must be a multiple of window %u, above it "
                                  "and at most budget %u",
                                  what, cfg->min_budget, W, cfg->params.budget);
+    /* The protected prompt must fit every budget the sequence may be lowered to. */
+    if (cfg->min_budget && cfg->params.protect_prompt && cfg->prompt_len > cfg->min_budget - W)
+        return vase__client_fail(c, -EINVAL,
+                                 "%s: protect_prompt needs prompt_len at most min_budget - window "
+                                 "(prompt_len %u, min_budget %u, window %u: at most %u)",
+                                 what, cfg->prompt_len, cfg->min_budget, W, cfg->min_budget - W);
     if (cfg->weight > VASE_MAX_WEIGHT)
         return vase__client_fail(c, -EINVAL, "%s: weight %u (want 0 .. %u)", what, cfg->weight,
                                  VASE_MAX_WEIGHT);
@@ -219,6 +221,21 @@ static int open_begin(struct vase_client *c, struct vase_model *m,
                                  "%s: mode %d, slack %d (want a mode of enum vase_mode, slack "
                                  ">= -1)",
                                  what, (int)cfg->mode, (int)cfg->slack);
+    return 0;
+}
+
+/* Checks what vase_seq_open() (what: its name) got and fills o with the request. 0 or -errno
+ * with the reason for vase_last_error(). Lock held. */
+static int open_begin(struct vase_client *c, struct vase_model *m,
+                      const struct vase_seq_config *cfg, const void *ret, const char *what,
+                      struct open_msg *o) {
+    if (!m || !cfg || !ret || m->client != c)
+        return vase__client_fail(c, -EINVAL, "%s: %s", what,
+                                 m && m->client != c ? "the model is another client's"
+                                                     : "no model, configuration or result pointer");
+    int r = config_check(c, cfg, what);
+    if (r < 0)
+        return r;
     if (c->dead)
         return c->dead;
     /* Every parameter is sent explicitly, so the daemon's defaults never decide silently. */
@@ -235,6 +252,7 @@ static int open_begin(struct vase_client *c, struct vase_model *m,
     o->params.lambda = cfg->params.lambda;
     o->params.smooth = cfg->params.smooth;
     o->params.metric = (char *)vase_metric_to_string(cfg->params.metric);
+    o->params.protect_prompt = cfg->params.protect_prompt != 0;
     o->open.model_id = m->id;
     o->open.params = &o->params;
     o->open.prompt_len = cfg->prompt_len;

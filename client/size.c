@@ -61,7 +61,7 @@ int vase_size_seq(const struct vase_geometry *g, const struct vase_seq_config *c
     struct vase_layout l;
     struct vase_layout_footprint fp;
     struct vase_alloc *a;
-    char why[160];
+    char why[256];
     uint64_t seqs;
 
     if (msg && msg_size)
@@ -79,7 +79,8 @@ int vase_size_seq(const struct vase_geometry *g, const struct vase_seq_config *c
             "arena_bytes must be a multiple of granule_bytes (arena_bytes %" PRIu64
             ", granule_bytes %" PRIu64 ")",
             arena_bytes, granule_bytes);
-    if (vase_params_explain(&cfg->params, cfg->policy, why, sizeof(why)) < 0)
+    if (vase_params_explain_prompt(&cfg->params, cfg->policy, cfg->prompt_len, why, sizeof(why)) <
+        0)
         return vase_layout_refuse(msg, msg_size, "%s", why);
     if (cfg->slack < -1)
         return vase_layout_refuse(msg, msg_size, "slack must be >= -1 (slack %d)", (int)cfg->slack);

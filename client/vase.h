@@ -228,7 +228,10 @@ enum vase_mode {
 struct vase_seq_config {
     enum vase_policy policy;
     struct vase_params params; /* vase_params_default(budget) and adjust */
-    uint32_t prompt_len;       /* tokens the engine will prefill */
+    /* Tokens the engine will prefill. With params.protect_prompt they are never evicted and count
+     * against the budget: prompt_len must be at most budget - window (and min_budget - window
+     * when elastic; vase_params_explain_prompt()), else the open fails with -EINVAL. */
+    uint32_t prompt_len;
     uint64_t seed;
     enum vase_mode mode;
     int32_t slack; /* steps the engine may run ahead of a plan; -1: window */

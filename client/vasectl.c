@@ -558,6 +558,8 @@ static int cmd_seq(struct vase_admin *a, uint32_t id) {
         printf("model       %s\n", model_label(s, model, sizeof(model)));
         printf("policy      %s (%s)\n", s->policy, vasectl_mode_name(s->mode));
         printf("budget      %" PRIu32 ", window %" PRIu32 "\n", s->budget, s->window);
+        printf("prompt      %" PRIu32 " tokens%s\n", s->prompt_len,
+               s->protect_prompt ? ", protected (never evicted)" : "");
         if (s->min_budget && s->min_budget < s->max_budget)
             printf("elastic     %" PRIu32 " .. %" PRIu32 ", weight %" PRIu32 ", cap %" PRIu32
                    ", target %" PRIu32 ", changed %" PRIu32 " times\n",

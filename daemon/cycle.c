@@ -68,6 +68,7 @@ static int copy_seq(struct vased *d, struct vased_seq *s, const Vase__EvictReque
     run->head_dim = s->layout.head_dim;
     run->dtype = s->layout.dtype;
     run->policy = s->policy;
+    run->prompt_len = s->prompt_len;
     run->seed = s->seed;
     run->arena = a;
     run->arena_base = a->map;

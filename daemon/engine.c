@@ -142,6 +142,7 @@ static int params_from(const Vase__SeqParams *sp, enum vase_policy policy, bool 
         p.lambda = sp->lambda;
     if (sp->smooth)
         p.smooth = sp->smooth;
+    p.protect_prompt = sp->protect_prompt != 0;
     if (sp->metric[0]) {
         if (vase_metric_from_string(sp->metric, &p.metric) < 0) {
             *msg = "unknown metric (range, l2, var, absmax)";
@@ -159,18 +160,22 @@ static int params_from(const Vase__SeqParams *sp, enum vase_policy policy, bool 
 }
 
 /* The budget range and weight of an OpenSeq (p: its parameters, checked): the parameters must
- * stay valid at min_budget, n_large scaled with the budget (vase_elastic_params()). 0 or
- * -EINVAL. */
+ * stay valid at min_budget, n_large scaled with the budget (vase_elastic_params()), and a
+ * protected prompt fit it (at the budget too, then). 0 or -EINVAL with *msg (which may point
+ * into why[0 .. why_size)). */
 static int elastic_from(const Vase__OpenSeq *o, const struct vase_params *p,
-                        struct vased_seq_request *ret, const char **msg) {
+                        struct vased_seq_request *ret, const char **msg, char *why,
+                        size_t why_size) {
     uint32_t min = o->min_budget ? o->min_budget : p->budget;
     if (min > p->budget || min <= p->window || min % p->window != 0) {
         *msg = "min_budget must be a multiple of window, above it and at most budget";
         return -EINVAL;
     }
     struct vase_params at_min = vase_elastic_params(p, min);
-    if (vase_params_check(&at_min, ret->policy) < 0) {
-        *msg = "the parameters are not valid at min_budget (n_sink, n_large)";
+    char rule[224];
+    if (vase_params_explain_prompt(&at_min, ret->policy, o->prompt_len, rule, sizeof(rule)) < 0) {
+        snprintf(why, why_size, "%s%s", min < p->budget ? "at min_budget: " : "", rule);
+        *msg = why;
         return -EINVAL;
     }
     if (o->weight > VASE_MAX_WEIGHT) {
@@ -226,7 +231,7 @@ static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
         return -EINVAL;
     }
     ret->params = p;
-    if (elastic_from(o, &p, ret, msg) < 0)
+    if (elastic_from(o, &p, ret, msg, why, why_size) < 0)
         return -EINVAL;
     ret->prompt_len = o->prompt_len;
     ret->seed = o->seed;
@@ -388,7 +393,7 @@ static int open_seq(struct vased *d, struct vased_client *c, const struct vase_r
 
     struct vased_seq_request req;
     const char *msg = NULL;
-    char params_why[160];
+    char params_why[256];
     r = seq_request_from(d, o, &req, &msg, params_why, sizeof(params_why));
     if (r < 0)
         return vase_reply_error(d, p, EINVAL, "bad open_seq: %s", msg);

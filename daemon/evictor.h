@@ -40,6 +40,7 @@ struct vase_plan_run {
     enum vase_dtype dtype;
     enum vase_policy policy;
     struct vase_params params;
+    uint32_t prompt_len; /* the sequence's, for params.protect_prompt */
     uint64_t seed;
     const struct vase_arena *arena; /* NULL: host memory at arena_base (tests) */
     void *arena_base;               /* the arena's mapping: a device address on a device arena */

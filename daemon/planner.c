@@ -27,6 +27,7 @@ void vase_plan_run_input(const struct vase_plan_run *run, uint32_t layer,
         .k = vase_layout_kv_view(&run->layout, run->arena_base, run->pages, layer, VASE_K),
         .v = vase_layout_kv_view(&run->layout, run->arena_base, run->pages, layer, VASE_V),
         .rng = {.seed = run->seed, .sequence = run->seq_id, .layer = layer, .round = run->round},
+        .prompt_len = run->prompt_len,
     };
     if (run->ring_pages)
         in->q = vase_layout_query_view(&run->layout, run->arena_base, run->ring_pages,

@@ -75,6 +75,8 @@ void vase_publish_seq_info(const struct vased_seq *s, Vase__SeqInfo *ret) {
     ret->stalls = s->engine_stalls;
     ret->stall_seconds = s->engine_stall_seconds;
     ret->compact_seconds = s->engine_compact_seconds;
+    ret->protect_prompt = s->max_params.protect_prompt != 0;
+    ret->prompt_len = s->prompt_len;
 }
 
 void vase_publish_seq(struct vased *d, const struct vased_seq *s, bool open) {

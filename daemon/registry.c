@@ -413,6 +413,12 @@ static bool saved_budgets_valid(const struct vased_seq_saved *sv) {
            sv->target_budget <= sv->cap_budget && sv->cap_budget <= max && sv->req.weight >= 1;
 }
 
+/* A protected prompt fits every budget the sequence may have: as elastic_from() requires. */
+static bool saved_prompt_fits(const struct vased_seq_saved *sv) {
+    struct vase_params at_min = vase_elastic_params(&sv->req.params, sv->req.min_budget);
+    return vase_params_explain_prompt(&at_min, sv->req.policy, sv->req.prompt_len, NULL, 0) == 0;
+}
+
 /* Takes the saved pages of its three sizes, all or none. */
 static int claim_saved(struct vase_alloc *alloc, const struct vased_seq_saved *sv,
                        const struct vase_plan_layout *plan) {
@@ -444,7 +450,9 @@ int vase_registry_restore_seq(struct vase_registry *reg, struct vase_alloc *allo
         snprintf(msg, msg_size, "sequence id %u is 0 or given twice", sv->id);
         return -EINVAL;
     }
-    if (vase_params_check(&sv->req.params, sv->req.policy) < 0 || !saved_budgets_valid(sv)) {
+    /* In this order: the budgets must be valid before the prompt is checked at min_budget. */
+    if (vase_params_check(&sv->req.params, sv->req.policy) < 0 || !saved_budgets_valid(sv) ||
+        !saved_prompt_fits(sv)) {
         snprintf(msg, msg_size, "sequence %u: its parameters or budgets are not valid", sv->id);
         return -EINVAL;
     }

@@ -20,9 +20,9 @@
  *   name, u64 bytes, u64 granule_bytes; per sequence: u32 id, arena, uid, 16-byte token,
  *   geometry (u32 layers, q_heads, kv_heads, head_dim, dtype, block_tokens), u32 name length,
  *   model name, u32 policy, params (u32 budget, window, n_sink, n_large, f32 temperature,
- *   u32 rank, f32 lambda, u32 smooth, metric), u32 prompt_len, u64 seed, u32 mode, slack,
- *   min_budget, weight, budget, cap_budget, target_budget, budget_changes, len, rounds,
- *   u64 position, u32 n_pages, n_ring_pages, n_plan_pages, then those page indices.
+ *   u32 rank, f32 lambda, u32 smooth, metric, protect_prompt), u32 prompt_len, u64 seed,
+ *   u32 mode, slack, min_budget, weight, budget, cap_budget, target_budget, budget_changes, len,
+ *   rounds, u64 position, u32 n_pages, n_ring_pages, n_plan_pages, then those page indices.
  */
 
 #include <errno.h>
@@ -380,7 +380,7 @@ int vase_restore_arena(struct vased *d, uint32_t i, const char *name, const char
 /* One sequence record into sv (pages pointing into the snapshot), its model name into name. */
 static bool read_seq(struct reader *rd, const struct vased *d, struct vased_seq_saved *sv,
                      bool *ret_kept, char *name, char *msg, size_t msg_size) {
-    uint32_t uid, geo[6], policy, f[9], mode, slack, min_budget, weight;
+    uint32_t uid, geo[6], policy, f[10], mode, slack, min_budget, weight;
     uint32_t prompt_len;
     uint64_t seed;
     *sv = (struct vased_seq_saved){0};
@@ -437,7 +437,8 @@ static bool read_seq(struct reader *rd, const struct vased *d, struct vased_seq_
                    .rank = f[5],
                    .lambda = lambda,
                    .smooth = f[7],
-                   .metric = (enum vase_metric)f[8]},
+                   .metric = (enum vase_metric)f[8],
+                   .protect_prompt = f[9]},
         .prompt_len = prompt_len,
         .seed = seed,
         .mode = mode,
@@ -629,8 +630,8 @@ static void put_seq(struct writer *w, const struct vased_seq *s, const char *mod
     const struct vase_params *p = &s->max_params;
     uint32_t geo[6] = {l->layers,   l->q_heads,         l->kv_heads,
                        l->head_dim, (uint32_t)l->dtype, l->block_tokens};
-    uint32_t f[9] = {p->budget, p->window, p->n_sink, p->n_large,         0,
-                     p->rank,   0,         p->smooth, (uint32_t)p->metric};
+    uint32_t f[10] = {p->budget, p->window, p->n_sink, p->n_large,          0,
+                      p->rank,   0,         p->smooth, (uint32_t)p->metric, p->protect_prompt};
     memcpy(&f[4], &p->temperature, sizeof(float));
     memcpy(&f[6], &p->lambda, sizeof(float));
     put_u32(w, s->id);

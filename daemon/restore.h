@@ -29,7 +29,7 @@ struct vased_model;
 struct vased_seq;
 
 /* Snapshot format version; a snapshot of another is discarded. */
-#define VASE_RESTORE_VERSION 2u
+#define VASE_RESTORE_VERSION 3u
 
 /* An fd systemd passed under name: taken (1) if it is one the store kept ("arena-N",
  * "state"), else 0 (the caller's). -ENOMEM. */

@@ -121,6 +121,19 @@ static VASE_HD float vase__exp_neg(float x) {
     return x < -87.0f ? 0.0f : y;
 }
 
+/* The candidates a plan keeps ahead of its policy's picks: [0, P), the protected prompt (0 unless
+ * params.protect_prompt). */
+static inline uint32_t vase__protected(const struct vase_plan_input *in) {
+    return in->params.protect_prompt ? in->prompt_len : 0;
+}
+
+/* StreamingLLM's leading slots: the sinks, or the protected prompt when it is longer, at most
+ * K; the rest of its plan is the most recent candidates. */
+static VASE_HD uint32_t vase__streaming_head(uint32_t n_sink, uint32_t prompt, uint32_t K) {
+    uint32_t head = n_sink > prompt ? n_sink : prompt;
+    return head < K ? head : K;
+}
+
 /* The checks of vase_plan() that read no data, only the parameters, the views and which inputs
  * are present: shared with vase_plan_cuda(), whose data is on the device. 0 or -EINVAL. */
 int vase__plan_check(const struct vase_plan_input *in);

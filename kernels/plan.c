@@ -21,7 +21,7 @@ int vase__plan_check(const struct vase_plan_input *in) {
     unsigned needs = vase_policy_needs(in->policy);
     const struct vase_view *k = &in->k, *v = &in->v;
 
-    if (in->n < K || in->n > VASE_MAX_TOKENS)
+    if (in->n < K || in->n > VASE_MAX_TOKENS || vase__protected(in) > K)
         return -EINVAL;
     /* The head count comes from k even for policies that read neither k nor v. */
     if (k->heads == 0 || k->heads > VASE_MAX_HEADS)
@@ -60,11 +60,14 @@ static int input_check(const struct vase_plan_input *in) {
     return 0;
 }
 
-/* Scratch needed by one head beyond the score functions' own buffers. */
+/* Scratch needed by one head beyond the score functions' own buffers, and where its policy's
+ * picks go: the plan is the protected prompt (vase__protected()), then the policy's K picks. */
 struct head_bufs {
     float *s, *m, *draws;
     uint32_t *sort;
-    uint8_t *mask;
+    uint8_t *mask; /* [n]: candidates no pick may take (the prompt, value-aware's reserved) */
+    uint32_t *out; /* the plan after the protected prompt */
+    uint32_t K;    /* the picks: vase_plan_keep_count() less the protected prompt */
 };
 
 static int head_bufs_get(struct vase_workspace *ws, uint32_t n, struct head_bufs *b) {
@@ -85,9 +88,19 @@ static int head_draws(const struct vase_plan_input *in, uint32_t head, float *dr
     return 0;
 }
 
-/* keep = topk(x, K) */
-static int keep_top(const float *x, uint32_t n, uint32_t K, uint32_t *keep, uint32_t *sort) {
-    return vase__select_top(x, NULL, n, K, keep, sort);
+/* out = topk(x, K) of the candidates not masked */
+static int pick_top(const float *x, uint32_t n, const struct head_bufs *b, uint32_t K,
+                    uint32_t *out) {
+    return vase__select_top(x, b->mask, n, K, out, b->sort);
+}
+
+/* out = sample(w, K) of the candidates not masked: the exponential race over this head's
+ * draws, its keys in keys [n]. */
+static int pick_sampled(const struct vase_plan_input *in, uint32_t head, const float *w,
+                        float *keys, struct head_bufs *b, uint32_t K, uint32_t *out) {
+    head_draws(in, head, b->draws);
+    int r = vase__race_keys(w, b->draws, in->n, keys);
+    return r < 0 ? r : pick_top(keys, in->n, b, K, out);
 }
 
 /*
@@ -96,8 +109,8 @@ static int keep_top(const float *x, uint32_t n, uint32_t K, uint32_t *keep, uint
  */
 static int plan_value_aware(const struct vase_plan_input *in, uint32_t head,
                             struct vase_workspace *ws, struct head_bufs *b, bool sink_rule,
-                            bool sampled, uint32_t *keep) {
-    uint32_t n = in->n, K = vase_plan_keep_count(&in->params);
+                            bool sampled) {
+    uint32_t n = in->n, K = b->K;
     uint32_t n_large = in->params.n_large < K ? in->params.n_large : K;
     int r = vase_value_metric(&in->v, head, n, in->params.metric, b->m);
     if (r < 0)
@@ -105,113 +118,128 @@ static int plan_value_aware(const struct vase_plan_input *in, uint32_t head,
     if (sink_rule)
         for (uint32_t j = 0; j < in->params.n_sink && j < n; j++)
             b->m[j] = INFINITY;
-    r = vase__select_top(b->m, NULL, n, n_large, keep, b->sort);
+    r = pick_top(b->m, n, b, n_large, b->out);
     if (r < 0 || n_large == K)
         return r;
 
     r = vase_score_attention(in, head, ws, b->s);
     if (r < 0)
         return r;
-    memset(b->mask, 0, n);
     for (uint32_t i = 0; i < n_large; i++)
-        b->mask[keep[i]] = 1;
+        b->mask[b->out[i]] = 1;
     if (!sampled)
-        return vase__select_top(b->s, b->mask, n, K - n_large, keep + n_large, b->sort);
+        return pick_top(b->s, n, b, K - n_large, b->out + n_large);
 
     float *keys = vase__ws_get(ws, WS_AUX, (size_t)n * sizeof(float));
     if (!keys)
         return -ENOMEM;
-    head_draws(in, head, b->draws);
-    r = vase__race_keys(b->s, b->draws, n, keys);
-    if (r < 0)
-        return r;
-    return vase__select_top(keys, b->mask, n, K - n_large, keep + n_large, b->sort);
+    return pick_sampled(in, head, b->s, keys, b, K - n_large, b->out + n_large);
 }
 
 /* keep = topk(c, K) with the sinks forced in; c is this head's row of the leverage that
  * vase_plan_heads() computed for all its heads in one pass. */
-static int plan_leverage(const struct vase_plan_input *in, const float *lev, struct head_bufs *b,
-                         uint32_t *keep) {
-    uint32_t n = in->n, K = vase_plan_keep_count(&in->params);
+static int plan_leverage(const struct vase_plan_input *in, const float *lev, struct head_bufs *b) {
+    uint32_t n = in->n;
     memcpy(b->s, lev, (size_t)n * sizeof(float));
     for (uint32_t j = 0; j < in->params.n_sink && j < n; j++)
         b->s[j] = 1.0f;
-    return keep_top(b->s, n, K, keep, b->sort);
+    return pick_top(b->s, n, b, b->K, b->out);
 }
 
-static int plan_one(const struct vase_plan_input *in, uint32_t head, struct vase_workspace *ws,
-                    const float *lev, uint32_t *keep) {
-    uint32_t n = in->n, K = vase_plan_keep_count(&in->params);
-    struct head_bufs b;
-    int r = head_bufs_get(ws, n, &b);
+/* keep = topk(lambda s - (1 - lambda) red, K) */
+static int plan_rkv(const struct vase_plan_input *in, uint32_t head, struct vase_workspace *ws,
+                    struct head_bufs *b) {
+    uint32_t n = in->n;
+    float *red = vase__ws_get(ws, WS_M, (size_t)n * sizeof(float));
+    if (!red)
+        return -ENOMEM;
+    int r = vase_score_attention(in, head, ws, b->s);
     if (r < 0)
         return r;
+    r = vase_score_redundancy(&in->k, head, n, ws, red);
+    if (r < 0)
+        return r;
+    float lambda = in->params.lambda;
+    for (uint32_t j = 0; j < n; j++)
+        b->s[j] = lambda * b->s[j] - (1.0f - lambda) * red[j];
+    return pick_top(b->s, n, b, b->K, b->out);
+}
+
+/* The sinks (or the protected prompt, if longer) then the most recent candidates: the whole
+ * keep, the prompt's entries included. */
+static int plan_streaming(const struct vase_plan_input *in, uint32_t *keep) {
+    uint32_t n = in->n, K = vase_plan_keep_count(&in->params);
+    uint32_t head = vase__streaming_head(in->params.n_sink, vase__protected(in), K);
+    for (uint32_t i = 0; i < K; i++)
+        keep[i] = i < head ? i : n - (K - head) + (i - head);
+    return 0;
+}
+
+/* The policy's picks, into b->out. */
+static int plan_policy(const struct vase_plan_input *in, uint32_t head, struct vase_workspace *ws,
+                       const float *lev, struct head_bufs *b) {
+    uint32_t n = in->n;
+    int r;
 
     switch (in->policy) {
     case VASE_POLICY_VASE_ATTNV:
-        return plan_value_aware(in, head, ws, &b, true, true, keep);
+        return plan_value_aware(in, head, ws, b, true, true);
     case VASE_POLICY_RANGE_SAMPLE_ATTN:
-        return plan_value_aware(in, head, ws, &b, false, true, keep);
+        return plan_value_aware(in, head, ws, b, false, true);
     case VASE_POLICY_RANGE_ATTN:
-        return plan_value_aware(in, head, ws, &b, false, false, keep);
+        return plan_value_aware(in, head, ws, b, false, false);
     case VASE_POLICY_VASE_DKV:
     case VASE_POLICY_CURDKV:
-        return plan_leverage(in, lev, &b, keep);
+        return plan_leverage(in, lev, b);
     case VASE_POLICY_SNAPKV:
-        r = vase_score_attention(in, head, ws, b.s);
-        return r < 0 ? r : keep_top(b.s, n, K, keep, b.sort);
-    case VASE_POLICY_RKV: {
-        float *red = vase__ws_get(ws, WS_M, (size_t)n * sizeof(float));
-        if (!red)
-            return -ENOMEM;
-        r = vase_score_attention(in, head, ws, b.s);
-        if (r < 0)
-            return r;
-        r = vase_score_redundancy(&in->k, head, n, ws, red);
-        if (r < 0)
-            return r;
-        float lambda = in->params.lambda;
-        for (uint32_t j = 0; j < n; j++)
-            b.s[j] = lambda * b.s[j] - (1.0f - lambda) * red[j];
-        return keep_top(b.s, n, K, keep, b.sort);
-    }
-    case VASE_POLICY_STREAMING: {
-        uint32_t sinks = in->params.n_sink < K ? in->params.n_sink : K;
-        for (uint32_t i = 0; i < sinks; i++)
-            keep[i] = i;
-        for (uint32_t i = sinks; i < K; i++)
-            keep[i] = n - (K - sinks) + (i - sinks);
-        return 0;
-    }
+        r = vase_score_attention(in, head, ws, b->s);
+        return r < 0 ? r : pick_top(b->s, n, b, b->K, b->out);
+    case VASE_POLICY_RKV:
+        return plan_rkv(in, head, ws, b);
     case VASE_POLICY_RANDOM:
         for (uint32_t j = 0; j < n; j++)
-            b.s[j] = 1.0f;
-        head_draws(in, head, b.draws);
-        r = vase__race_keys(b.s, b.draws, n, b.m);
-        return r < 0 ? r : keep_top(b.m, n, K, keep, b.sort);
+            b->s[j] = 1.0f;
+        return pick_sampled(in, head, b->s, b->m, b, b->K, b->out);
     case VASE_POLICY_H2O: {
         const float *acc = in->acc + (size_t)head * n;
         if (!vase__all_finite(acc, n))
             return -EINVAL;
-        return keep_top(acc, n, K, keep, b.sort);
+        return pick_top(acc, n, b, b->K, b->out);
     }
     case VASE_POLICY_ATTN_SAMPLE:
-        r = vase_score_attention(in, head, ws, b.s);
-        if (r < 0)
-            return r;
-        head_draws(in, head, b.draws);
-        r = vase__race_keys(b.s, b.draws, n, b.m);
-        return r < 0 ? r : keep_top(b.m, n, K, keep, b.sort);
+        r = vase_score_attention(in, head, ws, b->s);
+        return r < 0 ? r : pick_sampled(in, head, b->s, b->m, b, b->K, b->out);
     case VASE_POLICY_EVICT_LARGE_RANGE:
-        r = vase_value_metric(&in->v, head, n, in->params.metric, b.m);
+        r = vase_value_metric(&in->v, head, n, in->params.metric, b->m);
         if (r < 0)
             return r;
         for (uint32_t j = 0; j < n; j++)
-            b.m[j] = -b.m[j];
-        return keep_top(b.m, n, K, keep, b.sort);
+            b->m[j] = -b->m[j];
+        return pick_top(b->m, n, b, b->K, b->out);
     default:
         return -EINVAL;
     }
+}
+
+/* One head's keep: the protected prompt in slot order, out of every pick, then the policy's. */
+static int plan_one(const struct vase_plan_input *in, uint32_t head, struct vase_workspace *ws,
+                    const float *lev, uint32_t *keep) {
+    uint32_t n = in->n, prompt = vase__protected(in);
+    struct head_bufs b;
+    int r = head_bufs_get(ws, n, &b);
+    if (r < 0)
+        return r;
+    if (in->policy == VASE_POLICY_STREAMING)
+        return plan_streaming(in, keep);
+
+    memset(b.mask, 0, n);
+    for (uint32_t i = 0; i < prompt; i++) {
+        keep[i] = i;
+        b.mask[i] = 1;
+    }
+    b.out = keep + prompt;
+    b.K = vase_plan_keep_count(&in->params) - prompt;
+    return plan_policy(in, head, ws, lev, &b);
 }
 
 int vase_plan_heads(const struct vase_plan_input *in, uint32_t h0, uint32_t h1,

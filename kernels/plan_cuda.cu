@@ -142,12 +142,14 @@ struct key_args {
     struct vase_rng rng;
     uint32_t n_sink;
     float lambda;
+    uint32_t prompt;        /* candidates [0, prompt) are excluded: the protected prompt */
     const uint8_t *exclude; /* [Hkv][n], or NULL */
 };
 
 /* Grid (ceil(n / 256), Hkv), 256 threads, one candidate each: keys [Hkv][n] = desc_key() of the
- * policy's score (KEY_EXCLUDED where excluded), vals [Hkv][n] = the candidate. The race checks
- * every weight and draw as vase__race_keys() does, excluded candidates included. */
+ * policy's score (KEY_EXCLUDED where excluded, the protected prompt included), vals [Hkv][n] =
+ * the candidate. The race checks every weight and draw as vase__race_keys() does, excluded
+ * candidates included. */
 static __global__ void keys_kernel(struct key_args a, uint32_t n, uint32_t *keys, uint32_t *vals,
                                    int *flag) {
     uint32_t j = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y;
@@ -194,7 +196,7 @@ static __global__ void keys_kernel(struct key_args a, uint32_t n, uint32_t *keys
         break;
     }
     }
-    keys[i] = a.exclude && a.exclude[i] ? KEY_EXCLUDED : desc_key(key);
+    keys[i] = j < a.prompt || (a.exclude && a.exclude[i]) ? KEY_EXCLUDED : desc_key(key);
     vals[i] = j;
 }
 
@@ -207,12 +209,20 @@ static __global__ void mask_kernel(const uint32_t *keep, uint32_t K, uint32_t m,
         mask[(size_t)h * n + keep[(size_t)h * K + i]] = 1;
 }
 
-/* Grid (ceil(K / 256), Hkv), 256 threads: StreamingLLM's keep [Hkv][K], the sinks then the
- * most recent candidates. */
+/* Grid (ceil(K / 256), Hkv), 256 threads: StreamingLLM's keep [Hkv][K], the sinks (or the
+ * protected prompt, if longer) then the most recent candidates. */
 static __global__ void streaming_kernel(uint32_t n, uint32_t K, uint32_t sinks, uint32_t *keep) {
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y;
     if (i < K)
         keep[(size_t)h * K + i] = i < sinks ? i : n - (K - sinks) + (i - sinks);
+}
+
+/* Grid (ceil(prompt / 256), Hkv), 256 threads: the protected prompt at the head of each keep
+ * [Hkv][K], in slot order. */
+static __global__ void prompt_kernel(uint32_t K, uint32_t prompt, uint32_t *keep) {
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y;
+    if (i < prompt)
+        keep[(size_t)h * K + i] = i;
 }
 
 /* Grid ceil(count / 256) capped, 256 threads, grid-stride: dst [count] = src unless the flag is
@@ -254,6 +264,8 @@ struct plan_ctx {
     struct vase_cuda_workspace *ws;
     cudaStream_t stream;
     uint32_t heads, n, K, n_large;
+    uint32_t prompt; /* the protected prompt, keep[0 .. prompt) of every head */
+    uint32_t pick;   /* K - prompt: what the policy chooses, after the prompt */
     bool metric, attention, sort;
     int *flag;
     uint32_t *keep; /* CWS_KEEP */
@@ -320,6 +332,7 @@ static struct key_args key_args_of(const struct vase_plan_input *in, int mode, c
     a.rng = in->rng;
     a.n_sink = in->params.n_sink;
     a.lambda = in->params.lambda;
+    a.prompt = vase__protected(in);
     a.exclude = NULL;
     return a;
 }
@@ -334,8 +347,8 @@ static int plan_value_aware(const struct plan_ctx *c, bool sink_rule, bool sampl
     if (r < 0)
         return r;
     struct key_args a = key_args_of(in, sink_rule ? KEY_TOPK_SINKS_INF : KEY_TOPK, m);
-    r = select_keys(c, &a, c->n_large, 0);
-    if (r < 0 || c->n_large == c->K)
+    r = select_keys(c, &a, c->n_large, c->prompt);
+    if (r < 0 || c->n_large == c->pick)
         return r;
 
     float *s = (float *)c->ws->buf[CWS_S];
@@ -347,15 +360,15 @@ static int plan_value_aware(const struct plan_ctx *c, bool sink_rule, bool sampl
     if (c->n_large > 0) {
         /* Grid (ceil(n_large / 256), Hkv). */
         mask_kernel<<<dim3(blocks_for(c->n_large, 256), c->heads), 256, 0, c->stream>>>(
-            c->keep, c->K, c->n_large, c->n, mask);
+            c->keep + c->prompt, c->K, c->n_large, c->n, mask);
         CUDA_LAUNCHED();
     }
     a = key_args_of(in, sampled ? KEY_RACE : KEY_TOPK, s);
     a.exclude = mask;
-    return select_keys(c, &a, c->K - c->n_large, c->n_large);
+    return select_keys(c, &a, c->pick - c->n_large, c->prompt + c->n_large);
 }
 
-/* plan_one() of plan.c, for all heads at once. */
+/* plan_policy() of plan.c, for all heads at once. */
 static int plan_launch(const struct plan_ctx *c) {
     const struct vase_plan_input *in = c->in;
     struct vase_cuda_workspace *ws = c->ws;
@@ -386,14 +399,14 @@ static int plan_launch(const struct plan_ctx *c) {
             return r;
         a = key_args_of(in, KEY_LEVERAGE, m);
         a.tot = tot;
-        return select_keys(c, &a, c->K, 0);
+        return select_keys(c, &a, c->pick, c->prompt);
     }
     case VASE_POLICY_SNAPKV:
         r = vase__cuda_scores(in, ws, c->stream, s, c->flag);
         if (r < 0)
             return r;
         a = key_args_of(in, KEY_TOPK, s);
-        return select_keys(c, &a, c->K, 0);
+        return select_keys(c, &a, c->pick, c->prompt);
     case VASE_POLICY_RKV: {
         float *e = (float *)ws->buf[CWS_AUX];
         r = vase__cuda_scores(in, ws, c->stream, s, c->flag);
@@ -406,10 +419,10 @@ static int plan_launch(const struct plan_ctx *c) {
         a = key_args_of(in, KEY_RKV, s);
         a.y = e;
         a.tot = tot;
-        return select_keys(c, &a, c->K, 0);
+        return select_keys(c, &a, c->pick, c->prompt);
     }
     case VASE_POLICY_STREAMING: {
-        uint32_t sinks = in->params.n_sink < c->K ? in->params.n_sink : c->K;
+        uint32_t sinks = vase__streaming_head(in->params.n_sink, c->prompt, c->K);
         /* Grid (ceil(K / 256), Hkv). */
         streaming_kernel<<<dim3(blocks_for(c->K, 256), c->heads), 256, 0, c->stream>>>(
             c->n, c->K, sinks, c->keep);
@@ -418,25 +431,37 @@ static int plan_launch(const struct plan_ctx *c) {
     }
     case VASE_POLICY_RANDOM:
         a = key_args_of(in, KEY_RACE_ONE, NULL);
-        return select_keys(c, &a, c->K, 0);
+        return select_keys(c, &a, c->pick, c->prompt);
     case VASE_POLICY_H2O:
         a = key_args_of(in, KEY_FINITE, in->acc);
-        return select_keys(c, &a, c->K, 0);
+        return select_keys(c, &a, c->pick, c->prompt);
     case VASE_POLICY_ATTN_SAMPLE:
         r = vase__cuda_scores(in, ws, c->stream, s, c->flag);
         if (r < 0)
             return r;
         a = key_args_of(in, KEY_RACE, s);
-        return select_keys(c, &a, c->K, 0);
+        return select_keys(c, &a, c->pick, c->prompt);
     case VASE_POLICY_EVICT_LARGE_RANGE:
         r = vase__cuda_metric(&in->v, c->heads, c->n, in->params.metric, c->stream, m, c->flag);
         if (r < 0)
             return r;
         a = key_args_of(in, KEY_NEG, m);
-        return select_keys(c, &a, c->K, 0);
+        return select_keys(c, &a, c->pick, c->prompt);
     default:
         return -EINVAL;
     }
+}
+
+/* plan_one() of plan.c: the protected prompt leads every head's keep (streaming writes its whole
+ * keep itself). */
+static int plan_prompt(const struct plan_ctx *c) {
+    if (c->prompt == 0 || c->in->policy == VASE_POLICY_STREAMING)
+        return 0;
+    /* Grid (ceil(prompt / 256), Hkv). */
+    prompt_kernel<<<dim3(blocks_for(c->prompt, 256), c->heads), 256, 0, c->stream>>>(
+        c->K, c->prompt, c->keep);
+    CUDA_LAUNCHED();
+    return 0;
 }
 
 extern "C" int vase_plan_cuda(const struct vase_plan_input *in, struct vase_cuda_workspace *ws,
@@ -453,10 +478,12 @@ extern "C" int vase_plan_cuda(const struct vase_plan_input *in, struct vase_cuda
     c.heads = in->k.heads;
     c.n = in->n;
     c.K = vase_plan_keep_count(&in->params);
-    c.n_large = in->params.n_large < c.K ? in->params.n_large : c.K;
+    c.prompt = vase__protected(in);
+    c.pick = c.K - c.prompt;
+    c.n_large = in->params.n_large < c.pick ? in->params.n_large : c.pick;
     c.metric = value_aware(p) || p == VASE_POLICY_EVICT_LARGE_RANGE;
     c.attention = p == VASE_POLICY_SNAPKV || p == VASE_POLICY_RKV || p == VASE_POLICY_ATTN_SAMPLE ||
-                  (value_aware(p) && c.n_large < c.K);
+                  (value_aware(p) && c.n_large < c.pick);
     c.sort = p != VASE_POLICY_STREAMING;
     /* vase_value_metric() refuses the variance of a single element. */
     if (c.metric && in->params.metric == VASE_METRIC_VAR && in->v.dim < 2)
@@ -472,6 +499,8 @@ extern "C" int vase_plan_cuda(const struct vase_plan_input *in, struct vase_cuda
         goto out;
 
     r = vase__cuda_errno(cudaMemsetAsync(c.flag, 0, sizeof(int), c.stream));
+    if (r == 0)
+        r = plan_prompt(&c);
     if (r == 0)
         r = plan_launch(&c);
     if (r == 0) {

@@ -191,7 +191,23 @@ int vase_params_explain(const struct vase_params *p, enum vase_policy policy, ch
                                   p->rank);
     if ((unsigned)p->metric >= _VASE_METRIC_MAX)
         return vase_layout_refuse(msg, msg_size, "unknown metric %d", (int)p->metric);
+    if (p->protect_prompt > 1)
+        return vase_layout_refuse(
+            msg, msg_size, "protect_prompt must be 0 or 1 (protect_prompt %u)", p->protect_prompt);
     return 0;
+}
+
+int vase_params_explain_prompt(const struct vase_params *p, enum vase_policy policy,
+                               uint32_t prompt_len, char *msg, size_t msg_size) {
+    int r = vase_params_explain(p, policy, msg, msg_size);
+    if (r < 0 || !p->protect_prompt || prompt_len <= p->budget - p->window)
+        return r;
+    /* Every plan keeps the whole prompt and the window: they must fit the budget together. */
+    return vase_layout_refuse(msg, msg_size,
+                              "protect_prompt needs prompt_len at most budget - window, so that "
+                              "the prompt and the window fit the budget (prompt_len %u, budget "
+                              "%u, window %u: at most %u)",
+                              prompt_len, p->budget, p->window, p->budget - p->window);
 }
 
 int vase_params_check(const struct vase_params *p, enum vase_policy policy) {

@@ -101,6 +101,10 @@ struct vase_plan_input {
     struct vase_rng rng;    /* draws when the injected ones below are NULL */
     const float *exp_draws; /* injected [Hkv][n] Exp(1) draws, or NULL */
     const float *gauss;     /* injected [D][r] standard normals, or NULL */
+    /* The sequence's prompt length. With params.protect_prompt, candidates [0, prompt_len) (at
+     * most K of them) lead every head's plan in slot order and are never picked by the policy,
+     * which chooses the other K - prompt_len; ignored otherwise. */
+    uint32_t prompt_len;
 };
 
 /* Scratch memory for plans; one per thread. Grows as needed, freed by vase_workspace_free(). */

@@ -110,10 +110,16 @@ struct vase_params {
     float lambda;      /* R-KV mixing weight in [0, 1] */
     uint32_t smooth;   /* box filter width, odd, 1 = off */
     enum vase_metric metric;
+    /* 1: the sequence's prompt, its first prompt_len slots (struct vase_seq_config), is never
+     * evicted, with every policy: each plan keeps it first, in slot order, counts it against the
+     * budget and leaves the policy budget - window - prompt_len of the other candidates to
+     * choose (sinks inside the prompt are kept as part of it; those after it keep their rule).
+     * Needs prompt_len <= budget - window (vase_params_explain_prompt()). 0: off, the default. */
+    uint32_t protect_prompt;
 };
 
 /* The defaults of ALGORITHM.md for a budget: W 64, 4 sinks, n_large budget/4, T 1, r 20,
- * lambda 0.5, smooth 5, range. */
+ * lambda 0.5, smooth 5, range, protect_prompt off. */
 struct vase_params vase_params_default(uint32_t budget);
 /* 0 if the parameters are valid for the policy, else -EINVAL. */
 int vase_params_check(const struct vase_params *p, enum vase_policy policy);
@@ -122,6 +128,11 @@ int vase_params_check(const struct vase_params *p, enum vase_policy policy);
  * be)"), is written to msg[0 .. msg_size) (msg may be NULL); on 0, msg is "". */
 int vase_params_explain(const struct vase_params *p, enum vase_policy policy, char *msg,
                         size_t msg_size);
+/* vase_params_explain() of a sequence that prefills prompt_len tokens: also refuses
+ * protect_prompt when the protected prompt and the window do not both fit the budget
+ * (prompt_len > budget - window), with the rule and its values in msg. 0 or -EINVAL. */
+int vase_params_explain_prompt(const struct vase_params *p, enum vase_policy policy,
+                               uint32_t prompt_len, char *msg, size_t msg_size);
 
 /*
  * A strided view of one layer's K, V or query rows, read (or, for compaction, written) in

@@ -301,6 +301,7 @@ static int run_single(const char *dir, uint32_t block, struct vcase_result *res)
         .q = vase_view_contiguous(c.q->data, VASE_DTYPE_F32, c.hq, p.window, c.d),
         .exp_draws = c.exp ? c.exp->data : NULL,
         .gauss = c.gauss ? c.gauss->data : NULL,
+        .prompt_len = p.prompt,
     };
     if (block) {
         /* The vectors' [Hkv][N][D] rows, copied into pages. */
@@ -462,6 +463,7 @@ static int evict(struct trace *tr, uint32_t t, struct vcase_result *res) {
         .q = vase_view_contiguous(tr->q_win, VASE_DTYPE_F32, tr->vc.hq, tr->window, tr->vc.d),
         .exp_draws = exp ? exp->data : NULL,
         .gauss = (tr->needs & VASE_NEEDS_GAUSS) ? tr->vc.gauss->data : NULL,
+        .prompt_len = tr->vc.prompt,
     };
     r = backend->plan(&in, &tr->ws, tr->keep);
     vase_npy_free(exp);

@@ -163,6 +163,15 @@ static void test_restore_checks(void **state) {
     bad = f->sv;
     bad.req.params.window = 0;
     assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
+    /* A protected prompt must fit the budget with the window (192 of budget 256, window 64). */
+    bad = f->sv;
+    bad.id = 7;
+    bad.req.params.protect_prompt = 2;
+    assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
+    bad.req.params.protect_prompt = 1;
+    bad.req.prompt_len = 193;
+    assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
+    assert_int_equal(a->used_bytes, used);
 
     /* Dropped: its pages come back. */
     vase_registry_drop_restored(reg, a, s);
@@ -383,6 +392,29 @@ static void test_bound_kept(void **state) {
     free(d);
 }
 
+/* A kept sequence keeps its protected prompt: the flag and the prompt's length. */
+static void test_bound_keeps_protect_prompt(void **state) {
+    struct fixture *f = *state;
+    struct store st;
+    struct vased *d = calloc(1, sizeof(*d));
+    const char *log;
+    assert_non_null(d);
+    f->sv.req.params.protect_prompt = 1;
+    f->sv.req.prompt_len = 40;
+    store_open(&st);
+    first_life(f, d, &st, 0xa2);
+    start(d, 0x2222, st.arena, st.state, &log);
+    struct vased_seq *s = vase_registry_find_restored(d->reg, 5);
+    assert_non_null(s);
+    assert_int_equal(s->max_params.protect_prompt, 1);
+    assert_int_equal(s->params.protect_prompt, 1);
+    assert_int_equal(s->prompt_len, 40);
+    stop(d, false);
+    store_drain(&st);
+    store_close(&st);
+    free(d);
+}
+
 /* A snapshot of an earlier stop with the arena as a later one left it; a pair replayed. */
 static void test_bound_stale(void **state) {
     struct store st;
@@ -464,6 +496,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_restore_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bound_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bound_keeps_protect_prompt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bound_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bound_blank, setup, teardown),
     };

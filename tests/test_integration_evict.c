@@ -3,7 +3,8 @@
 /*
  * Integration tests of the eviction cycle against a real vased through the real libvase: the
  * sync and async modes, every policy of ALGORITHM.md through the daemon, h2o with pushed
- * statistics, long prompts handing pages back, NaN in K, V or Q refused without harm, two
+ * statistics, long prompts handing pages back, a protected prompt kept whole by every kind of
+ * policy and refused where it does not fit, NaN in K, V or Q refused without harm, two
  * engine processes of different geometry evicting at once, and an engine killed with SIGKILL
  * (its pages free again at once, the other engine unaffected).
  *
@@ -544,6 +545,94 @@ static void test_policy(void **state) {
     assert_int_equal(status_of(&f->h.d).evictions_total, 2);
 }
 
+/* ---- the protected prompt ---- */
+
+/* After a plan of a sequence with protect_prompt, slots 0 .. prompt - 1 of every layer and KV
+ * head hold the prompt's tokens in order: the arena still has their K and V rows there. */
+static int prompt_check(struct engine *e, const int32_t *after, uint32_t len_after) {
+    for (uint32_t li = 0; li < e->g.layers * e->g.kv_heads; li++)
+        for (uint32_t s = 0; s < e->prompt; s++)
+            if (after[(size_t)li * len_after + s] != (int32_t)s) {
+                fprintf(stderr, "round %u: list %u slot %u holds token %d, not prompt token %u\n",
+                        e->rounds, li, s, after[(size_t)li * len_after + s], s);
+                return -EINVAL;
+            }
+    return 0;
+}
+
+/* Sampling, value-aware, attention, leverage and recency policies with the prompt protected,
+ * through the daemon: four evictions each, every plan checked, the prompt's K and V intact in
+ * their slots after each; GetSeq reports the parameter. */
+static void test_protect_prompt(void **state) {
+    static const enum vase_policy policies[] = {VASE_POLICY_RANDOM, VASE_POLICY_VASE_ATTNV,
+                                                VASE_POLICY_SNAPKV, VASE_POLICY_VASE_DKV,
+                                                VASE_POLICY_STREAMING};
+    struct fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    for (size_t i = 0; i < sizeof(policies) / sizeof(policies[0]); i++) {
+        struct vase_seq_config cfg =
+            harness_seq_config(policies[i], BUDGET, WINDOW, PROMPT, VASE_MODE_SYNC);
+        cfg.params.protect_prompt = 1;
+        struct engine *e = open_engine(f, 0, &g, &cfg);
+        e->check = prompt_check;
+        int r = engine_decode(e, STEPS_TO_FIRST + 3 * WINDOW);
+        if (r < 0)
+            fail_msg("%s: %s", vase_policy_to_string(policies[i]), vase_strerror(r));
+        assert_int_equal(e->rounds, 4);
+        assert_int_equal(vase_seq_len(e->s), BUDGET);
+        assert_seq_info(&f->h.d, e);
+        Vase__Envelope *reply = NULL;
+        assert_int_equal(harness_get_seq(&f->h.d, vase_seq_id(e->s), &reply), 0);
+        assert_true(reply->seq_info->protect_prompt);
+        assert_int_equal(reply->seq_info->prompt_len, PROMPT);
+        vase__envelope__free_unpacked(reply, NULL);
+        assert_int_equal(vase_seq_close(e->s), 0);
+        engine_done(e);
+    }
+}
+
+/* A protected prompt that leaves no room for the window in the budget (or in min_budget, for an
+ * elastic sequence) is refused with EINVAL naming the rule; the largest that fits opens. */
+static void test_protect_prompt_refused(void **state) {
+    struct fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m;
+    struct vase_seq *s = NULL;
+    assert_int_equal(harness_engine_open(&f->h.d, "prompt", &g, &f->h.c[0], &m), 0);
+    struct vase_seq_config cfg =
+        harness_seq_config(VASE_POLICY_RANDOM, BUDGET, WINDOW, BUDGET, VASE_MODE_SYNC);
+    cfg.params.protect_prompt = 1;
+    assert_int_equal(vase_seq_open(f->h.c[0], m, &cfg, &s), -EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(vase_last_error(f->h.c[0]),
+                           "protect_prompt needs prompt_len at most budget - window"));
+    assert_non_null(
+        strstr(vase_last_error(f->h.c[0]), "(prompt_len 128, budget 128, window 32: at most 96)"));
+    cfg.prompt_len = BUDGET - WINDOW + 1;
+    assert_int_equal(vase_seq_open(f->h.c[0], m, &cfg, &s), -EINVAL);
+    cfg.prompt_len = BUDGET - WINDOW;
+    assert_int_equal(vase_seq_open(f->h.c[0], m, &cfg, &s), 0);
+    assert_int_equal(vase_seq_close(s), 0);
+    /* Elastic: the prompt must fit min_budget too. */
+    cfg.params = vase_params_default(2 * BUDGET);
+    cfg.params.window = WINDOW;
+    cfg.params.protect_prompt = 1;
+    cfg.min_budget = 2 * WINDOW;
+    cfg.prompt_len = WINDOW + 1;
+    assert_int_equal(vase_seq_open(f->h.c[0], m, &cfg, &s), -EINVAL);
+    assert_non_null(strstr(vase_last_error(f->h.c[0]),
+                           "protect_prompt needs prompt_len at most min_budget - window "
+                           "(prompt_len 33, min_budget 64, window 32: at most 32)"));
+    cfg.prompt_len = WINDOW;
+    assert_int_equal(vase_seq_open(f->h.c[0], m, &cfg, &s), 0);
+    assert_int_equal(vase_seq_close(s), 0);
+    /* Off: any prompt. */
+    cfg.params.protect_prompt = 0;
+    cfg.prompt_len = 4 * BUDGET;
+    assert_int_equal(vase_seq_open(f->h.c[0], m, &cfg, &s), 0);
+    assert_int_equal(vase_seq_close(s), 0);
+}
+
 /* ---- NaN ---- */
 
 /*
@@ -840,8 +929,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_async_full_stalls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_prompt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flush, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_protect_prompt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_protect_prompt_refused, setup, teardown),
     };
-    size_t n = 5;
+    size_t n = 7;
     for (size_t i = 0; i < _VASE_POLICY_MAX; i++) {
         policies[i] = (enum vase_policy)i;
         snprintf(names[i], sizeof(names[i]), "test_policy %s", vase_policy_to_string(policies[i]));

@@ -178,6 +178,7 @@ static void test_vasectl_status(void **state) {
     snprintf(seq_id, sizeof(seq_id), "%u", vase_seq_id(s));
     out = vasectl_ok(f, (const char *const[]){"seq", seq_id, NULL});
     assert_non_null(strstr(out, "model       harness-small (1)\n"));
+    assert_non_null(strstr(out, "prompt      0 tokens\n")); /* not protected */
     out = vasectl_ok(f, (const char *const[]){"clients", NULL});
     assert_non_null(strstr(out, "STATE"));
     assert_non_null(strstr(out, "tools-engine  connected"));

@@ -331,17 +331,23 @@ static void test_register_model_raw(void **state) {
     vase__envelope__free_unpacked(reply, NULL);
 }
 
+/* SeqParams of policy, budget and window, the others the defaults. */
+static Vase__SeqParams seq_params(const char *policy, uint32_t budget, uint32_t window) {
+    Vase__SeqParams params = VASE__SEQ_PARAMS__INIT;
+    params.policy = (char *)policy;
+    params.budget = budget;
+    params.window = window;
+    params.n_sink = -1;
+    params.n_large = -1;
+    params.lambda = -1;
+    return params;
+}
+
 /* OpenSeq of a streaming sequence, budget 128, window 32, prompt 0, with an admission wait of
  * wait_ms and the budget range min_budget .. 128 of weight; the reply envelope. */
 static Vase__Envelope *open_seq_elastic(struct harness_session *s, uint32_t model_id,
                                         int32_t wait_ms, uint32_t min_budget, uint32_t weight) {
-    Vase__SeqParams params = VASE__SEQ_PARAMS__INIT;
-    params.policy = "streaming";
-    params.budget = 128;
-    params.window = 32;
-    params.n_sink = -1;
-    params.n_large = -1;
-    params.lambda = -1;
+    Vase__SeqParams params = seq_params("streaming", 128, 32);
     Vase__OpenSeq open = VASE__OPEN_SEQ__INIT;
     open.model_id = model_id;
     open.params = &params;
@@ -355,17 +361,26 @@ static Vase__Envelope *open_seq_elastic(struct harness_session *s, uint32_t mode
 /* OpenSeq of a streaming sequence of budget and window, its other parameters the defaults. */
 static Vase__Envelope *open_seq_params(struct harness_session *s, uint32_t model_id,
                                        uint32_t budget, uint32_t window) {
-    Vase__SeqParams params = VASE__SEQ_PARAMS__INIT;
-    params.policy = "streaming";
-    params.budget = budget;
-    params.window = window;
-    params.n_sink = -1;
-    params.n_large = -1;
-    params.lambda = -1;
+    Vase__SeqParams params = seq_params("streaming", budget, window);
     Vase__OpenSeq open = VASE__OPEN_SEQ__INIT;
     open.model_id = model_id;
     open.params = &params;
     open.slack = -1;
+    return session_call(s, VASE__ENVELOPE__BODY_OPEN_SEQ, &open);
+}
+
+/* OpenSeq of a random sequence of budget 128, window 32 and min_budget (0: not elastic) with its
+ * prompt of prompt_len tokens protected. */
+static Vase__Envelope *open_seq_protect(struct harness_session *s, uint32_t model_id,
+                                        uint32_t prompt_len, uint32_t min_budget) {
+    Vase__SeqParams params = seq_params("random", 128, 32);
+    params.protect_prompt = true;
+    Vase__OpenSeq open = VASE__OPEN_SEQ__INIT;
+    open.model_id = model_id;
+    open.params = &params;
+    open.prompt_len = prompt_len;
+    open.slack = -1;
+    open.min_budget = min_budget;
     return session_call(s, VASE__ENVELOPE__BODY_OPEN_SEQ, &open);
 }
 
@@ -496,6 +511,27 @@ static void test_session_rules(void **state) {
                 "128 would be)");
     expect_rule(&f->h.d, open_seq_params(&f->s[0], model, 32, 32),
                 "bad open_seq: budget must be larger than window (budget 32 <= window 32)");
+    /* A protected prompt must leave room for the window, at every budget the sequence may have:
+     * the daemon checks it whatever the client did. */
+    static const struct {
+        uint32_t prompt_len, min_budget;
+        const char *rule;
+    } prompt_rules[] = {
+        {128, 0,
+         "bad open_seq: protect_prompt needs prompt_len at most budget - window, so that the "
+         "prompt and the window fit the budget (prompt_len 128, budget 128, window 32: at most "
+         "96)"},
+        {97, 0, "(prompt_len 97, budget 128, window 32: at most 96)"},
+        {40, 64,
+         "bad open_seq: at min_budget: protect_prompt needs prompt_len at most budget - window, "
+         "so that the prompt and the window fit the budget (prompt_len 40, budget 64, window 32: "
+         "at most 32)"},
+    };
+    for (size_t i = 0; i < sizeof(prompt_rules) / sizeof(prompt_rules[0]); i++)
+        expect_rule(&f->h.d,
+                    open_seq_protect(&f->s[0], model, prompt_rules[i].prompt_len,
+                                     prompt_rules[i].min_budget),
+                    prompt_rules[i].rule);
 
     reply = open_seq(&f->s[0], model);
     assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_SEQ_LAYOUT);

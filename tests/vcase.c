@@ -65,6 +65,8 @@ static const struct param_def {
     [VCASE_KEY_LAMBDA] = {"rkv_lambda", PARAM_F32, offsetof(struct vcase_params, lambda)},
     [VCASE_KEY_SMOOTH] = {"smooth_kernel", PARAM_U32, offsetof(struct vcase_params, smooth)},
     [VCASE_KEY_RANK] = {"sketch_rank", PARAM_U32, offsetof(struct vcase_params, rank)},
+    [VCASE_KEY_PROTECT_PROMPT] = {"protect_prompt", PARAM_U32,
+                                  offsetof(struct vcase_params, protect_prompt)},
 };
 
 bool vcase_has(const struct vcase_params *p, enum vcase_key k) {
@@ -189,6 +191,7 @@ static struct vase_params make_params(const struct vcase_params *p, enum vase_me
         .lambda = p->lambda,
         .smooth = p->smooth,
         .metric = metric,
+        .protect_prompt = p->protect_prompt,
     };
 }
 
@@ -256,8 +259,10 @@ int vcase_read_params(const char *dir, bool trace, struct vcase_params *ret,
         goto free_line;
     }
 
+    /* A protected prompt is the first `prompt` slots, in a single case too. */
+    bool need_prompt = trace || p.protect_prompt;
     if (!vcase_has(&p, VCASE_KEY_MODE) || !vcase_has(&p, VCASE_KEY_BUDGET) ||
-        !vcase_has(&p, VCASE_KEY_WINDOW) || (trace && !vcase_has(&p, VCASE_KEY_PROMPT))) {
+        !vcase_has(&p, VCASE_KEY_WINDOW) || (need_prompt && !vcase_has(&p, VCASE_KEY_PROMPT))) {
         r = vcase_failf(res, "params.txt: missing %s",
                         !vcase_has(&p, VCASE_KEY_MODE)     ? "mode"
                         : !vcase_has(&p, VCASE_KEY_BUDGET) ? "budget"

@@ -48,6 +48,7 @@ enum vcase_key {
     VCASE_KEY_LAMBDA,
     VCASE_KEY_SMOOTH,
     VCASE_KEY_RANK,
+    VCASE_KEY_PROTECT_PROMPT,
     _VCASE_KEY_MAX,
 };
 
@@ -56,6 +57,7 @@ struct vcase_params {
     uint32_t hq, hkv, d;
     uint32_t budget, window, cur_len, prompt, steps;
     uint32_t n_large, n_sink, rank, smooth;
+    uint32_t protect_prompt; /* 1: the first `prompt` slots are protected (needs prompt) */
     float temperature, lambda;
     uint32_t seen; /* bit k: key k was given */
 };
@@ -66,11 +68,11 @@ bool vcase_has(const struct vcase_params *p, enum vcase_key k);
 /*
  * Reads dir/params.txt into *ret, and the policy it names and the kernel parameters it gives
  * into *ret_policy and *ret_params (not yet checked with vase_params_check()). An unknown or
- * repeated key, a malformed value, or a missing mode, budget or window (or prompt, for a trace)
- * is an error. The settings it does not give default as vase_params_default(budget) has them.
- * mode is the reference's name, which implies the value metric; a policy without one
- * (streaming, random, h2o) may be named as vase spells it, with the default metric. Nothing is
- * written on failure.
+ * repeated key, a malformed value, or a missing mode, budget or window (or prompt, for a trace
+ * or with protect_prompt) is an error. The settings it does not give default as
+ * vase_params_default(budget) has them. mode is the reference's name, which implies the value
+ * metric; a policy without one (streaming, random, h2o) may be named as vase spells it, with the
+ * default metric. Nothing is written on failure.
  */
 int vcase_read_params(const char *dir, bool trace, struct vcase_params *ret,
                       enum vase_policy *ret_policy, struct vase_params *ret_params,

@@ -18,6 +18,11 @@ while opens wait for room in the arena the daemon may lower its budget, never be
 and raise it back once they are admitted; Seq.budget says the budget its plans keep now, and
 Seq.set_budget() lets the engine cap it itself. Budgets change only when a plan is applied.
 
+protect_prompt=True keeps the prompt (the first prompt_len slots) in the cache whatever the
+policy: it counts against the budget (prompt_len at most budget - window) and the policy chooses
+among the other tokens, so m.open("random", budget=..., prompt_len=..., protect_prompt=True) is
+"the prompt plus a uniform random subset" (kernels/ALGORITHM.md, "The protected prompt").
+
 Every failure of libvase raises VaseError (an OSError) with its errno, vase_strerror() as
 strerror and vase_last_error()'s message; wrong Python types or values raise TypeError and
 ValueError. Names of vase enums (dtype, policy, metric, mode, kv, stats kind) are checked as the C

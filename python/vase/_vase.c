@@ -754,18 +754,20 @@ static PyObject *model_kv_tensor(ModelObject *self, PyObject *args, PyObject *kw
 }
 
 static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"policy",     "budget",  "window", "prompt_len", "mode",
-                             "slack",      "seed",    "n_sink", "n_large",    "temperature",
-                             "rank",       "lambda_", "smooth", "metric",     "admission_wait_ms",
-                             "min_budget", "weight",  NULL};
+    static char *kwlist[] = {
+        "policy",     "budget",  "window",         "prompt_len", "mode",
+        "slack",      "seed",    "n_sink",         "n_large",    "temperature",
+        "rank",       "lambda_", "smooth",         "metric",     "admission_wait_ms",
+        "min_budget", "weight",  "protect_prompt", NULL};
     const char *policy = "vase-attnv", *mode = "async", *metric = NULL;
     PyObject *obudget = NULL, *owindow = NULL, *oprompt = NULL, *oslack = NULL, *oseed = NULL,
              *osink = NULL, *olarge = NULL, *otemp = NULL, *orank = NULL, *olambda = NULL,
              *osmooth = NULL, *owait = NULL, *omin = NULL, *oweight = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|sOOOsOOOOOOOOzOOO:open", kwlist, &policy, &obudget,
-                                     &owindow, &oprompt, &mode, &oslack, &oseed, &osink, &olarge,
-                                     &otemp, &orank, &olambda, &osmooth, &metric, &owait, &omin,
-                                     &oweight))
+    int protect = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|sOOOsOOOOOOOOzOOOp:open", kwlist, &policy,
+                                     &obudget, &owindow, &oprompt, &mode, &oslack, &oseed, &osink,
+                                     &olarge, &otemp, &orank, &olambda, &osmooth, &metric, &owait,
+                                     &omin, &oweight, &protect))
         return NULL;
     if (!obudget) {
         PyErr_SetString(PyExc_TypeError, "open() missing required argument 'budget'");
@@ -777,6 +779,7 @@ static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
     if (get_u32(obudget, "budget", &budget) < 0)
         return NULL;
     cfg.params = vase_params_default(budget);
+    cfg.params.protect_prompt = (uint32_t)protect; /* "p": 0 or 1 */
     if (opt_u32(owindow, "window", &cfg.params.window) < 0 ||
         opt_u32(oprompt, "prompt_len", &cfg.prompt_len) < 0 ||
         opt_u32(osink, "n_sink", &cfg.params.n_sink) < 0 ||
@@ -876,7 +879,8 @@ static PyMethodDef model_methods[] = {
     {"open", (PyCFunction)(void (*)(void))model_open, METH_VARARGS | METH_KEYWORDS,
      "open($self, policy='vase-attnv', budget, window=64, prompt_len=0, mode='async', slack=-1, "
      "seed=0, n_sink=None, n_large=None, temperature=None, rank=None, lambda_=None, smooth=None, "
-     "metric=None, admission_wait_ms=-1, min_budget=0, weight=0)\n--\n\nOpens a sequence "
+     "metric=None, admission_wait_ms=-1, min_budget=0, weight=0, protect_prompt=False)\n--\n\n"
+     "Opens a sequence "
      "(vase_seq_open); parameters "
      "not given are vase_params_default(budget)'s. budget is required. admission_wait_ms: how "
      "long the open may wait for room when the arena is full (-1: the daemon's "
@@ -884,8 +888,10 @@ static PyMethodDef model_methods[] = {
      "VaseError ENOSPC when no room was freed in time. min_budget: the least budget the daemon "
      "may lower it to while opens wait for room (an elastic budget: a multiple of window, above "
      "it, at most budget; 0 or None: budget, not elastic). weight: its weight when budgets are "
-     "lowered (0 or None: 1; at most 1000). An invalid min_budget or weight raises "
-     "VaseError(EINVAL)."},
+     "lowered (0 or None: 1; at most 1000). protect_prompt: never evict the prompt, the first "
+     "prompt_len slots, whatever the policy; it counts against the budget, so prompt_len must "
+     "be at most budget - window (and min_budget - window when elastic). An invalid min_budget, "
+     "weight or protected prompt raises VaseError(EINVAL)."},
     {NULL, NULL, 0, NULL},
 };
 

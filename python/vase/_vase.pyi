@@ -58,7 +58,7 @@ class Model:
              rank: Optional[int] = None, lambda_: Optional[float] = None,
              smooth: Optional[int] = None, metric: Optional[str] = None,
              admission_wait_ms: Optional[int] = -1, min_budget: Optional[int] = 0,
-             weight: Optional[int] = 0) -> Seq: ...
+             weight: Optional[int] = 0, protect_prompt: bool = False) -> Seq: ...
 
 class Client:
     client_id: int

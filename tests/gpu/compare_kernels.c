@@ -389,6 +389,12 @@ static void case_make(struct pcase *c, const struct geom *g, enum vase_dtype dt,
     default:
         n = g->budget + rnd_below(g->extra + 1);
     }
+    /* A protected prompt of 0 .. K slots, now and then (ALGORITHM.md, protect_prompt). */
+    uint32_t prompt = 0;
+    if (!g->defaults && rnd_below(4) == 0) {
+        p.protect_prompt = 1;
+        prompt = rnd_below(K + 1);
+    }
     uint32_t len = n + g->window;
     c->K = K;
     c->heads = g->hkv;
@@ -441,6 +447,7 @@ static void case_make(struct pcase *c, const struct geom *g, enum vase_dtype dt,
         .rng = rng,
         .exp_draws = c->draws,
         .gauss = c->gauss,
+        .prompt_len = prompt,
     };
     c->din = c->hin;
     c->din.k = dev_view(&c->kv, &k);
@@ -453,10 +460,10 @@ static void case_make(struct pcase *c, const struct geom *g, enum vase_dtype dt,
     case_sync(c);
 
     snprintf(c->name, sizeof(c->name),
-             "%s %s %s/%s%s n=%u K=%u n_large=%u sinks=%u smooth=%u T=%g r=%u%s%s%s", g->name,
-             vase_dtype_to_string(dt), vase_policy_to_string(va->policy),
+             "%s %s %s/%s%s n=%u K=%u n_large=%u sinks=%u smooth=%u T=%g r=%u protect=%u%s%s%s",
+             g->name, vase_dtype_to_string(dt), vase_policy_to_string(va->policy),
              vase_metric_to_string(va->metric), push_scores ? " pushed-scores" : "", n, K,
-             p.n_large, p.n_sink, p.smooth, (double)p.temperature, p.rank,
+             p.n_large, p.n_sink, p.smooth, (double)p.temperature, p.rank, prompt,
              c->draws ? " injected-exp" : "", c->gauss ? " injected-gauss" : "",
              c->acc ? " acc" : "");
 }

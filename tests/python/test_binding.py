@@ -332,6 +332,25 @@ def test_elastic_open(client):
         m.open("streaming", budget=256, window=32, min_budget="64")
 
 
+def test_protect_prompt(client):
+    """random with the prompt protected: the prompt's rows stay in slots 0 .. prompt_len - 1."""
+    m = model(client)
+    with m.open("random", budget=128, window=32, prompt_len=40, mode="sync",
+                protect_prompt=True) as s:
+        for slot in range(40):
+            torch.from_dlpack(s.kv_slot(0, "k", slot))[:] = slot + 1
+        assert s.append(40) is False
+        assert fill(s, 200) > 0 and s.rounds > 0
+        for slot in range(40):
+            assert (torch.from_dlpack(s.kv_slot(0, "k", slot)) == slot + 1).all(), slot
+    # The prompt and the window must fit the budget.
+    with pytest.raises(vase.VaseError) as e:
+        m.open("random", budget=128, window=32, prompt_len=97, protect_prompt=True)
+    assert e.value.errno == errno.EINVAL and "protect_prompt needs prompt_len" in str(e.value)
+    with m.open("random", budget=128, window=32, prompt_len=97) as s:  # off: any prompt
+        assert s.id > 0
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_set_budget(client, mode):
     m = model(client)

@@ -16,7 +16,8 @@ has two jobs:
                                    the shipped ones do not cover (G = 1, G = 4, D = 32 and 128,
                                    other budgets and windows, n_sink 0 and 8, n_large >= K,
                                    temperatures 0.5 and 2, smooth 1 and 3, lambda 0.3, rank 8,
-                                   long prompts, exact ties, several traces).
+                                   long prompts, exact ties, several traces, and protected
+                                   prompts: protect_prompt, which the reference does not have).
 
 Passing --verify on every shipped case is what makes the generated cases trustworthy. The
 generator is deterministic (one fixed seed per case) and guards against cases that another
@@ -209,78 +210,107 @@ ATTN_MODES = {"range_sink_sample_attn", "l2_sink_sample_attn", "var_sink_sample_
 ALL_MODES = ATTN_MODES | GAUSS_MODES | {"evict_large_range", "streaming", "random"}
 
 
-def large_then_sample(m, s, e, n_sink, n_large, kk, sink_rule, guard, what):
-    """VaSE-AttnV and its ablations: P = topk(m', n_large); s[P] = 0; P ++ sample(s, K - |P|)."""
-    mp = m.copy()
-    if sink_rule and n_sink:
-        mp[:n_sink] = np.inf
+def large_then_sample(m, s, e, n_sink, n_large, kk, sink_rule, guard, what, prompt=0):
+    """VaSE-AttnV and its ablations: P = topk(m', n_large); s[P] = 0; P ++ sample(s, K - |P|),
+    both picks among the candidates after the protected prompt [0, prompt)."""
+    mp = excluded(m, prompt)
+    if sink_rule and n_sink > prompt:
+        mp[prompt:n_sink] = np.inf
     if n_large >= kk:
         return topk(mp, kk, guard, what + " m'")
     p = topk(mp, n_large, guard, what + " m'")
     w = s.copy()
     w[p] = F32(0)
-    rest = sample(w, kk - n_large, e, exclude=p, guard=guard, what=what + " sample")
+    rest = sample(w, kk - n_large, e, exclude=np.concatenate([np.arange(prompt), p]).astype(int),
+                  guard=guard, what=what + " sample")
     return np.concatenate([p, rest])
 
 
+def excluded(x, prompt):
+    """x with the protected prompt [0, prompt) at -inf: ranked after every candidate."""
+    x = np.array(x, F32)
+    x[:prompt] = -np.inf
+    return x
+
+
+def protected(prm):
+    """The protected prompt: the first `prompt` candidates when protect_prompt is set."""
+    return prm["prompt"] if prm.get("protect_prompt") else 0
+
+
 def plan(mode, prm, k, v, q, exp_noise=None, gauss=None, guard=None):
-    """keep [Hkv][K] for one eviction over candidates k, v [Hkv][N][D], queries q [Hq][W][D]."""
+    """keep [Hkv][K] for one eviction over candidates k, v [Hkv][N][D], queries q [Hq][W][D].
+
+    With protect_prompt the plan is the prompt [0, P) in slot order, then the policy's K - P
+    picks among the other candidates (the scores are still computed over all N)."""
     hkv, n, _ = k.shape
     kk = prm["budget"] - prm["window"]
-    n_sink = prm["n_sink"]
-    n_large = prm["n_large"]
     if kk > n:
         raise ValueError("K=%d > N=%d" % (kk, n))
+    prompt = protected(prm)
+    if prompt > kk:
+        raise ValueError("protected prompt %d > K=%d" % (prompt, kk))
     s = None
     if mode in ATTN_MODES:
         s = window_attention(k, q, prm["temperature"], prm["smooth_kernel"])
     keep = np.zeros((hkv, kk), np.int64)
     for g in range(hkv):
-        what = "%s head %d" % (mode, g)
-        if mode.endswith("_sink_sample_attn"):
-            metric = mode[:-len("_sink_sample_attn")]
-            m = value_metric(v[g], metric)
-            keep[g] = large_then_sample(m, s[g], exp_noise[g], n_sink, n_large, kk, True,
-                                        guard, what)
-        elif mode == "range_sample_attn":
-            m = value_metric(v[g], "range")
-            keep[g] = large_then_sample(m, s[g], exp_noise[g], n_sink, n_large, kk, False,
-                                        guard, what)
-        elif mode == "range_attn":
-            m = value_metric(v[g], "range")
-            if n_large >= kk:
-                keep[g] = topk(m, kk, guard, what + " m")
-            else:
-                p = topk(m, n_large, guard, what + " m")
-                sx = s[g].copy()
-                sx[p] = -np.inf
-                keep[g] = np.concatenate([p, topk(sx, kk - n_large, guard, what + " s")])
-        elif mode == "evict_large_range":
-            m = value_metric(v[g], "range")
-            keep[g] = topk(-m, kk, guard, what)
-        elif mode == "attn":
-            keep[g] = topk(s[g], kk, guard, what)
-        elif mode == "attn_sample":
-            keep[g] = sample(s[g], kk, exp_noise[g], guard=guard, what=what)
-        elif mode == "attn_rkv":
-            lam = F32(prm["rkv_lambda"])
-            red = redundancy(k[g])
-            score = (lam * s[g] - (F32(1) - lam) * red).astype(F32)
-            scale = lam * s[g] + (F32(1) - lam) * red
-            keep[g] = topk(score, kk, guard, what, scale=scale)
-        elif mode in GAUSS_MODES:
-            c = leverage(k[g], v[g], gauss, n_sink)
-            exact = np.zeros(n, bool)
-            exact[:n_sink] = True
-            keep[g] = topk(c, kk, guard, what, exact=exact)
-        elif mode == "streaming":
-            ns = min(n_sink, kk)
-            keep[g] = np.concatenate([np.arange(ns), np.arange(n - (kk - ns), n)])
-        elif mode == "random":
-            keep[g] = sample(np.ones(n, F32), kk, exp_noise[g], guard=guard, what=what)
-        else:
-            raise ValueError("mode %r not supported" % mode)
+        picks = plan_head(mode, prm, g, k, v, s, exp_noise, gauss, guard, prompt)
+        keep[g] = np.concatenate([np.arange(prompt), picks])
     return keep
+
+
+def plan_head(mode, prm, g, k, v, s, exp_noise, gauss, guard, prompt):
+    """The K - prompt picks of KV head g among the candidates after the protected prompt."""
+    n = k.shape[1]
+    kk = prm["budget"] - prm["window"] - prompt
+    n_sink = prm["n_sink"]
+    n_large = prm["n_large"]
+    skip = np.arange(prompt)
+    what = "%s head %d" % (mode, g)
+    if mode.endswith("_sink_sample_attn"):
+        metric = mode[:-len("_sink_sample_attn")]
+        m = value_metric(v[g], metric)
+        return large_then_sample(m, s[g], exp_noise[g], n_sink, n_large, kk, True, guard,
+                                 what, prompt)
+    if mode == "range_sample_attn":
+        m = value_metric(v[g], "range")
+        return large_then_sample(m, s[g], exp_noise[g], n_sink, n_large, kk, False, guard,
+                                 what, prompt)
+    if mode == "range_attn":
+        m = excluded(value_metric(v[g], "range"), prompt)
+        if n_large >= kk:
+            return topk(m, kk, guard, what + " m")
+        p = topk(m, n_large, guard, what + " m")
+        sx = excluded(s[g], prompt)
+        sx[p] = -np.inf
+        return np.concatenate([p, topk(sx, kk - n_large, guard, what + " s")])
+    if mode == "evict_large_range":
+        m = value_metric(v[g], "range")
+        return topk(excluded(-m, prompt), kk, guard, what)
+    if mode == "attn":
+        return topk(excluded(s[g], prompt), kk, guard, what)
+    if mode == "attn_sample":
+        return sample(s[g], kk, exp_noise[g], exclude=skip, guard=guard, what=what)
+    if mode == "attn_rkv":
+        lam = F32(prm["rkv_lambda"])
+        red = redundancy(k[g])
+        score = (lam * s[g] - (F32(1) - lam) * red).astype(F32)
+        scale = lam * s[g] + (F32(1) - lam) * red
+        return topk(excluded(score, prompt), kk, guard, what, scale=scale)
+    if mode in GAUSS_MODES:
+        c = leverage(k[g], v[g], gauss, n_sink)
+        exact = np.zeros(n, bool)
+        exact[:n_sink] = True
+        return topk(excluded(c, prompt), kk, guard, what, exact=exact)
+    if mode == "streaming":
+        # The sinks, or the prompt when it is longer, then the most recent candidates.
+        ns = min(max(n_sink, prompt), kk + prompt) - prompt
+        return np.concatenate([np.arange(prompt, prompt + ns),
+                               np.arange(n - (kk - ns), n)])
+    if mode == "random":
+        return sample(np.ones(n, F32), kk, exp_noise[g], exclude=skip, guard=guard, what=what)
+    raise ValueError("mode %r not supported" % mode)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,7 +363,7 @@ def run_trace(mode, prm, k_stream, v_stream, q_stream, draw_exp, draw_gauss, gua
 # ---------------------------------------------------------------------------------------------
 
 INT_KEYS = ("Hq", "Hkv", "D", "budget", "window", "cur_len", "prompt", "steps", "n_large",
-            "n_sink", "smooth_kernel", "sketch_rank")
+            "n_sink", "smooth_kernel", "sketch_rank", "protect_prompt")
 FLOAT_KEYS = ("temperature", "rkv_lambda")
 
 
@@ -438,7 +468,8 @@ def cmd_verify(paths):
 # ---------------------------------------------------------------------------------------------
 
 PARAM_ORDER = ("mode", "Hq", "Hkv", "D", "budget", "window", "cur_len", "prompt", "steps",
-               "n_large", "n_sink", "temperature", "rkv_lambda", "smooth_kernel", "sketch_rank")
+               "n_large", "n_sink", "temperature", "rkv_lambda", "smooth_kernel", "sketch_rank",
+               "protect_prompt")
 DEFAULTS = dict(Hq=8, Hkv=2, D=64, budget=256, window=64, n_large=64, n_sink=4,
                 temperature=1.0, rkv_lambda=0.5, smooth_kernel=5, sketch_rank=20)
 
@@ -712,6 +743,24 @@ SINGLES = [
     ("single_var_sink_sample_attn_dups", P(mode="var_sink_sample_attn", Hq=4, Hkv=2, budget=96,
                                            window=32, cur_len=160, n_large=10, n_sink=0),
      "dup_v"),
+    # Protected prompts (protect_prompt, tests/vectors/FORMAT.md): the first `prompt` candidates
+    # lead the plan, the policy picks K - prompt among the rest. Random with the prompt kept.
+    ("single_random_protect", P(mode="random", Hq=6, Hkv=3, D=32, budget=96, window=32,
+                                cur_len=192, prompt=40, protect_prompt=1), None),
+    # VaSE-AttnV with sinks past the prompt (slots 20 .. 23 keep the sink rule).
+    ("single_range_sink_sample_attn_protect", P(mode="range_sink_sample_attn", Hq=8, Hkv=2,
+                                                budget=128, window=32, cur_len=192, n_large=16,
+                                                n_sink=24, prompt=20, protect_prompt=1), None),
+    ("single_attn_protect", P(mode="attn", Hq=4, Hkv=2, budget=96, window=32, cur_len=160,
+                              prompt=30, protect_prompt=1), None),
+    # The prompt is the whole plan (prompt = K): only the prompt and the window stay.
+    ("single_attn_rkv_protect_all", P(mode="attn_rkv", Hq=4, Hkv=2, budget=96, window=32,
+                                      cur_len=160, prompt=64, protect_prompt=1), None),
+    ("single_streaming_protect", P(mode="streaming", Hq=4, Hkv=2, budget=96, window=32,
+                                   cur_len=224, n_sink=4, prompt=12, protect_prompt=1), None),
+    ("single_cur_resample_gauss_protect", P(mode="cur_resample_gauss", Hq=4, Hkv=2,
+                                            budget=96, window=32, cur_len=192, sketch_rank=8,
+                                            n_sink=8, prompt=5, protect_prompt=1), None),
 ]
 
 TRACES = [
@@ -732,6 +781,14 @@ TRACES = [
                                               n_sink=0)),
     ("trace_attn_rkv", P(mode="attn_rkv", Hq=4, Hkv=2, budget=96, window=32, prompt=32,
                          steps=220, rkv_lambda=0.3, smooth_kernel=3)),
+    # Protected prompts: the prompt's tokens hold slots 0 .. prompt - 1 to the end.
+    ("trace_random_protect", P(mode="random", Hq=4, Hkv=2, D=32, budget=96, window=32,
+                               prompt=40, steps=220, protect_prompt=1)),
+    ("trace_range_sink_sample_attn_protect", P(mode="range_sink_sample_attn", Hq=8, Hkv=2,
+                                               D=32, budget=128, window=32, prompt=30,
+                                               steps=240, n_large=24, protect_prompt=1)),
+    ("trace_attn_protect", P(mode="attn", Hq=4, Hkv=2, D=32, budget=96, window=32, prompt=50,
+                             steps=200, protect_prompt=1)),
 ]
 
 
