@@ -461,7 +461,7 @@ endif
 # vase_types.h and vase_errors.h; the administrative API, vase_admin.h, also the generated
 # vase.pb-c.h, whose messages are its replies. The examples, vasectl and tests/test_public_api.c
 # see only this directory, so a public header that reaches for anything outside it breaks the
-# build. libvase.so.0, the soname, is what programs linked to the shared
+# build. libvase.so.1, the soname, is what programs linked to the shared
 # library look for.
 PUBLIC_HEADERS := client/vase.h kernels/vase_types.h proto/vase_errors.h client/vase_admin.h \
                   $(PROTO_H)
@@ -804,7 +804,7 @@ bench-tenants: $(VASED) $(BENCH_TENANTS)
 # the daemon's (VASED_VERSION of daemon/state.h); the SONAME changes only when the ABI breaks.
 
 VERSION := $(shell sed -n 's/^\#define VASED_VERSION "\(.*\)"$$/\1/p' daemon/state.h 2>/dev/null)
-LIBVASE_SOVERSION := 0
+LIBVASE_SOVERSION := 1
 PREFIX ?= /usr/local
 DESTDIR ?=
 BINDIR ?= $(PREFIX)/bin

@@ -396,7 +396,7 @@ check_dev_examples() {
             continue
         fi
         if [ $mode = shared ] && ! ldd "$ex/synthetic_engine" | grep -Eq 'libvase\.so\.0 => (/usr)?/lib/libvase\.so\.0'; then
-            why+="the shared build does not take the installed libvase.so.0: $(ldd "$ex/synthetic_engine" | grep libvase); "
+            why+="the shared build does not take the installed libvase.so.1: $(ldd "$ex/synthetic_engine" | grep libvase); "
         fi
         if [ $mode = static ] && ldd "$ex/synthetic_engine" | grep -q libvase; then
             why+="the static build still needs libvase.so; "
