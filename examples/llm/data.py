@@ -15,8 +15,7 @@ import os
 
 import numpy as np
 
-from tokenizer import BOS_ID
-
+BOS_ID = 256  # <bos> of the byte-level tokenizer (hf_tokenizer.py); ids 0-255 are the bytes
 ROOTS = ("/usr/include", "/usr/share/common-licenses", "/usr/share/doc")
 MIN_BYTES = 8 * 1024
 MAX_BYTES = 256 * 1024
