@@ -192,7 +192,8 @@ endif
 BLAS_LIBS := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas
 
 # What a build's objects depend on besides their sources: the compiler, the flags (OPT,
-# SANITIZE, WERROR, DEPS_PREFIX), whether CUDA is built and nvcc's flags. $(FLAGS_FILE) holds a
+# SANITIZE, WERROR, DEPS_PREFIX), whether CUDA is built, nvcc's flags, and libvase's SONAME (which
+# every link of it names). $(FLAGS_FILE) holds a
 # checksum of them and is rewritten only when it changes, so `make OPT=-O0` or `make USE_CUDA=0`
 # in an existing build rebuilds every object (and so every program) instead of linking objects
 # compiled another way, and a plain `make` afterwards rebuilds them back.
@@ -559,10 +560,10 @@ VENV_PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.requirements
 
 $(VENV_STAMP): python/requirements.txt | $(DEPS_STAMP)
-	$(call say,VENV,$(VENV) (python/requirements.txt))
+	$(call say,VENV,$(VENV))
 	$(Q)if ! cmp -s $< $@; then \
 	  { [ -x $(VENV_PY) ] || $(PYTHON) -m venv $(VENV); } && \
-	  $(VENV_PY) -m pip install --quiet --disable-pip-version-check --no-input -r $< && \
+	  $(VENV_PY) -m pip install --quiet --disable-pip-version-check --no-input --use-pep517 -r $< && \
 	  cp $< $@; \
 	else touch $@; fi
 
@@ -1127,5 +1128,5 @@ format: | $(DEPS_STAMP)
 # ---- the build's flags (FLAGS_FILE, above), now that every one of them is set ----
 BUILD_FLAGS := CC=$(CC) CPPFLAGS=$(CPPFLAGS) CFLAGS=$(CFLAGS) LDFLAGS=$(LDFLAGS) \
                KERNEL_OPT=$(KERNEL_OPT) HAVE_CUDA=$(HAVE_CUDA) NVCC=$(NVCC) NVCCFLAGS=$(NVCCFLAGS) \
-               CUDA_LIBS=$(CUDA_LIBS) BLAS_LIBS=$(BLAS_LIBS)
+               CUDA_LIBS=$(CUDA_LIBS) BLAS_LIBS=$(BLAS_LIBS) SONAME=$(LIBVASE_SONAME)
 BUILD_FLAGS_SUM := $(shell printf '%s\n' '$(subst ','\'',$(BUILD_FLAGS))' | cksum | cut -d' ' -f1)

@@ -357,6 +357,12 @@ def main(argv=None) -> int:
     table = write_outputs(args, runs, args.doc_tokens, walls)
     print(table)
     print(f"harness: {time.monotonic() - t0:.1f} s; {args.out}/quality.md, quality.csv, quality.png")
+    # Every perplexity is a number: a NaN or Inf anywhere is a failure, not a row.
+    bad = [f"{r.policy} {r.budget} {r.mode}" for r in runs.values()
+           if not math.isfinite(r.perplexity())]
+    if bad:
+        print(f"harness: perplexity not finite for {', '.join(bad)}", file=sys.stderr)
+        return 1
     # The table is complete: every policy at every budget in every mode.
     missing = [(p, b, m) for m in args.modes for p in args.policies for b in budgets
                if (p, b, m) not in runs]
