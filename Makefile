@@ -424,6 +424,8 @@ LIBVASE_SRCS := $(filter-out $(VASECTL_SRCS) $(CUDA_ARENA_EXCLUDED),$(wildcard c
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)
 LIBVASE_A := $(BUILD)/libvase.a
 LIBVASE_SO := $(BUILD)/libvase.so
+# The SONAME's number: libvase.so.$(LIBVASE_SOVERSION) (README, "Versions and compatibility").
+LIBVASE_SOVERSION := 1
 LIBVASE_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) -lm $(LIBVASE_CUDA_LIBS)
 VASECTL := $(BUILD)/vasectl
 
@@ -474,7 +476,7 @@ $(PUBLIC_STAMP): $(PUBLIC_HEADERS) Makefile | $(DEPS_STAMP)
 	$(Q)rm -rf $(PUBLIC_INCLUDE) && mkdir -p $(PUBLIC_INCLUDE)
 	$(Q)cp $(PUBLIC_HEADERS) $(PUBLIC_INCLUDE)/ && touch $@
 
-$(LIBVASE_SO).0: $(LIBVASE_SO)
+$(LIBVASE_SO).$(LIBVASE_SOVERSION): $(LIBVASE_SO)
 	$(Q)ln -sf $(notdir $<) $@
 
 # vasectl is a client of libvase's public API like any other tool: it sees only the staged
@@ -692,7 +694,7 @@ $(BUILD)/tests/test_public_api_static: $(BUILD)/tests/test_public_api.o $(LIBVAS
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LIBVASE_LIBS)
 
-$(BUILD)/tests/test_public_api_shared: $(BUILD)/tests/test_public_api.o $(LIBVASE_SO).0
+$(BUILD)/tests/test_public_api_shared: $(BUILD)/tests/test_public_api.o $(LIBVASE_SO).$(LIBVASE_SOVERSION)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< -L$(BUILD) -Wl,-rpath,$(abspath $(BUILD)) -lvase -lcmocka
 
@@ -805,7 +807,6 @@ bench-tenants: $(VASED) $(BENCH_TENANTS)
 # the daemon's (VASED_VERSION of daemon/state.h); the SONAME changes only when the ABI breaks.
 
 VERSION := $(shell sed -n 's/^\#define VASED_VERSION "\(.*\)"$$/\1/p' daemon/state.h 2>/dev/null)
-LIBVASE_SOVERSION := 1
 PREFIX ?= /usr/local
 DESTDIR ?=
 BINDIR ?= $(PREFIX)/bin
@@ -983,7 +984,7 @@ BOOT_DEB_PACKAGES := systemd-container mmdebstrap
 BOOT_ENGINE := $(BUILD)/boot/synthetic_engine
 BOOT_REOPEN_ENGINE := $(filter %/reopen_engine,$(EXAMPLES))
 
-$(BOOT_ENGINE): $(BUILD)/examples/synthetic_engine.o $(LIBVASE_SO).0
+$(BOOT_ENGINE): $(BUILD)/examples/synthetic_engine.o $(LIBVASE_SO).$(LIBVASE_SOVERSION)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< -L$(BUILD) -lvase -lm

@@ -79,7 +79,7 @@ lib=$root/usr/lib
     { echo "libvase.so.1 does not link to libvase.so.$version" >>"$out"; status=1; }
 [ "$(readlink "$lib/libvase.so")" = libvase.so.1 ] ||
     { echo "libvase.so does not link to libvase.so.1" >>"$out"; status=1; }
-readelf -d "$lib/libvase.so.$version" | grep -q 'SONAME.*\[libvase\.so\.0\]' ||
+readelf -d "$lib/libvase.so.$version" | grep -q 'SONAME.*\[libvase\.so\.1\]' ||
     { echo "the SONAME of libvase.so.$version is not libvase.so.1" >>"$out"; status=1; }
 grep -q '^ExecStart=/usr/bin/vased ' "$root/usr/lib/systemd/system/vased.service" ||
     { echo "vased.service: ExecStart does not name /usr/bin/vased" >>"$out"; status=1; }
@@ -115,7 +115,7 @@ flags=$(PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_PATH=$root/usr/lib/pkgconfig \
     case "$flags" in *"-I$root/usr/include/vase"*"-L$root/usr/lib"*) ;; *) false ;; esac &&
     cc -o "$tmp/engine" "$tmp/engine.c" $flags >>"$out" 2>&1 &&
     LD_LIBRARY_PATH=$lib "$tmp/engine" "$tmp/nodaemon" >>"$out" 2>&1 &&
-    LD_LIBRARY_PATH=$lib ldd "$tmp/engine" | grep -q "libvase\.so\.0 => $lib/libvase\.so\.0" &&
+    LD_LIBRARY_PATH=$lib ldd "$tmp/engine" | grep -q "libvase\.so\.1 => $lib/libvase\.so\.1" &&
     status=0
 result "a program built with pkg-config against the staged tree runs" "$status" "$out"
 
