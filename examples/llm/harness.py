@@ -85,21 +85,31 @@ def score_batch(net, tokens: torch.Tensor, prompt: int, cache, batch: int,
     one token per step. Returns the log-probabilities [batch, len(tokens) - prompt, vocab] of the
     predictions of tokens prompt .. end (token i is predicted by the step that read token i - 1).
     on_step(i), if given, runs after the step that read token i (the prompt: i = prompt - 1)."""
-    n = tokens.numel()
     out = []
-    with torch.no_grad():
-        toks = tokens[:prompt].unsqueeze(0).expand(batch, -1)
-        logits = net(input_ids=toks, past_key_values=cache, use_cache=True).logits
-        out.append(torch.log_softmax(logits[:, -1].float(), -1))
+    for i, logp in score_steps(net, tokens, prompt, cache, batch):
+        out.append(logp)
         if on_step:
-            on_step(prompt - 1)
-        for i in range(prompt, n - 1):
-            t = tokens[i : i + 1].unsqueeze(0).expand(batch, -1)
-            logits = net(input_ids=t, past_key_values=cache, use_cache=True).logits
-            out.append(torch.log_softmax(logits[:, -1].float(), -1))
-            if on_step:
-                on_step(i)
+            on_step(i)
     return torch.stack(out, dim=1)
+
+
+def score_steps(net, tokens: torch.Tensor, prompt: int, cache, batch: int,
+                positions: bool = False):
+    """score_batch() one step at a time, for callers that interleave several caches: yields
+    (i, log-probabilities [batch, vocab]) after the step that read token i. positions: give the
+    model each token's position (position_ids) instead of letting it count them from the
+    cache's length, which a cache that drops tokens (kvpress's) makes shorter."""
+    def step(a: int, b: int):
+        ids = tokens[a:b].unsqueeze(0).expand(batch, -1)
+        pos = torch.arange(a, b, device=tokens.device).expand(batch, -1) if positions else None
+        with torch.no_grad():  # per step: grad mode must not leak into the caller's other steps
+            logits = net(input_ids=ids, past_key_values=cache, use_cache=True,
+                         position_ids=pos).logits
+        return torch.log_softmax(logits[:, -1].float(), -1)
+
+    yield prompt - 1, step(0, prompt)
+    for i in range(prompt, tokens.numel() - 1):
+        yield i, step(i, i + 1)
 
 
 def compare(ref: torch.Tensor, got: torch.Tensor, targets: torch.Tensor):
@@ -273,8 +283,10 @@ def plot(args, rows: List[Run], doc_len: int) -> None:
     fig.savefig(os.path.join(args.out, "quality.png"), dpi=100)
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def common_arguments(description: str, out: str) -> argparse.ArgumentParser:
+    """The options of the sweeps over documents, policies and budgets (this harness and
+    compare_kvpress.py); finish_args() completes what they parse."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--model", default=os.path.join(HERE, "model"), help="checkpoint directory")
     p.add_argument("--runtime-dir", default=None, help="vased's runtime directory")
     p.add_argument("--docs", nargs="+", default=None,
@@ -285,15 +297,29 @@ def parse_args(argv=None):
     p.add_argument("--budgets", default="0.125,0.25,0.5",
                    help="budgets as shares of the document length")
     p.add_argument("--policies", default=",".join(POLICIES))
-    p.add_argument("--modes", default="sync,async")
     p.add_argument("--block", type=int, default=16, help="block_tokens of the vase model")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", default="build/quality")
+    p.add_argument("--out", default=out)
     p.add_argument("--device", default="cpu", help="where the model runs: the arena's device")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES),
                    help="the model's and the cache's element type")
     p.add_argument("--attention", default="auto", choices=ATTENTION,
                    help="how attention reads the cache (auto: a paged kernel when one applies)")
+    return p
+
+
+def finish_args(args):
+    """--quick's document, prompt and window; the lists of --policies and --budgets."""
+    if args.quick:
+        args.doc_tokens, args.prompt, args.window = 256, 32, 16
+    args.policies = [x for x in args.policies.split(",") if x]
+    args.budget_shares = [float(x) for x in args.budgets.split(",")]
+    return args
+
+
+def parse_args(argv=None):
+    p = common_arguments(__doc__.split("\n\n")[0], "build/quality")
+    p.add_argument("--modes", default="sync,async")
     p.add_argument("--batch-per-policy", action="store_true",
                    help="one batch per policy (its budgets): a wall time per policy, but slower")
     p.add_argument("--elastic-half", action="store_true",
@@ -302,12 +328,8 @@ def parse_args(argv=None):
                         "(elastic_half.py; elastic.md and elastic.csv in --out)")
     p.add_argument("--quick", action="store_true",
                    help="a smoke test: one short document, small budgets, both modes")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.doc_tokens, args.prompt, args.window = 256, 32, 16
-    args.policies = [x for x in args.policies.split(",") if x]
+    args = finish_args(p.parse_args(argv))
     args.modes = [x for x in args.modes.split(",") if x]
-    args.budget_shares = [float(x) for x in args.budgets.split(",")]
     return args
 
 
