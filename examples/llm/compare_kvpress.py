@@ -354,7 +354,7 @@ def byte_tokenizer(path: str):
     try:
         return AutoTokenizer.from_pretrained(path)
     except Exception as e:  # noqa: BLE001 (transformers raises many kinds for a missing one)
-        from tokenizer import BOS_ID
+        from data import BOS_ID
 
         print(f"compare_kvpress: no Hugging Face tokenizer in {path} ({type(e).__name__}: {e}); "
               f"byte ids, BOS {BOS_ID} first")
