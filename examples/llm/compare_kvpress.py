@@ -321,7 +321,7 @@ def plot(args, results: List[Result], doc_len: int) -> None:
                 ("top-1 agreement with the full cache", lambda r: statistics.fmean(r.top1)),
                 ("mean KL from the full cache", lambda r: statistics.fmean(r.kl)),
                 ("decode tokens/s (median)", Result.tokens_per_second)]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8.5))
     methods = list(dict.fromkeys((r.side, r.method) for r in results if r.side != "full"))
     # A vase policy and the kvpress press of the same name share a colour.
     same = {press: policy for policy, press in PAIRS.items()}
@@ -341,10 +341,11 @@ def plot(args, results: List[Result], doc_len: int) -> None:
         ax.set_xlabel("budget / document length")
         ax.set_title(what, fontsize=10)
         ax.grid(True, alpha=0.3)
-    axes.flat[0].legend(fontsize=7, ncol=2)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
     fig.suptitle(f"vase (solid) and kvpress DecodingPress (dashed), {doc_len} tokens, window "
                  f"{args.window}", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(os.path.join(args.out, "kvpress.png"), dpi=80)
 
 
