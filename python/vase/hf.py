@@ -151,7 +151,6 @@ class VaseCache(Cache):
         self.batch: Optional[_Batch] = None
         self._seen = 0  # columns of the 2D attention mask seen so far, padding included
         self._closed = False
-        self._dtype: Optional[torch.dtype] = None
 
     # ---- lifetime ----
 
@@ -239,9 +238,10 @@ class VaseCache(Cache):
             if k.shape[0] != len(self.batch.seqs):
                 raise ValueError(f"vase.hf.VaseCache: a batch of {k.shape[0]} rows, opened "
                                  f"with {len(self.batch.seqs)}")
-            if k.dtype != self._dtype or k.device != self.batch.device:
+            held = self.batch.k[0]
+            if k.dtype != held.dtype or k.device != held.device:
                 raise ValueError(f"vase.hf.VaseCache: keys {k.dtype} on {k.device}, the cache "
-                                 f"holds {self._dtype} on {self.batch.device}")
+                                 f"holds {held.dtype} on {held.device}")
 
     def _open(self, real: torch.Tensor, k: torch.Tensor) -> None:
         """Opens a sequence per row, each with its tokens of this first pass as its prompt."""
@@ -255,7 +255,6 @@ class VaseCache(Cache):
                             self.head_dim, specs,
                             prompt_len=prompts, dtype=dtype, block_tokens=self.block_tokens,
                             name=self.name, attention=self.attention)
-        self._dtype = k.dtype
         if self.batch.device != k.device:
             where = self.batch.device
             self.batch.close()
@@ -311,5 +310,8 @@ class VaseCache(Cache):
 
     def kv_bytes(self) -> int:
         """The arena bytes the rows' sequences hold now (their pages, as vasectl shows them)."""
-        return sum(s.capacity for s in self.seqs) * self.layers_n * 2 * self.kv_heads * \
-            self.head_dim * (torch.finfo(self._dtype).bits // 8 if self._dtype else 0)
+        if self.batch is None:
+            return 0
+        slot = self.layers_n * 2 * self.kv_heads * self.head_dim * \
+            self.batch.k[0].element_size()
+        return sum(s.capacity for s in self.seqs) * slot
