@@ -26,6 +26,7 @@ struct vase_model {
     uint32_t id;
     struct vase__arena *arena;
     struct vase_layout layout;
+    char *name; /* as registered */
 };
 
 struct vase_seq {

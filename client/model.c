@@ -4,7 +4,10 @@
  * Models. A registered model is the daemon's ModelLayout, checked against the layout the client
  * computes itself from the geometry (PROTOCOL.md "Memory"): both sides must agree to the byte on
  * where each K and V row lives, or the engine's writes and the daemon's reads would silently
- * miss each other. Models belong to the client and live until it is freed.
+ * miss each other. Models belong to the client and live until it is freed; registering the
+ * same geometry under the same name on the same arena again hands back the model already
+ * registered, so an engine that makes a cache per request does not use up the daemon's
+ * max_models_per_client.
  */
 
 #include <errno.h>
@@ -14,7 +17,21 @@
 #include "internal.h"
 
 struct vase_model *vase__model_free(struct vase_model *m) {
+    if (m)
+        free(m->name);
     free(m);
+    return NULL;
+}
+
+/* The model of c already registered with layout l under name on arena, if any. */
+static struct vase_model *find_model(struct vase_client *c, const struct vase__arena *arena,
+                                     const struct vase_layout *l, const char *name) {
+    for (struct vase_model *m = c->models; m; m = m->next)
+        if (m->arena == arena && m->layout.layers == l->layers && m->layout.q_heads == l->q_heads &&
+            m->layout.kv_heads == l->kv_heads && m->layout.head_dim == l->head_dim &&
+            m->layout.dtype == l->dtype && m->layout.block_tokens == l->block_tokens &&
+            strcmp(m->name, name) == 0)
+            return m;
     return NULL;
 }
 
@@ -86,6 +103,12 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
                           arena->name, (unsigned long long)arena->size_bytes, why);
         goto out;
     }
+    const char *name = g->name ? g->name : "";
+    struct vase_model *known = find_model(c, arena, &layout, name);
+    if (known) {
+        *ret = known;
+        goto out;
+    }
     /* A device arena is mapped when the first model is registered on it, so that a client
      * that never uses it never touches CUDA; an arena this library cannot map is refused. */
     if (vase__arena_on_device(arena) && !arena->map) {
@@ -100,7 +123,7 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
         goto out;
     }
 
-    geo.name = (char *)(g->name ? g->name : "");
+    geo.name = (char *)name;
     geo.layers = g->layers;
     geo.q_heads = g->q_heads;
     geo.kv_heads = g->kv_heads;
@@ -121,7 +144,10 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
     }
 
     struct vase_model *m = calloc(1, sizeof(*m));
-    if (!m) {
+    char *copy = strdup(name);
+    if (!m || !copy) {
+        free(m);
+        free(copy);
         r = -ENOMEM;
         goto out;
     }
@@ -131,6 +157,7 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
         .id = reply->model_layout->model_id,
         .arena = arena,
         .layout = layout,
+        .name = copy,
     };
     c->models = m;
     *ret = m;

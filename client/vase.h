@@ -169,10 +169,13 @@ struct vase_geometry {
  */
 int vase_arena_find(struct vase_client *c, const char *name, uint32_t *ret_id);
 
-/* Registers a model geometry; *ret is owned by the client (freed with it). The first model on
- * a CUDA arena maps it (once per process and daemon incarnation, shared by every client of the
- * process; unmapped when the last such client disconnects). -EINVAL for a geometry the arena
- * cannot lay out (a page of block_tokens tokens larger than the arena, a bound exceeded;
+/* Registers a model geometry; *ret is owned by the client (freed with it). The same geometry
+ * (block_tokens 0 read as 16) under the same name on the same arena registered again on one
+ * client gives back the model registered first, without a message to the daemon: a client
+ * holds at most max_models_per_client distinct models, however many caches it makes. The
+ * first model on a CUDA arena maps it (once per process and daemon incarnation, shared by every
+ * client of the process; unmapped when the last such client disconnects). -EINVAL for a geometry
+ * the arena cannot lay out (a page of block_tokens tokens larger than the arena, a bound exceeded;
  * vase_last_error() says which and what to change) or an unknown arena id, -EPROTO if the
  * daemon's layout differs from the one PROTOCOL.md prescribes. A CUDA arena that cannot be mapped:
  * -EOPNOTSUPP (libvase built without CUDA, or a driver without the VMM API for cuda-vmm), -ENODEV

@@ -879,13 +879,30 @@ static void test_model_layout_refused(void **state) {
     assert_non_null(m);
     assert_int_equal(vase_model_tokens_per_page(m), 16);
     assert_int_equal(vase_model_page_bytes(m), 4096);
-    /* block_tokens 0 is 16. */
+    assert_int_equal(count(&p->n_register), 12);
+    /* block_tokens 0 is 16: the same geometry under the same name gives back the model already
+     * registered, without a word to the daemon. */
     struct vase_geometry g = small_model;
     g.block_tokens = 0;
     struct vase_model *m0 = NULL;
     assert_int_equal(vase_model_register(c, &g, &m0), 0);
+    assert_ptr_equal(m0, m);
+    assert_int_equal(count(&p->n_register), 12);
+    /* Another name, another dtype, another block size: another model. */
+    g.name = "other";
+    assert_int_equal(vase_model_register(c, &g, &m0), 0);
+    assert_ptr_not_equal(m0, m);
     assert_int_equal(vase_model_tokens_per_page(m0), 16);
     assert_int_equal(count(&p->n_register), 13);
+    struct vase_model *again = NULL;
+    assert_int_equal(vase_model_register(c, &g, &again), 0);
+    assert_ptr_equal(again, m0);
+    g.name = small_model.name;
+    g.dtype = VASE_DTYPE_F16;
+    assert_int_equal(vase_model_register(c, &g, &again), 0);
+    assert_ptr_not_equal(again, m);
+    assert_int_equal(count(&p->n_register), 14);
+    g.dtype = small_model.dtype;
 
     /* A block size whose page does not fit the arena: 1024 tokens make 262144-byte pages in a
      * 65536-byte arena. The library refuses it without asking the daemon, and says what to
@@ -900,7 +917,7 @@ static void test_model_layout_refused(void **state) {
     assert_non_null(strstr(why, "262144 bytes"));
     assert_non_null(strstr(why, "65536 bytes"));
     assert_non_null(strstr(why, "smaller block_tokens or a larger arena"));
-    assert_int_equal(count(&p->n_register), 13);
+    assert_int_equal(count(&p->n_register), 14);
     /* 64 tokens fit: 16384-byte pages, four of them. */
     g.block_tokens = 64;
     assert_int_equal(vase_model_register(c, &g, &m0), 0);
