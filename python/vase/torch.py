@@ -12,7 +12,9 @@ through three calls a decoder makes (the protocol of `examples/llm` and of `vase
   through its block table (`Seq.block_table`): on a CUDA arena with FlashInfer (any block size)
   or FlashAttention-2 (blocks of a multiple of 256 tokens) installed, that kernel reads the
   arena's pages through the table itself; otherwise one gather of the blocks of every sequence,
-  then masked attention over the slots each one holds;
+  then masked attention over the slots each one holds (PyTorch's fused
+  scaled_dot_product_attention, or, for a policy that reads the attention each slot received,
+  the explicit softmax whose probabilities it pushes);
 - ``step_done(n)``: the end of a forward pass: the new tokens are counted with `Seq.append`,
   and ready plans are applied with `Seq.poll`; from then on a sequence holds the slots its
   policy kept, in order. ``step_done`` also takes a count per sequence, for batches whose rows
@@ -28,7 +30,7 @@ import errno
 import math
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -132,6 +134,26 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible:
     probs = torch.softmax(scores, dim=-1)
     out = torch.matmul(probs, vf)  # [b, kv, g, n, d]
     return out.permute(0, 3, 1, 2, 4).reshape(b, n, q_heads, d).to(q.dtype), probs
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor,
+                   scale: Optional[float] = None) -> torch.Tensor:
+    """`masked_attention`'s output without its probabilities, through PyTorch's fused
+    scaled_dot_product_attention (in float32): each KV head's group of query heads is read as
+    g times as many queries of that head, so K and V are neither repeated nor copied."""
+    b, n, q_heads, d = q.shape
+    T, kv_heads = k.shape[1], k.shape[2]
+    g = q_heads // kv_heads
+    qf = q.float().reshape(b, n, kv_heads, g, d).permute(0, 2, 3, 1, 4).reshape(b, kv_heads,
+                                                                               g * n, d)
+    cols = torch.arange(T, device=q.device).view(1, 1, T)
+    see = cols < visible.to(q.device).view(b, n, 1)  # [b, n, T]
+    mask = see.unsqueeze(1).expand(b, g, n, T).reshape(b, 1, g * n, T)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        qf, k.float().transpose(1, 2), v.float().transpose(1, 2), attn_mask=mask,
+        scale=(1.0 / math.sqrt(d)) if scale is None else scale)
+    return out.reshape(b, kv_heads, g, n, d).permute(0, 3, 1, 2, 4).reshape(
+        b, n, q_heads, d).to(q.dtype)
 
 
 def _has_ring(seq: "vase.Seq") -> bool:
@@ -326,17 +348,26 @@ class VaseCache:
         k = self.k[layer][blocks].reshape(shape)
         v = self.v[layer][blocks].reshape(shape)
         # Slots past what a sequence holds are whatever the arena had there (another
-        # sequence's data, NaN in another type's reading): masked scores ignore K, but a
-        # probability of 0 times a NaN of V is NaN, so V is zeroed there.
-        past = torch.arange(shape[1], device=v.device).view(1, -1) >= held.to(v.device).view(-1, 1)
-        v = v.masked_fill(past.view(b, -1, 1, 1), 0)
-        out, probs = masked_attention(q, k, v, st["visible"], scale)
+        # sequence's data, NaN in another type's reading): a probability of 0 times a NaN of V
+        # is NaN, and the fused kernel adds its mask to a NaN score rather than replacing it,
+        # so K and V are zeroed there (in the gathered copies: the slots of a last block not
+        # yet full, and a shorter row's padding blocks).
+        past = torch.arange(shape[1]).view(1, -1) >= held.view(-1, 1)
+        if bool(past.any()):
+            past = past.to(v.device)
+            k[past] = 0
+            v[past] = 0
+        if any(self._stats):
+            out, probs = masked_attention(q, k, v, st["visible"], scale)
+        else:
+            out, probs = sdpa_attention(q, k, v, st["visible"], scale), None
         if st["pad"] is not None:
             # Padded queries see what the row held (or slot 0): their output is not theirs.
             pad = st["pad"].to(q.device)
             out = out.masked_fill(pad.view(b, n, 1, 1), 0)
-            probs = probs.masked_fill(pad.view(b, 1, 1, n, 1), 0)
-        if any(self._stats):
+            if probs is not None:
+                probs = probs.masked_fill(pad.view(b, 1, 1, n, 1), 0)
+        if probs is not None:
             # Attention each slot received, summed over the new queries and each KV head's
             # group of query heads: [b, kv_heads, T].
             self._recv[layer] = probs.sum(dim=(2, 3))
@@ -438,6 +469,18 @@ class VaseCache:
         self._begin_step()
 
     # ---- what the harness reports ----
+
+    def held(self, i: int, layer: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values sequence i holds now in layer, in slot order: two new tensors
+        [kv_heads, len, head_dim] in the arena's dtype. After an eviction each KV head holds
+        its own tokens (the slot order of a head is the order of its kept tokens), so slot s
+        of two heads may be two different positions."""
+        seq = self.seqs[i]
+        table = torch.from_dlpack(seq.block_table()).long().to(self.device)
+        shape = (-1, self.kv_heads, self.head_dim)
+        k = self.k[layer][table].reshape(shape)[: seq.len]
+        v = self.v[layer][table].reshape(shape)[: seq.len]
+        return k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous()
 
     def evictions(self) -> List[int]:
         return [s.rounds for s in self.seqs]

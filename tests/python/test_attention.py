@@ -25,7 +25,7 @@ from transformers import DynamicCache
 import vase
 import vase.hf
 import vase.torch
-from vase.torch import SeqSpec, choose_attention, masked_attention
+from vase.torch import SeqSpec, choose_attention, masked_attention, sdpa_attention
 
 from hfutil import document, read, shipped
 
@@ -195,6 +195,25 @@ def test_sequence_attention_model_is_causal():
     want = masked_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), visible)[0][0]
     got = sequence_attention(q, k, v, 1.0 / math.sqrt(8)).float()
     assert (got - want).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_attention_is_the_explicit_one(dtype):
+    # The gather path's two cores: PyTorch's fused attention (what runs unless a policy reads
+    # the probabilities) gives the explicit softmax's output, for a batch whose sequences hold
+    # different counts, with GQA (4 query heads per KV head), several new queries, a scale.
+    torch.manual_seed(2)
+    b, n, T = 3, 4, 37
+    q = torch.randn(b, n, 8, 16).to(dtype)
+    k, v = torch.randn(b, T, 2, 16).to(dtype), torch.randn(b, T, 2, 16).to(dtype)
+    base = torch.tensor([33, 10, 1])
+    visible = base.view(-1, 1) + torch.arange(n).view(1, -1) + 1
+    for scale in (None, 0.3):
+        want = masked_attention(q, k, v, visible, scale)[0]
+        got = sdpa_attention(q, k, v, visible, scale)
+        assert got.dtype == dtype and got.shape == want.shape
+        tol = 1e-5 if dtype == torch.float32 else 1e-2
+        assert (got.float() - want.float()).abs().max().item() <= tol
 
 
 def test_gather_ignores_what_the_arena_held_before(daemon):
