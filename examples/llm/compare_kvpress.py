@@ -190,11 +190,7 @@ def dynamic_bytes(cache: DynamicCache) -> int:
 
 def vase_keys(cache: "vase.hf.VaseCache", layer: int) -> torch.Tensor:
     """The keys the cache's one sequence holds in the arena, [kv_heads, len, head_dim]."""
-    batch = cache.batch
-    seq = batch.seqs[0]
-    table = torch.from_dlpack(seq.block_table()).long()
-    k = batch.k[layer][table].reshape(-1, batch.kv_heads, batch.head_dim)[: seq.len]
-    return k.transpose(0, 1)
+    return cache.held(0, layer)[0]
 
 
 def dynamic_run(result: Result, net, tokens, args) -> Run:

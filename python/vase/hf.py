@@ -290,6 +290,16 @@ class VaseCache(Cache):
         """The vase sequences of the rows (empty before the first forward pass)."""
         return [] if self.batch is None else self.batch.seqs
 
+    def held(self, row: int, layer: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The keys (post-RoPE) and values row's sequence holds now in layer: two new tensors
+        [kv_heads, len, head_dim] (`vase.torch.VaseCache.held`). Raises ValueError before the
+        first forward pass, VaseError(EBADF) once closed."""
+        if self._closed:
+            raise _closed()
+        if self.batch is None:
+            raise ValueError("vase.hf.VaseCache: no sequence before the first forward pass")
+        return self.batch.held(row, layer)
+
     def evictions(self):
         """Evictions (plans applied) of each row's sequence."""
         return [] if self.batch is None else self.batch.evictions()

@@ -144,6 +144,7 @@ def test_evictions_match_the_binding_driven_directly(daemon, policy):
             hf = read(net, tokens, cache, 2, prompt)
             hf_ev = cache.evictions()
             hf_k = [arena_k(cache, 1, i) for i in range(2)]
+            held = [cache.held(i, 1) for i in range(2)]
         cfg = net.config
         direct = Direct(net)
         with Batch(client, cfg.num_hidden_layers, cfg.num_attention_heads,
@@ -157,6 +158,10 @@ def test_evictions_match_the_binding_driven_directly(daemon, policy):
             got_ev = batch.evictions()
             got_k = [arena_k(batch, 1, i) for i in range(2)]
     assert hf_ev == got_ev and min(hf_ev) > 0
+    # held() reads the same slots: the keys, and values of the same count.
+    for (k, v), a in zip(held, hf_k):
+        assert torch.equal(k, a.transpose(0, 1))
+        assert v.shape == k.shape and bool(torch.isfinite(v).all())
     for a, b in zip(hf_k, got_k):
         assert a.shape == b.shape
         assert (a - b).abs().max().item() <= 1e-5
@@ -315,3 +320,28 @@ def test_close_returns_every_page(daemon):
     arena = lambda st: [(a.get("bytes_free"), a.get("bytes_pages")) for a in st.get("arenas", [])]
     wait_for("the arena whole again", lambda: arena(status(daemon)) == arena(before))
 
+
+
+def test_many_caches_on_one_connection(daemon):
+    # One model per geometry and name on a connection, however many caches are made: more
+    # caches than max_models_per_client (16) one after another, and two at once.
+    net = tiny("llama")
+    ids, mask = padded_batch(net.config.vocab_size)
+    before = seqs_of(status(daemon))
+    with vase.connect(daemon, name="test_hf") as client:
+        for i in range(20):
+            with vase.hf.VaseCache(client, net.config, budget=64, window=16) as cache:
+                generate(net, cache, ids, mask, 2, do_sample=False)
+        with vase.hf.VaseCache(client, net.config, budget=64, window=16) as a, \
+                vase.hf.VaseCache(client, net.config, budget=64, window=16) as b:
+            generate(net, a, ids, mask, 2, do_sample=False)
+            generate(net, b, ids, mask, 2, do_sample=False)
+            assert seqs_of(status(daemon)) >= 6
+        with pytest.raises(ValueError, match="first forward pass"):
+            vase.hf.VaseCache(client, net.config).held(0, 0)
+        closed = vase.hf.VaseCache(client, net.config)
+        closed.close()
+        with pytest.raises(vase.VaseError) as e:
+            closed.held(0, 0)
+        assert e.value.errno == errno.EBADF
+    wait_for("every sequence closed", lambda: seqs_of(status(daemon)) == before)
