@@ -9,8 +9,12 @@
  * Replies are the protobuf-c messages of proto/vase.proto, as the generated vase.pb-c.h
  * declares them, not copies into other structs: the schema is already the documented contract
  * of every field (PROTOCOL.md), a tool can print any reply generically through its descriptor
- * (vasectl --json does), and a field added to the schema needs no change here. Each reply is
- * the caller's: free it with protobuf_c_message_free_unpacked(&reply->base, NULL). Strings in
+ * (vasectl --json does), and a field added to the schema needs no change here. These structs are
+ * part of libvase.so.1's ABI: a program reads their members at the offsets of the vase.pb-c.h it
+ * was built with, which is safe only while messages gain fields at their end. vase.proto states
+ * the rule, and `make check` fails when a field is inserted, reordered or removed against the
+ * schema of the last release (proto/released/vase.proto). Each reply is the caller's: free it
+ * with protobuf_c_message_free_unpacked(&reply->base, NULL). Strings in
  * replies were chosen by the daemon or by other clients (a client's name): escape them before
  * they reach a terminal (vase_admin_escape()).
  *

@@ -2,9 +2,10 @@
 
 /*
  * Arenas and sequences kept across a restart (restore.h). The snapshot is input like any
- * message: it is read with bounds on every count, its checksum is checked, and each sequence is
- * checked again by the registry against what an open of its request holds before any page is
- * claimed; one bad sequence discards the whole snapshot, since its pages might overlap another's.
+ * message: its size is bounded before protobuf-c sees a byte, its length and checksum must be
+ * the ones written, and each sequence is checked again by the registry against what an open of its
+ * request holds before any page is claimed; one bad sequence discards the whole snapshot, since
+ * its pages might overlap another's.
  * A snapshot is used once: it is removed from the store as soon as it is read, so that a crash
  * after this start does not bring back sequences that moved on. It is also bound to the memory
  * it describes: the stop that writes it draws a random stop id and stamps it, with the stopping
@@ -13,16 +14,13 @@
  * snapshot of an earlier stop, a memfd that is not the arena's (a blank one of the right size)
  * or a second replay of one pair is discarded. Only the main thread calls in.
  *
- * Format (native byte order: the same host writes and reads it), all integers unsigned:
- *   magic "VASESNAP", u32 version, u32 n_arenas, u32 n_seqs, u32 0, u64 payload bytes,
- *   u64 FNV-1a of the payload; then the stop: u64 incarnation of the vased that wrote it and
- *   its 16-byte stop id (both also in each kept arena's stamp); per arena: u32 name length,
- *   name, u64 bytes, u64 granule_bytes; per sequence: u32 id, arena, uid, 16-byte token,
- *   geometry (u32 layers, q_heads, kv_heads, head_dim, dtype, block_tokens), u32 name length,
- *   model name, u32 policy, params (u32 budget, window, n_sink, n_large, f32 temperature,
- *   u32 rank, f32 lambda, u32 smooth, metric, protect_prompt), u32 prompt_len, u64 seed,
- *   u32 mode, slack, min_budget, weight, budget, cap_budget, target_budget, budget_changes, len,
- *   rounds, u64 position, u32 n_pages, n_ring_pages, n_plan_pages, then those page indices.
+ * Format: "VASESNAP", u32 VASE_RESTORE_VERSION, u32 length of the rest, u64 FNV-1a of the rest
+ * (host byte order: the same host writes and reads it), then the Snapshot message of
+ * proto/vase.proto. A snapshot of another version (3 and older: the fields one after the other)
+ * is discarded by that version; within one, a field added to the messages keeps the arenas
+ * across an upgrade. The checksum stays although protobuf checks the message's framing: a
+ * changed byte inside a page index or a budget still unpacks, and would give an engine pages
+ * that are not its sequence's.
  */
 
 #include <errno.h>
@@ -44,7 +42,7 @@
 #include "vase.pb-c.h"
 
 #define MAGIC "VASESNAP"
-#define HEADER_BYTES 40u
+#define HEADER_BYTES 24u
 /* Largest snapshot read: far above what VASED_MAX_ARENAS arenas of sequences need. */
 #define MAX_SNAPSHOT_BYTES (256u << 20)
 
@@ -58,14 +56,14 @@ struct vase_restore {
     int state_fd;
     bool kept[VASED_MAX_ARENAS];   /* arena i runs on the kept memfd */
     bool stored[VASED_MAX_ARENAS]; /* arena i's memfd is in the store */
-    /* The snapshot read at start, when it is valid: its bytes and arenas. */
+    /* The snapshot read at start, when it is valid: its bytes (the message packed, header
+     * first: it is unpacked where it is read), its stop and its arenas. */
     uint8_t *snap;
     size_t snap_len;
     uint32_t n_arenas, n_seqs;
     uint64_t incarnation; /* of the vased that wrote it, and its stop id: the arenas' stamps */
     uint8_t stop_id[VASE_ARENA_STOP_ID_BYTES];
     struct saved_arena arenas[VASED_MAX_ARENAS];
-    size_t seqs_at;     /* offset of the first sequence */
     double restored_at; /* when the sequences were kept: restore_grace counts from it */
 };
 
@@ -120,45 +118,6 @@ int vase_restore_take_fd(struct vased *d, int fd, const char *name) {
 
 /* ---- reading ---- */
 
-struct reader {
-    const uint8_t *p, *end;
-};
-
-static bool get(struct reader *rd, void *out, size_t n) {
-    if ((size_t)(rd->end - rd->p) < n)
-        return false;
-    memcpy(out, rd->p, n);
-    rd->p += n;
-    return true;
-}
-
-static bool get_u32(struct reader *rd, uint32_t *v) {
-    return get(rd, v, sizeof(*v));
-}
-
-static bool get_u64(struct reader *rd, uint64_t *v) {
-    return get(rd, v, sizeof(*v));
-}
-
-/* A name of at most VASE_MAX_NAME bytes (and its padding), NUL-terminated into out. */
-static bool get_name(struct reader *rd, char *out) {
-    uint32_t n;
-    uint8_t pad[4];
-    if (!get_u32(rd, &n) || n > VASE_MAX_NAME || !get(rd, out, n) || !get(rd, pad, (4 - n % 4) % 4))
-        return false;
-    out[n] = '\0';
-    return strlen(out) == n;
-}
-
-/* n page indices, pointing into the snapshot. */
-static bool get_pages(struct reader *rd, uint32_t n, const uint32_t **ret) {
-    if (n > VASE_ALLOC_MAX_UNITS || (size_t)(rd->end - rd->p) / sizeof(uint32_t) < n)
-        return false;
-    *ret = (const uint32_t *)rd->p; /* the buffer is malloc()ed and records are 4-aligned */
-    rd->p += (size_t)n * sizeof(uint32_t);
-    return true;
-}
-
 static uint64_t fnv1a(const uint8_t *p, size_t n) {
     uint64_t h = UINT64_C(14695981039346656037);
     for (size_t i = 0; i < n; i++)
@@ -166,17 +125,17 @@ static uint64_t fnv1a(const uint8_t *p, size_t n) {
     return h;
 }
 
-/* Reads all of the state memfd into rs->snap. 0, or -errno with why. */
-static int read_state(struct vase_restore *rs, const char **why) {
+/* Reads all of the state memfd into rs->snap and checks its header. 0, or -errno with why. */
+static int read_state(struct vase_restore *rs, char *why, size_t why_size) {
     struct stat st;
     int seals = fcntl(rs->state_fd, F_GET_SEALS);
     if (fstat(rs->state_fd, &st) < 0 || !S_ISREG(st.st_mode) || seals < 0 ||
         !(seals & F_SEAL_WRITE)) {
-        *why = "it is not a sealed memfd";
+        snprintf(why, why_size, "it is not a sealed memfd");
         return -EBADFD;
     }
     if (st.st_size < (off_t)HEADER_BYTES || st.st_size > (off_t)MAX_SNAPSHOT_BYTES) {
-        *why = "its size is out of bounds";
+        snprintf(why, why_size, "its size is out of bounds");
         return -EBADMSG;
     }
     rs->snap_len = (size_t)st.st_size;
@@ -187,57 +146,72 @@ static int read_state(struct vase_restore *rs, const char **why) {
     while (got < rs->snap_len) {
         ssize_t n = pread(rs->state_fd, rs->snap + got, rs->snap_len - got, (off_t)got);
         if (n <= 0) {
-            *why = "it cannot be read";
+            snprintf(why, why_size, "it cannot be read");
             return n < 0 ? -errno : -EBADMSG;
         }
         got += (size_t)n;
     }
+    uint32_t version, len;
+    uint64_t sum;
+    memcpy(&version, rs->snap + 8, sizeof(version));
+    memcpy(&len, rs->snap + 12, sizeof(len));
+    memcpy(&sum, rs->snap + 16, sizeof(sum));
+    if (memcmp(rs->snap, MAGIC, 8) != 0) {
+        snprintf(why, why_size, "it is not a vase snapshot");
+        return -EBADMSG;
+    }
+    if (version != VASE_RESTORE_VERSION) {
+        snprintf(why, why_size, "it has another format version (%u; this vased reads %u)", version,
+                 VASE_RESTORE_VERSION);
+        return -EPROTONOSUPPORT;
+    }
+    if (len != rs->snap_len - HEADER_BYTES ||
+        fnv1a(rs->snap + HEADER_BYTES, rs->snap_len - HEADER_BYTES) != sum) {
+        snprintf(why, why_size, "its length or checksum is wrong (corrupt)");
+        return -EBADMSG;
+    }
     return 0;
 }
 
-/* Checks the header and the arenas; leaves rs->seqs_at at the first sequence. */
-static int parse_header(struct vase_restore *rs, const char **why) {
-    struct reader rd = {rs->snap, rs->snap + rs->snap_len};
-    char magic[8];
-    uint32_t version = 0, zero = 0;
-    uint64_t payload = 0, sum = 0;
-    if (!get(&rd, magic, sizeof(magic)) || memcmp(magic, MAGIC, sizeof(magic)) != 0) {
-        *why = "it is not a vase snapshot";
+/* The snapshot's message (read_state() bounded its size); the caller frees it. NULL if it does
+ * not unpack. */
+static Vase__Snapshot *unpack(const struct vase_restore *rs) {
+    return vase__snapshot__unpack(NULL, rs->snap_len - HEADER_BYTES, rs->snap + HEADER_BYTES);
+}
+
+/* The stop and the arenas of the snapshot into rs. 0, or -errno with why. */
+static int read_stop(struct vase_restore *rs, char *why, size_t why_size) {
+    Vase__Snapshot *m = unpack(rs);
+    if (!m) {
+        snprintf(why, why_size, "it does not unpack (corrupt)");
         return -EBADMSG;
     }
-    get_u32(&rd, &version);
-    get_u32(&rd, &rs->n_arenas);
-    get_u32(&rd, &rs->n_seqs);
-    get_u32(&rd, &zero);
-    get_u64(&rd, &payload);
-    get_u64(&rd, &sum);
-    if (version != VASE_RESTORE_VERSION) {
-        *why = "it has another format version";
-        return -EPROTONOSUPPORT;
-    }
-    if (zero != 0 || payload != rs->snap_len - HEADER_BYTES ||
-        fnv1a(rd.p, rs->snap_len - HEADER_BYTES) != sum) {
-        *why = "its length or checksum is wrong (corrupt)";
-        return -EBADMSG;
-    }
-    if (!get_u64(&rd, &rs->incarnation) || !get(&rd, rs->stop_id, sizeof(rs->stop_id))) {
-        *why = "its stop record is cut short";
-        return -EBADMSG;
-    }
-    if (rs->n_arenas > VASED_MAX_ARENAS) {
-        *why = "it names too many arenas";
-        return -EBADMSG;
-    }
-    for (uint32_t i = 0; i < rs->n_arenas; i++) {
+    int r = -EBADMSG;
+    if (m->stop_id.len != sizeof(rs->stop_id))
+        snprintf(why, why_size, "its stop id is not %zu bytes", sizeof(rs->stop_id));
+    else if (m->n_arenas > VASED_MAX_ARENAS)
+        snprintf(why, why_size, "it names too many arenas");
+    else
+        r = 0;
+    for (size_t i = 0; r == 0 && i < m->n_arenas; i++) {
         struct saved_arena *a = &rs->arenas[i];
-        if (!get_name(&rd, a->name) || !get_u64(&rd, &a->bytes) ||
-            !get_u64(&rd, &a->granule_bytes)) {
-            *why = "an arena record is cut short";
-            return -EBADMSG;
+        if (strlen(m->arenas[i]->name) > VASE_MAX_NAME) {
+            snprintf(why, why_size, "the name of arena %zu is too long", i);
+            r = -EBADMSG;
+            break;
         }
+        strcpy(a->name, m->arenas[i]->name);
+        a->bytes = m->arenas[i]->bytes;
+        a->granule_bytes = m->arenas[i]->granule_bytes;
     }
-    rs->seqs_at = (size_t)(rd.p - rs->snap);
-    return 0;
+    if (r == 0) {
+        rs->incarnation = m->incarnation;
+        memcpy(rs->stop_id, m->stop_id.data, sizeof(rs->stop_id));
+        rs->n_arenas = (uint32_t)m->n_arenas;
+        rs->n_seqs = (uint32_t)m->n_seqs; /* at most a byte each */
+    }
+    vase__snapshot__free_unpacked(m, NULL);
+    return r;
 }
 
 int vase_restore_load(struct vased *d) {
@@ -253,10 +227,10 @@ int vase_restore_load(struct vased *d) {
                         "did not stop cleanly): their sequences are lost; starting empty.");
         return 0;
     }
-    const char *why = "";
-    int r = read_state(rs, &why);
+    char why[128] = "";
+    int r = read_state(rs, why, sizeof(why));
     if (r == 0)
-        r = parse_header(rs, &why);
+        r = read_stop(rs, why, sizeof(why));
     if (r == -ENOMEM)
         return log_oom();
     /* Used once, whatever it holds. */
@@ -377,75 +351,95 @@ int vase_restore_arena(struct vased *d, uint32_t i, const char *name, const char
 
 /* ---- sequences ---- */
 
-/* One sequence record into sv (pages pointing into the snapshot), its model name into name. */
-static bool read_seq(struct reader *rd, const struct vased *d, struct vased_seq_saved *sv,
-                     bool *ret_kept, char *name, char *msg, size_t msg_size) {
-    uint32_t uid, geo[6], policy, f[10], mode, slack, min_budget, weight;
-    uint32_t prompt_len;
-    uint64_t seed;
-    *sv = (struct vased_seq_saved){0};
-    if (!get_u32(rd, &sv->id) || !get_u32(rd, &sv->arena_id) || !get_u32(rd, &uid) ||
-        !get(rd, sv->token, sizeof(sv->token)) || !get(rd, geo, sizeof(geo)) ||
-        !get_name(rd, name) || !get_u32(rd, &policy) || !get(rd, f, sizeof(f)) ||
-        !get_u32(rd, &prompt_len) || !get_u64(rd, &seed) || !get_u32(rd, &mode) ||
-        !get_u32(rd, &slack) || !get_u32(rd, &min_budget) || !get_u32(rd, &weight) ||
-        !get_u32(rd, &sv->budget) || !get_u32(rd, &sv->cap_budget) ||
-        !get_u32(rd, &sv->target_budget) || !get_u32(rd, &sv->budget_changes) ||
-        !get_u32(rd, &sv->len) || !get_u32(rd, &sv->rounds) || !get_u64(rd, &sv->position) ||
-        !get_u32(rd, &sv->n_pages) || !get_u32(rd, &sv->n_ring_pages) ||
-        !get_u32(rd, &sv->n_plan_pages) || !get_pages(rd, sv->n_pages, &sv->pages) ||
-        !get_pages(rd, sv->n_ring_pages, &sv->ring_pages) ||
-        !get_pages(rd, sv->n_plan_pages, &sv->plan_pages)) {
-        snprintf(msg, msg_size, "a sequence record is cut short");
-        return false;
-    }
-    sv->uid = (uid_t)uid;
+/* A sequence read back from the snapshot: what the registry takes, and its model's geometry. */
+struct kept_seq {
+    struct vased_seq_saved sv;
+    struct vase_layout_geometry geo;
+};
+
+/*
+ * A sequence's state in the snapshot, one row a field: its SnapshotSeq field, where a live
+ * sequence holds it (struct vased_seq: the writer's side) and where the one read back does
+ * (struct kept_seq: the reader's). The token, the model's name and the page lists are copied
+ * by hand: they are not scalars.
+ */
+#define SEQ_FIELDS(X)                                                                              \
+    X(id, id, sv.id)                                                                               \
+    X(arena_id, arena_id, sv.arena_id)                                                             \
+    X(uid, owner_uid, sv.uid)                                                                      \
+    X(layers, layout.layers, geo.layers)                                                           \
+    X(q_heads, layout.q_heads, geo.q_heads)                                                        \
+    X(kv_heads, layout.kv_heads, geo.kv_heads)                                                     \
+    X(head_dim, layout.head_dim, geo.head_dim)                                                     \
+    X(dtype, layout.dtype, geo.dtype)                                                              \
+    X(block_tokens, layout.block_tokens, geo.block_tokens)                                         \
+    X(policy, policy, sv.req.policy)                                                               \
+    X(max_budget, max_params.budget, sv.req.params.budget)                                         \
+    X(window, max_params.window, sv.req.params.window)                                             \
+    X(n_sink, max_params.n_sink, sv.req.params.n_sink)                                             \
+    X(n_large, max_params.n_large, sv.req.params.n_large)                                          \
+    X(temperature, max_params.temperature, sv.req.params.temperature)                              \
+    X(rank, max_params.rank, sv.req.params.rank)                                                   \
+    X(lambda, max_params.lambda, sv.req.params.lambda)                                             \
+    X(smooth, max_params.smooth, sv.req.params.smooth)                                             \
+    X(metric, max_params.metric, sv.req.params.metric)                                             \
+    X(protect_prompt, max_params.protect_prompt, sv.req.params.protect_prompt)                     \
+    X(prompt_len, prompt_len, sv.req.prompt_len)                                                   \
+    X(seed, seed, sv.req.seed)                                                                     \
+    X(mode, mode, sv.req.mode)                                                                     \
+    X(slack, slack, sv.req.slack)                                                                  \
+    X(min_budget, min_budget, sv.req.min_budget)                                                   \
+    X(weight, weight, sv.req.weight)                                                               \
+    X(budget, params.budget, sv.budget)                                                            \
+    X(cap_budget, cap_budget, sv.cap_budget)                                                       \
+    X(target_budget, target_budget, sv.target_budget)                                              \
+    X(budget_changes, budget_changes, sv.budget_changes)                                           \
+    X(len, len, sv.len)                                                                            \
+    X(rounds, rounds, sv.rounds)                                                                   \
+    X(position, position, sv.position)
+
+/* Sequence m of the snapshot into k (its pages pointing into m): whether it is valid, and in
+ * *ret_kept whether its arena was kept (only then is its layout computed and checked). */
+static bool seq_from_msg(const Vase__SnapshotSeq *m, const struct vased *d, struct kept_seq *k,
+                         bool *ret_kept, char *msg, size_t msg_size) {
+    *k = (struct kept_seq){0};
+#define FROM_MSG(field, live, kept) k->kept = m->field;
+    SEQ_FIELDS(FROM_MSG)
+#undef FROM_MSG
+    struct vased_seq_saved *sv = &k->sv;
     const struct vase_restore *rs = d->restore;
-    if (sv->arena_id >= rs->n_arenas || policy >= _VASE_POLICY_MAX || f[8] >= _VASE_METRIC_MAX ||
-        geo[4] >= _VASE_DTYPE_MAX ||
-        (mode != VASE__MODE__MODE_ASYNC && mode != VASE__MODE__MODE_SYNC)) {
+    if (sv->arena_id >= rs->n_arenas || m->policy >= _VASE_POLICY_MAX ||
+        m->metric >= _VASE_METRIC_MAX || m->dtype >= _VASE_DTYPE_MAX ||
+        (m->mode != VASE__MODE__MODE_ASYNC && m->mode != VASE__MODE__MODE_SYNC)) {
         snprintf(msg, msg_size, "sequence %u names an unknown arena, policy, metric, dtype or mode",
                  sv->id);
         return false;
     }
-    /* A sequence of an arena not kept (gone, or configured otherwise now) is read past: only
+    if (m->resume_token.len != sizeof(sv->token) || strlen(m->model_name) > VASE_MAX_NAME ||
+        m->n_pages > VASE_ALLOC_MAX_UNITS || m->n_ring_pages > VASE_ALLOC_MAX_UNITS ||
+        m->n_plan_pages > VASE_ALLOC_MAX_UNITS) {
+        snprintf(msg, msg_size, "sequence %u: its token, model name or page lists are not valid",
+                 sv->id);
+        return false;
+    }
+    memcpy(sv->token, m->resume_token.data, sizeof(sv->token));
+    sv->n_pages = (uint32_t)m->n_pages;
+    sv->pages = m->pages;
+    sv->n_ring_pages = (uint32_t)m->n_ring_pages;
+    sv->ring_pages = m->ring_pages;
+    sv->n_plan_pages = (uint32_t)m->n_plan_pages;
+    sv->plan_pages = m->plan_pages;
+    /* A sequence of an arena not kept (gone, or configured otherwise now) is passed over: only
      * its own arena's size can tell whether its layout is valid. */
     *ret_kept = rs->kept[sv->arena_id];
     if (!*ret_kept)
         return true;
-    struct vase_layout_geometry g = {.layers = geo[0],
-                                     .q_heads = geo[1],
-                                     .kv_heads = geo[2],
-                                     .head_dim = geo[3],
-                                     .dtype = (enum vase_dtype)geo[4],
-                                     .block_tokens = geo[5]};
     char why[192];
-    if (vase_layout_compute(&g, d->arenas[sv->arena_id]->size, &sv->layout, why, sizeof(why)) < 0) {
+    if (vase_layout_compute(&k->geo, d->arenas[sv->arena_id]->size, &sv->layout, why, sizeof(why)) <
+        0) {
         snprintf(msg, msg_size, "sequence %u: %s", sv->id, why);
         return false;
     }
-    float temperature, lambda;
-    memcpy(&temperature, &f[4], sizeof(float));
-    memcpy(&lambda, &f[6], sizeof(float));
-    sv->req = (struct vased_seq_request){
-        .policy = (enum vase_policy)policy,
-        .params = {.budget = f[0],
-                   .window = f[1],
-                   .n_sink = f[2],
-                   .n_large = f[3],
-                   .temperature = temperature,
-                   .rank = f[5],
-                   .lambda = lambda,
-                   .smooth = f[7],
-                   .metric = (enum vase_metric)f[8],
-                   .protect_prompt = f[9]},
-        .prompt_len = prompt_len,
-        .seed = seed,
-        .mode = mode,
-        .slack = slack,
-        .min_budget = min_budget,
-        .weight = weight,
-    };
     return true;
 }
 
@@ -490,14 +484,15 @@ static int restore_seqs(struct vased *d) {
         }
     if (!rs->snap)
         return 0;
-    struct reader rd = {rs->snap + rs->seqs_at, rs->snap + rs->snap_len};
-    char msg[384] = "", name[VASE_MAX_NAME + 1];
+    /* It unpacked once already (vase_restore_load()): only memory can fail it now. */
+    Vase__Snapshot *m = unpack(rs);
+    char msg[384] = "";
     uint32_t kept = 0, lost = 0;
-    int r = 0;
-    for (uint32_t k = 0; k < rs->n_seqs && r == 0; k++) {
-        struct vased_seq_saved sv;
+    int r = m ? 0 : -ENOMEM;
+    for (size_t i = 0; m && i < m->n_seqs && r == 0; i++) {
+        struct kept_seq k;
         bool on_kept;
-        if (!read_seq(&rd, d, &sv, &on_kept, name, msg, sizeof(msg))) {
+        if (!seq_from_msg(m->seqs[i], d, &k, &on_kept, msg, sizeof(msg))) {
             r = -EBADMSG;
             break;
         }
@@ -505,17 +500,15 @@ static int restore_seqs(struct vased *d) {
             lost++; /* its arena was discarded */
             continue;
         }
-        r = vase_registry_restore_seq(d->reg, d->allocs[sv.arena_id], &sv, msg, sizeof(msg));
+        r = vase_registry_restore_seq(d->reg, d->allocs[k.sv.arena_id], &k.sv, msg, sizeof(msg));
         if (r == 0) {
             kept++;
-            log_debug("Sequence %u of model \"%s\" (uid %u) kept: %u pages, len %u.", sv.id, name,
-                      (unsigned)sv.uid, sv.n_pages, sv.len);
+            log_debug("Sequence %u of model \"%s\" (uid %u) kept: %u pages, len %u.", k.sv.id,
+                      m->seqs[i]->model_name, (unsigned)k.sv.uid, k.sv.n_pages, k.sv.len);
         }
     }
-    if (r == 0 && rd.p != rd.end) {
-        snprintf(msg, sizeof(msg), "%zu bytes follow the last sequence", (size_t)(rd.end - rd.p));
-        r = -EBADMSG;
-    }
+    if (m)
+        vase__snapshot__free_unpacked(m, NULL);
     free(rs->snap);
     rs->snap = NULL;
     if (r == -ENOMEM) {
@@ -583,102 +576,84 @@ int vase_restore_reopen(struct vased *d, struct vased_client *c, struct vased_mo
 
 /* ---- the snapshot ---- */
 
-struct writer {
-    uint8_t *buf;
-    size_t len, cap;
-    bool failed;
-};
-
-static void put(struct writer *w, const void *p, size_t n) {
-    if (w->failed)
-        return;
-    if (w->len + n > w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 4096;
-        while (cap < w->len + n)
-            cap *= 2;
-        uint8_t *b = realloc(w->buf, cap);
-        if (!b) {
-            w->failed = true;
-            return;
-        }
-        w->buf = b;
-        w->cap = cap;
-    }
-    memcpy(w->buf + w->len, p, n);
-    w->len += n;
+/* Live sequence s as a SnapshotSeq; m points into s. */
+static void seq_to_msg(const struct vased_seq *s, Vase__SnapshotSeq *m) {
+    vase__snapshot_seq__init(m);
+#define TO_MSG(field, live, kept) m->field = s->live;
+    SEQ_FIELDS(TO_MSG)
+#undef TO_MSG
+    m->resume_token =
+        (ProtobufCBinaryData){.len = sizeof(s->resume_token), .data = (uint8_t *)s->resume_token};
+    /* A restored sequence, or an orphan, has no model (nor name) of its own. */
+    m->model_name = s->model && s->model->name ? s->model->name : (char *)"";
+    m->n_pages = s->n_pages;
+    m->pages = s->pages;
+    m->n_ring_pages = s->n_ring_pages;
+    m->ring_pages = s->ring_pages;
+    m->n_plan_pages = s->n_plan_pages;
+    m->plan_pages = s->plan_pages;
 }
 
-static void put_u32(struct writer *w, uint32_t v) {
-    put(w, &v, sizeof(v));
+/* Whether s is worth keeping: it is on an arena whose memfd the store has. */
+static bool seq_kept(const struct vased *d, const struct vased_seq *s) {
+    return d->restore->stored[s->arena_id];
 }
 
-static void put_u64(struct writer *w, uint64_t v) {
-    put(w, &v, sizeof(v));
-}
-
-/* Padded with zeros to 4 bytes, so that the page lists after it stay aligned. */
-static void put_name(struct writer *w, const char *s) {
-    static const uint8_t zeros[4];
-    size_t n = strnlen(s, VASE_MAX_NAME);
-    put_u32(w, (uint32_t)n);
-    put(w, s, n);
-    put(w, zeros, (4 - n % 4) % 4);
-}
-
-static void put_seq(struct writer *w, const struct vased_seq *s, const char *model) {
-    const struct vase_layout *l = &s->layout;
-    const struct vase_params *p = &s->max_params;
-    uint32_t geo[6] = {l->layers,   l->q_heads,         l->kv_heads,
-                       l->head_dim, (uint32_t)l->dtype, l->block_tokens};
-    uint32_t f[10] = {p->budget, p->window, p->n_sink, p->n_large,          0,
-                      p->rank,   0,         p->smooth, (uint32_t)p->metric, p->protect_prompt};
-    memcpy(&f[4], &p->temperature, sizeof(float));
-    memcpy(&f[6], &p->lambda, sizeof(float));
-    put_u32(w, s->id);
-    put_u32(w, s->arena_id);
-    put_u32(w, (uint32_t)s->owner_uid);
-    put(w, s->resume_token, sizeof(s->resume_token));
-    put(w, geo, sizeof(geo));
-    put_name(w, model);
-    put_u32(w, (uint32_t)s->policy);
-    put(w, f, sizeof(f));
-    put_u32(w, s->prompt_len);
-    put_u64(w, s->seed);
-    put_u32(w, s->mode);
-    put_u32(w, s->slack);
-    put_u32(w, s->min_budget);
-    put_u32(w, s->weight);
-    put_u32(w, s->params.budget);
-    put_u32(w, s->cap_budget);
-    put_u32(w, s->target_budget);
-    put_u32(w, s->budget_changes);
-    put_u32(w, s->len);
-    put_u32(w, s->rounds);
-    put_u64(w, s->position);
-    put_u32(w, s->n_pages);
-    put_u32(w, s->n_ring_pages);
-    put_u32(w, s->n_plan_pages);
-    put(w, s->pages, (size_t)s->n_pages * sizeof(uint32_t));
-    put(w, s->ring_pages, (size_t)s->n_ring_pages * sizeof(uint32_t));
-    put(w, s->plan_pages, (size_t)s->n_plan_pages * sizeof(uint32_t));
-}
-
-/* The sequences worth keeping: those on an arena whose memfd the store has. */
-static uint32_t put_seqs(struct writer *w, const struct vased *d) {
-    const struct vase_restore *rs = d->restore;
-    uint32_t n = 0;
+/* The sequences worth keeping into snap->seqs (pointing into them); free with free_seqs().
+ * 0 or -ENOMEM. */
+static int snapshot_seqs(const struct vased *d, Vase__Snapshot *snap) {
+    size_t n = 0;
     for (const struct vased_client *c = d->reg->clients; c; c = c->next)
         for (const struct vased_seq *s = c->seqs; s; s = s->next)
-            if (rs->stored[s->arena_id]) {
-                put_seq(w, s, s->model ? s->model->name : "");
-                n++;
-            }
+            n += seq_kept(d, s);
     for (const struct vased_seq *s = d->reg->restored; s; s = s->next)
-        if (rs->stored[s->arena_id]) {
-            put_seq(w, s, "");
-            n++;
-        }
-    return n;
+        n += seq_kept(d, s);
+    if (n == 0)
+        return 0;
+    Vase__SnapshotSeq *msgs = calloc(n, sizeof(*msgs));
+    snap->seqs = calloc(n, sizeof(*snap->seqs));
+    if (!msgs || !snap->seqs) {
+        free(msgs);
+        free(snap->seqs);
+        snap->seqs = NULL;
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        snap->seqs[i] = &msgs[i];
+    for (const struct vased_client *c = d->reg->clients; c; c = c->next)
+        for (const struct vased_seq *s = c->seqs; s; s = s->next)
+            if (seq_kept(d, s))
+                seq_to_msg(s, snap->seqs[snap->n_seqs++]);
+    for (const struct vased_seq *s = d->reg->restored; s; s = s->next)
+        if (seq_kept(d, s))
+            seq_to_msg(s, snap->seqs[snap->n_seqs++]);
+    return 0;
+}
+
+static void free_seqs(Vase__Snapshot *snap) {
+    if (snap->n_seqs)
+        free(snap->seqs[0]); /* the array of every message */
+    free(snap->seqs);
+}
+
+/* The snapshot's bytes: the header, then snap packed. 0 or -ENOMEM, -EFBIG. */
+static int pack(const Vase__Snapshot *snap, uint8_t **ret_buf, size_t *ret_len) {
+    size_t len = vase__snapshot__get_packed_size(snap);
+    if (len > MAX_SNAPSHOT_BYTES - HEADER_BYTES)
+        return -EFBIG; /* the reader would refuse it */
+    uint8_t *buf = malloc(HEADER_BYTES + len);
+    if (!buf)
+        return -ENOMEM;
+    uint32_t version = VASE_RESTORE_VERSION, len32 = (uint32_t)len;
+    vase__snapshot__pack(snap, buf + HEADER_BYTES);
+    uint64_t sum = fnv1a(buf + HEADER_BYTES, len);
+    memcpy(buf, MAGIC, 8);
+    memcpy(buf + 8, &version, sizeof(version));
+    memcpy(buf + 12, &len32, sizeof(len32));
+    memcpy(buf + 16, &sum, sizeof(sum));
+    *ret_buf = buf;
+    *ret_len = HEADER_BYTES + len;
+    return 0;
 }
 
 /* A sealed memfd holding buf. */
@@ -736,33 +711,34 @@ void vase_restore_save(struct vased *d) {
             rs->stored[i] = false;
         }
     }
-    struct writer w = {0};
-    uint8_t header[HEADER_BYTES] = {0};
-    put(&w, header, sizeof(header));
-    put_u64(&w, st.incarnation);
-    put(&w, st.stop_id, sizeof(st.stop_id));
+    Vase__Snapshot snap = VASE__SNAPSHOT__INIT;
+    Vase__SnapshotArena arenas[VASED_MAX_ARENAS], *arena_msgs[VASED_MAX_ARENAS];
+    snap.incarnation = st.incarnation;
+    snap.stop_id = (ProtobufCBinaryData){.len = sizeof(st.stop_id), .data = st.stop_id};
     for (uint32_t i = 0; i < d->n_arenas; i++) {
-        put_name(&w, d->arena_names[i]);
-        put_u64(&w, rs->stored[i] ? d->arenas[i]->size : 0);
-        put_u64(&w, d->arenas[i]->granule_bytes);
+        vase__snapshot_arena__init(&arenas[i]);
+        arenas[i].name = (char *)d->arena_names[i];
+        arenas[i].bytes = rs->stored[i] ? d->arenas[i]->size : 0;
+        arenas[i].granule_bytes = d->arenas[i]->granule_bytes;
+        arena_msgs[i] = &arenas[i];
     }
-    uint32_t n_seqs = put_seqs(&w, d);
-    if (w.failed) {
-        free(w.buf);
+    snap.n_arenas = d->n_arenas;
+    snap.arenas = arena_msgs;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int r = snapshot_seqs(d, &snap);
+    if (r == 0)
+        r = pack(&snap, &buf, &len);
+    size_t n_seqs = snap.n_seqs;
+    free_seqs(&snap);
+    if (r == -ENOMEM) {
         log_oom();
         return;
     }
-    uint32_t version = VASE_RESTORE_VERSION, n_arenas = d->n_arenas;
-    uint64_t payload = w.len - HEADER_BYTES, sum = fnv1a(w.buf + HEADER_BYTES, payload);
-    memcpy(w.buf, MAGIC, 8);
-    memcpy(w.buf + 8, &version, 4);
-    memcpy(w.buf + 12, &n_arenas, 4);
-    memcpy(w.buf + 16, &n_seqs, 4);
-    memcpy(w.buf + 24, &payload, 8);
-    memcpy(w.buf + 32, &sum, 8);
     int fd = -1;
-    int r = sealed_memfd(w.buf, w.len, &fd);
-    free(w.buf);
+    if (r == 0)
+        r = sealed_memfd(buf, len, &fd);
+    free(buf);
     if (r == 0) {
         r = store_add("state", fd);
         close(fd);
@@ -771,7 +747,7 @@ void vase_restore_save(struct vased *d) {
         log_error_errno(r, "Cannot store the state snapshot: the sequences will not survive the "
                            "restart: %m");
     else if (r > 0)
-        log_info("State snapshot stored: %u sequences on kept arenas.", n_seqs);
+        log_info("State snapshot stored: %zu sequences on kept arenas.", n_seqs);
 }
 
 void vase_restore_tick(struct vased *d, double now) {

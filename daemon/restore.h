@@ -28,8 +28,9 @@ struct vased_client;
 struct vased_model;
 struct vased_seq;
 
-/* Snapshot format version; a snapshot of another is discarded. */
-#define VASE_RESTORE_VERSION 3u
+/* Snapshot format version, in the header before the Snapshot message of proto/vase.proto (4: the
+ * first that is one); a snapshot of another is discarded. Fields added to the message keep it. */
+#define VASE_RESTORE_VERSION 4u
 
 /* An fd systemd passed under name: taken (1) if it is one the store kept ("arena-N",
  * "state"), else 0 (the caller's). -ENOMEM. */

@@ -5,8 +5,9 @@
  * daemon/restore.c gives it only to a client of the same uid presenting its token, with a model
  * of its geometry, and only once. A kept arena is taken back only with the snapshot of the stop
  * that last stamped it: the test_bound_* play the fd store on a notification socket of its own and
- * replays stale, blank and twice-used pairs. (The fd store and the snapshot file are also tested
- * through a real vased by tests/test_sd_emu.sh.) */
+ * replays stale, blank and twice-used pairs, and snapshots of another format version, cut short,
+ * changed, or with a field a later vased adds. (The fd store and the snapshot file are also
+ * tested through a real vased by tests/test_sd_emu.sh.) */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -392,29 +393,6 @@ static void test_bound_kept(void **state) {
     free(d);
 }
 
-/* A kept sequence keeps its protected prompt: the flag and the prompt's length. */
-static void test_bound_keeps_protect_prompt(void **state) {
-    struct fixture *f = *state;
-    struct store st;
-    struct vased *d = calloc(1, sizeof(*d));
-    const char *log;
-    assert_non_null(d);
-    f->sv.req.params.protect_prompt = 1;
-    f->sv.req.prompt_len = 40;
-    store_open(&st);
-    first_life(f, d, &st, 0xa2);
-    start(d, 0x2222, st.arena, st.state, &log);
-    struct vased_seq *s = vase_registry_find_restored(d->reg, 5);
-    assert_non_null(s);
-    assert_int_equal(s->max_params.protect_prompt, 1);
-    assert_int_equal(s->params.protect_prompt, 1);
-    assert_int_equal(s->prompt_len, 40);
-    stop(d, false);
-    store_drain(&st);
-    store_close(&st);
-    free(d);
-}
-
 /* A snapshot of an earlier stop with the arena as a later one left it; a pair replayed. */
 static void test_bound_stale(void **state) {
     struct store st;
@@ -491,14 +469,193 @@ static void test_bound_blank(void **state) {
     free(d);
 }
 
+/* Every field of a sequence comes back as it was stopped (a protected prompt among them): none
+ * is left out of the snapshot. */
+static void test_bound_every_field(void **state) {
+    struct fixture *f = *state;
+    struct store st;
+    struct vased *d = calloc(1, sizeof(*d));
+    const char *log;
+    assert_non_null(d);
+    f->sv.uid = 4321;
+    f->sv.req.seed = UINT64_C(0x0123456789abcdef);
+    f->sv.req.mode = VASE__MODE__MODE_SYNC;
+    f->sv.req.prompt_len = 17;
+    f->sv.req.params.protect_prompt = 1;
+    f->sv.req.slack = 32;
+    f->sv.req.min_budget = 128;
+    f->sv.req.weight = 9;
+    f->sv.budget = 192;
+    f->sv.cap_budget = 192;
+    f->sv.target_budget = 128;
+    f->sv.budget_changes = 6;
+    f->sv.position = UINT64_C(1) << 40;
+    for (uint32_t i = 0; i < sizeof(f->sv.token); i++)
+        f->sv.token[i] = (uint8_t)(i * 7 + 1);
+    /* At budget 192 it holds the pages of 192 + window + slack tokens. */
+    struct vased_seq_footprint fp;
+    char msg[256];
+    assert_int_equal(vase_registry_footprint_at(&f->layout, &f->sv.req, 192, &fp, msg, sizeof(msg)),
+                     0);
+    f->sv.n_pages = fp.kv_pages;
+    f->sv.len = fp.kv_pages * f->layout.block_tokens - 5;
+    store_open(&st);
+    first_life(f, d, &st, 0xa3);
+    start(d, 0x2222, st.arena, st.state, &log);
+    struct vased_seq *s = vase_registry_find_restored(d->reg, 5);
+    assert_non_null(s);
+    const struct vased_seq_saved *sv = &f->sv;
+    assert_int_equal(s->arena_id, sv->arena_id);
+    assert_int_equal(s->owner_uid, sv->uid);
+    assert_memory_equal(s->resume_token, sv->token, sizeof(sv->token));
+    assert_memory_equal(&s->layout, &sv->layout, sizeof(s->layout));
+    assert_int_equal(s->policy, sv->req.policy);
+    assert_memory_equal(&s->max_params, &sv->req.params, sizeof(s->max_params));
+    assert_int_equal(s->params.protect_prompt, 1);
+    assert_int_equal(s->prompt_len, sv->req.prompt_len);
+    assert_true(s->seed == sv->req.seed);
+    assert_int_equal(s->mode, sv->req.mode);
+    assert_int_equal(s->slack, sv->req.slack);
+    assert_int_equal(s->min_budget, sv->req.min_budget);
+    assert_int_equal(s->weight, sv->req.weight);
+    assert_int_equal(s->params.budget, sv->budget);
+    assert_int_equal(s->max_budget, sv->req.params.budget);
+    assert_int_equal(s->cap_budget, sv->cap_budget);
+    assert_int_equal(s->target_budget, sv->target_budget);
+    assert_int_equal(s->budget_changes, sv->budget_changes);
+    assert_int_equal(s->len, sv->len);
+    assert_int_equal(s->rounds, sv->rounds);
+    assert_true(s->position == sv->position);
+    assert_int_equal(s->n_pages, sv->n_pages);
+    assert_memory_equal(s->pages, sv->pages, sv->n_pages * sizeof(uint32_t));
+    assert_int_equal(s->n_ring_pages, sv->n_ring_pages);
+    assert_int_equal(s->n_plan_pages, sv->n_plan_pages);
+    assert_memory_equal(s->plan_pages, sv->plan_pages, sv->n_plan_pages * sizeof(uint32_t));
+    stop(d, false);
+    store_drain(&st);
+    store_close(&st);
+    free(d);
+}
+
+/* A sealed memfd holding n bytes of p, as the store hands back. */
+static int sealed(const void *p, size_t n) {
+    int fd = memfd_create("vase-state", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, p, n), (ssize_t)n);
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    return fd;
+}
+
+/* The snapshot of a first life as edit leaves it (buf: its bytes, room for 16 more; returns the
+ * new length), handed back with the arena: whether it was kept, and the log in *ret_log. */
+static bool restart_edited(struct fixture *f, size_t (*edit)(uint8_t *buf, size_t len),
+                           char *ret_log, size_t log_size) {
+    struct store st;
+    struct vased *d = calloc(1, sizeof(*d));
+    const char *log;
+    struct stat sb;
+    assert_non_null(d);
+    store_open(&st);
+    first_life(f, d, &st, 0xa4);
+    assert_int_equal(fstat(st.state, &sb), 0);
+    size_t len = (size_t)sb.st_size;
+    uint8_t *buf = malloc(len + 16);
+    assert_non_null(buf);
+    assert_int_equal(pread(st.state, buf, len, 0), (ssize_t)len);
+    int fd = sealed(buf, edit(buf, len));
+    free(buf);
+    start(d, 0x2222, st.arena, fd, &log);
+    snprintf(ret_log, log_size, "%s", log);
+    bool kept = d->reg->n_restored == 1 && first_byte(d) == 0xa4;
+    stop(d, false);
+    store_drain(&st);
+    close(fd);
+    store_close(&st);
+    free(d);
+    return kept;
+}
+
+static void set_u32(uint8_t *p, uint32_t v) {
+    memcpy(p, &v, sizeof(v));
+}
+
+/* The header's length and checksum of the message's len bytes after it. */
+static size_t seal_header(uint8_t *buf, size_t len) {
+    uint64_t h = UINT64_C(14695981039346656037);
+    for (size_t i = 24; i < len; i++)
+        h = (h ^ buf[i]) * UINT64_C(1099511628211);
+    set_u32(buf + 12, (uint32_t)(len - 24));
+    memcpy(buf + 16, &h, sizeof(h));
+    return len;
+}
+
+static size_t unchanged(uint8_t *buf, size_t len) {
+    (void)buf;
+    return len;
+}
+
+/* The format before the snapshot was a protobuf message: the same magic, version 3. */
+static size_t older_version(uint8_t *buf, size_t len) {
+    set_u32(buf + 8, 3);
+    return len;
+}
+
+static size_t cut_short(uint8_t *buf, size_t len) {
+    (void)buf;
+    return len - 1;
+}
+
+/* One byte of the message changed: the checksum no longer matches. */
+static size_t flipped(uint8_t *buf, size_t len) {
+    buf[len / 2] ^= 0xff;
+    return len;
+}
+
+/* The message's bytes replaced by ones that do not unpack (a field of wire type 7), with a
+ * checksum that matches. */
+static size_t garbled(uint8_t *buf, size_t len) {
+    memset(buf + 24, 0xff, len - 24);
+    return seal_header(buf, len);
+}
+
+/* A field a later vased adds (number 15, a varint): what it wrote is read as before. */
+static size_t later_field(uint8_t *buf, size_t len) {
+    buf[len] = 15 << 3;
+    buf[len + 1] = 0x2a;
+    return seal_header(buf, len + 2);
+}
+
+/* The snapshot's format: the message is read through its version, length and checksum; a
+ * snapshot of another version, one cut short or changed, or one protobuf cannot read discards
+ * the arena with the reason; a field added later does not. */
+static void test_bound_format(void **state) {
+    char log[8192];
+    assert_true(restart_edited(*state, unchanged, log, sizeof(log)));
+    assert_true(restart_edited(*state, later_field, log, sizeof(log)));
+    assert_non_null(strstr(log, "kept across the restart"));
+
+    assert_false(restart_edited(*state, older_version, log, sizeof(log)));
+    assert_non_null(strstr(log, "Discarding the state snapshot systemd kept: it has another format "
+                                "version (3; this vased reads 4); starting empty."));
+    assert_non_null(strstr(log, "Discarding the kept memory of arena 0 \"default\": there is no "
+                                "valid state snapshot"));
+    assert_false(restart_edited(*state, cut_short, log, sizeof(log)));
+    assert_non_null(strstr(log, "its length or checksum is wrong (corrupt)"));
+    assert_false(restart_edited(*state, flipped, log, sizeof(log)));
+    assert_non_null(strstr(log, "its length or checksum is wrong (corrupt)"));
+    assert_false(restart_edited(*state, garbled, log, sizeof(log)));
+    assert_non_null(strstr(log, "it does not unpack (corrupt)"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_restore_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bound_kept, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bound_keeps_protect_prompt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bound_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bound_blank, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bound_every_field, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bound_format, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

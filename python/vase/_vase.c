@@ -222,7 +222,8 @@ static int get_floats(PyObject *o, const char *what, Py_buffer *view) {
 static void disconnect_now(ClientObject *self) {
     struct vase_client *c = self->c;
     self->c = NULL;
-    Py_BEGIN_ALLOW_THREADS vase_disconnect(c);
+    Py_BEGIN_ALLOW_THREADS
+        vase_disconnect(c);
     Py_END_ALLOW_THREADS
 }
 
@@ -251,10 +252,12 @@ static int seq_close_now(SeqObject *self, struct errbuf *e) {
         return 0; /* the disconnect frees it, now or when the client's last pin goes */
     int r;
     cl->pins++;
-    Py_BEGIN_ALLOW_THREADS r = vase_seq_close(s);
-    if (r < 0 && e)
-        save_error(cl->c, e);
-    Py_END_ALLOW_THREADS client_unpin(cl);
+    Py_BEGIN_ALLOW_THREADS
+        r = vase_seq_close(s);
+        if (r < 0 && e)
+            save_error(cl->c, e);
+    Py_END_ALLOW_THREADS
+    client_unpin(cl);
     return r;
 }
 
@@ -555,10 +558,12 @@ static PyObject *py_connect(PyObject *mod, PyObject *args, PyObject *kw) {
         .runtime_dir = runtime_dir, .name = name ? name : "python", .timeout_ms = timeout_ms};
     struct vase_client *c = NULL;
     int r;
-    Py_BEGIN_ALLOW_THREADS r = vase_connect(&o, &c);
-    Py_END_ALLOW_THREADS if (r < 0) return raise_vasef(
-        r, "cannot connect to vased in %s",
-        runtime_dir ? runtime_dir : "the default runtime directory");
+    Py_BEGIN_ALLOW_THREADS
+        r = vase_connect(&o, &c);
+    Py_END_ALLOW_THREADS
+    if (r < 0)
+        return raise_vasef(r, "cannot connect to vased in %s",
+                           runtime_dir ? runtime_dir : "the default runtime directory");
     ClientObject *self = PyObject_New(ClientObject, ClientType);
     if (!self) {
         vase_disconnect(c);
@@ -588,10 +593,12 @@ static PyObject *client_ping(ClientObject *self, PyObject *unused) {
         return NULL;
     struct errbuf e;
     int r;
-    Py_BEGIN_ALLOW_THREADS r = vase_ping(self->c);
-    if (r < 0)
-        save_error(self->c, &e);
-    Py_END_ALLOW_THREADS client_unpin(self);
+    Py_BEGIN_ALLOW_THREADS
+        r = vase_ping(self->c);
+        if (r < 0)
+            save_error(self->c, &e);
+    Py_END_ALLOW_THREADS
+    client_unpin(self);
     if (r < 0)
         return raise_vase(r, e.msg);
     Py_RETURN_NONE;
@@ -629,10 +636,12 @@ static PyObject *client_register_model(ClientObject *self, PyObject *args, PyObj
     struct vase_model *m = NULL;
     struct errbuf e;
     int r;
-    Py_BEGIN_ALLOW_THREADS r = vase_model_register(self->c, &g, &m);
-    if (r < 0)
-        save_error(self->c, &e);
-    Py_END_ALLOW_THREADS struct vase_tensor t;
+    Py_BEGIN_ALLOW_THREADS
+        r = vase_model_register(self->c, &g, &m);
+        if (r < 0)
+            save_error(self->c, &e);
+    Py_END_ALLOW_THREADS
+    struct vase_tensor t;
     if (r >= 0 && (r = vase_model_kv_tensor(m, 0, VASE_K, &t)) < 0)
         save_error(self->c, &e);
     client_unpin(self);
@@ -822,10 +831,12 @@ static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
     struct vase_seq *s = NULL;
     struct errbuf e;
     int r;
-    Py_BEGIN_ALLOW_THREADS r = vase_seq_open(self->client->c, self->m, &cfg, &s);
-    if (r < 0)
-        save_error(self->client->c, &e);
-    Py_END_ALLOW_THREADS SeqObject *so = NULL;
+    Py_BEGIN_ALLOW_THREADS
+        r = vase_seq_open(self->client->c, self->m, &cfg, &s);
+        if (r < 0)
+            save_error(self->client->c, &e);
+    Py_END_ALLOW_THREADS
+    SeqObject *so = NULL;
     if (r >= 0) {
         so = PyObject_New(SeqObject, SeqType);
         if (so) {
@@ -839,7 +850,8 @@ static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
             so->id = vase_seq_id(s);
             so->policy = cfg.policy;
         } else {
-            Py_BEGIN_ALLOW_THREADS vase_seq_close(s);
+            Py_BEGIN_ALLOW_THREADS
+                vase_seq_close(s);
             Py_END_ALLOW_THREADS
         }
     }
@@ -961,10 +973,12 @@ static int seq_call(SeqObject *self, int (*fn)(struct vase_seq *, uint32_t), uin
         return -1;
     struct errbuf e;
     int r;
-    Py_BEGIN_ALLOW_THREADS r = fn(self->s, arg);
-    if (r < 0)
-        save_error(self->client->c, &e);
-    Py_END_ALLOW_THREADS seq_leave(self);
+    Py_BEGIN_ALLOW_THREADS
+        r = fn(self->s, arg);
+        if (r < 0)
+            save_error(self->client->c, &e);
+    Py_END_ALLOW_THREADS
+    seq_leave(self);
     if (r < 0) {
         raise_vase(r, e.msg);
         return -1;
@@ -1046,10 +1060,12 @@ static PyObject *seq_push_stats(SeqObject *self, PyObject *args, PyObject *kw) {
     }
     struct errbuf e;
     int r;
-    Py_BEGIN_ALLOW_THREADS r = vase_seq_push_stats(self->s, layer, k, view.buf, len);
-    if (r < 0)
-        save_error(self->client->c, &e);
-    Py_END_ALLOW_THREADS seq_leave(self);
+    Py_BEGIN_ALLOW_THREADS
+        r = vase_seq_push_stats(self->s, layer, k, view.buf, len);
+        if (r < 0)
+            save_error(self->client->c, &e);
+    Py_END_ALLOW_THREADS
+    seq_leave(self);
     PyBuffer_Release(&view);
     if (r < 0)
         return raise_vase(r, e.msg);
@@ -1228,8 +1244,10 @@ static PyObject *seq_get_closed(SeqObject *self, void *c) {
         if (seq_enter(self) < 0)                                                                   \
             return NULL;                                                                           \
         type v;                                                                                    \
-        Py_BEGIN_ALLOW_THREADS v = vase_seq_##name(self->s);                                       \
-        Py_END_ALLOW_THREADS seq_leave(self);                                                      \
+        Py_BEGIN_ALLOW_THREADS                                                                     \
+            v = vase_seq_##name(self->s);                                                          \
+        Py_END_ALLOW_THREADS                                                                       \
+        seq_leave(self);                                                                           \
         return conv(v);                                                                            \
     }
 SEQ_GET(len, uint32_t, PyLong_FromUnsignedLong)
@@ -1255,8 +1273,10 @@ static PyObject *seq_get_stats(SeqObject *self, void *c) {
     if (seq_enter(self) < 0)
         return NULL;
     struct vase_seq_stats st = {0};
-    Py_BEGIN_ALLOW_THREADS vase_seq_get_stats(self->s, &st);
-    Py_END_ALLOW_THREADS seq_leave(self);
+    Py_BEGIN_ALLOW_THREADS
+        vase_seq_get_stats(self->s, &st);
+    Py_END_ALLOW_THREADS
+    seq_leave(self);
     return Py_BuildValue("{sKsKsdsdsdsK}", "evictions", (unsigned long long)st.evictions, "stalls",
                          (unsigned long long)st.stalls, "stall_seconds", st.stall_seconds,
                          "compact_seconds", st.compact_seconds, "last_plan_seconds",
