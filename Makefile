@@ -424,7 +424,8 @@ LIBVASE_SRCS := $(filter-out $(VASECTL_SRCS) $(CUDA_ARENA_EXCLUDED),$(wildcard c
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)
 LIBVASE_A := $(BUILD)/libvase.a
 LIBVASE_SO := $(BUILD)/libvase.so
-# The SONAME's number: libvase.so.$(LIBVASE_SOVERSION) (README, "Versions and compatibility").
+# The SONAME's number: libvase.so.$(LIBVASE_SOVERSION) (docs/operating.md, "Versions and
+# compatibility").
 LIBVASE_SOVERSION := 1
 LIBVASE_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) -lm $(LIBVASE_CUDA_LIBS)
 VASECTL := $(BUILD)/vasectl
@@ -814,6 +815,8 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
 DOCDIR ?= $(PREFIX)/share/doc/vase
+# The documentation beside the README, installed as DOCDIR/docs/ so that the README's links hold.
+DOC_FILES := $(wildcard docs/*.md)
 SYSCONFDIR ?= /etc
 PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
 UNITDIR ?= $(LIBDIR)/systemd/system
@@ -875,7 +878,7 @@ D := $(DESTDIR)
 install: $(INSTALL_DEPS)
 	$(call say,INSTALL,$(D)$(PREFIX))
 	$(Q)$(INSTALL) -d $(D)$(BINDIR) $(D)$(LIBDIR)/pkgconfig $(D)$(INCLUDEDIR)/vase $(D)$(UNITDIR) \
-	  $(D)$(SYSUSERSDIR) $(D)$(TMPFILESDIR) $(D)$(SYSCONFDIR)/vase $(D)$(DOCDIR) \
+	  $(D)$(SYSUSERSDIR) $(D)$(TMPFILESDIR) $(D)$(SYSCONFDIR)/vase $(D)$(DOCDIR)/docs \
 	  $(D)$(SYSCONFDIR)/vase/vased.conf.d
 	$(Q)$(INSTALL) -m 755 $(VASED) $(VASECTL) $(D)$(BINDIR)/
 	$(Q)$(INSTALL) -m 644 $(LIBVASE_SO) $(D)$(LIBDIR)/$(LIBVASE_FILE)
@@ -894,6 +897,7 @@ install: $(INSTALL_DEPS)
 	$(Q)[ -e $(D)$(SYSCONFDIR)/vase/vased.conf ] || \
 	  $(INSTALL) -m 644 systemd/vased.conf $(D)$(SYSCONFDIR)/vase/vased.conf
 	$(Q)$(INSTALL) -m 644 README.md $(D)$(DOCDIR)/
+	$(Q)$(INSTALL) -m 644 $(DOC_FILES) $(D)$(DOCDIR)/docs/
 	$(Q)for p in $(MAN_PAGES); do s=$${p##*.}; \
 	  $(INSTALL) -d $(D)$(MANDIR)/man$$s && $(INSTALL) -m 644 $$p $(D)$(MANDIR)/man$$s/ || exit 1; \
 	done
@@ -907,6 +911,7 @@ INSTALLED_FILES = $(addprefix $(BINDIR)/,vased vasectl) \
   $(addprefix $(LIBDIR)/,$(LIBVASE_FILE) $(LIBVASE_SONAME) libvase.so libvase.a pkgconfig/vase.pc) \
   $(addprefix $(INCLUDEDIR)/vase/,$(notdir $(PUBLIC_HEADERS))) $(UNITDIR)/vased.service \
   $(UNITDIR)/vased.socket $(SYSUSERSDIR)/vase.conf $(TMPFILESDIR)/vase.conf $(DOCDIR)/README.md \
+  $(addprefix $(DOCDIR)/,$(DOC_FILES)) \
   $(MANDIR)/man8/vased.8 $(MANDIR)/man1/vasectl.1 $(MANDIR)/man3/libvase.3 \
   $(MANDIR)/man5/vased.conf.5 \
   $(addprefix $(PYTHONDIR)/vase/,$(notdir $(PY_FILES) $(PY_EXT)))
@@ -919,7 +924,7 @@ uninstall:
 	  rm -f $(D)$(SYSCONFDIR)/vase/vased.conf; \
 	elif [ -e $(D)$(SYSCONFDIR)/vase/vased.conf ]; then \
 	  echo "  KEEP    $(D)$(SYSCONFDIR)/vase/vased.conf (edited)"; fi
-	$(Q)rmdir $(D)$(INCLUDEDIR)/vase $(D)$(DOCDIR) $(D)$(PYTHONDIR)/vase \
+	$(Q)rmdir $(D)$(INCLUDEDIR)/vase $(D)$(DOCDIR)/docs $(D)$(DOCDIR) $(D)$(PYTHONDIR)/vase \
 	  $(D)$(SYSCONFDIR)/vase/vased.conf.d $(D)$(SYSCONFDIR)/vase 2>/dev/null || true
 
 # ---- deb ----
@@ -957,7 +962,7 @@ ifeq ($(HAVE_PY_HEADERS),1)
 	$(Q)$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DEB_STAGE)) PREFIX=/usr
 	$(Q)VERSION='$(VERSION)' ARCH='$(DEB_ARCH)' MAINTAINER='$(DEB_MAINTAINER)' DATE='$(DEB_DATE)' \
 	  SOVERSION='$(LIBVASE_SOVERSION)' EXAMPLES='$(DEB_EXAMPLES)' \
-	  EXAMPLES_MK=packaging/deb/examples.mk LICENSE=LICENSE README=README.md \
+	  EXAMPLES_MK=packaging/deb/examples.mk LICENSE=LICENSE \
 	  PACKAGING=packaging/deb DEV_DEPENDS='$(DEB_DEV_DEPENDS)' \
 	  packaging/deb/build-debs.sh $(DEB_STAGE) $(DEB_DIR)
 	$(Q)rm -rf $(DEB_STAGE)
@@ -1059,6 +1064,8 @@ check: all $(VENV_STAMP)
 	echo "  SETUP   tests/test_setup.sh"; tests/test_setup.sh; result $$? tests/test_setup.sh; \
 	echo "  PROTO   tests/test_proto_abi.sh: vase.proto against the released schema"; \
 	  tests/test_proto_abi.sh; result $$? tests/test_proto_abi.sh; \
+	echo "  LINKS   tests/check_links.py: README.md and docs/*.md"; $(PYTHON) tests/check_links.py; \
+	  result $$? tests/check_links.py; \
 	echo "  SOCKET  tests/test_sd_emu.sh"; BUILD=$(BUILD) tests/test_sd_emu.sh; \
 	  result $$? tests/test_sd_emu.sh; \
 	if [ -z "$(SANITIZE)" ]; then \
@@ -1080,8 +1087,8 @@ check: all $(VENV_STAMP)
 	  awk '/ evictions, / {found = $$1 > 0} END {exit !found}' $(BUILD)/readme_engine.out; \
 	  rc=$$?; cat $(BUILD)/readme_engine.out; \
 	  result $$rc "the README's engine"; \
-	if [ "$(BUILD)" = build ]; then echo "  README  the elastic budgets example"; \
-	  tests/readme_elastic.sh; result $$? "the README's elastic budgets example"; fi; \
+	if [ "$(BUILD)" = build ]; then echo "  DOCS    the elastic budgets example of docs/engines.md"; \
+	  tests/readme_elastic.sh; result $$? "the elastic budgets example of docs/engines.md"; fi; \
 	echo "  TOP     tests/test_top_tmux.sh: vasectl top in a tmux terminal and into a pipe"; \
 	  BUILD=$(BUILD) tests/test_top_tmux.sh; result $$? tests/test_top_tmux.sh; \
 	echo "  LOADGEN examples/loadgen/run.sh --quick: static and elastic budgets, private daemon"; \
@@ -1113,6 +1120,10 @@ VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-
 check-valgrind: all
 	$(Q)$(MAKE) --no-print-directory check TEST_WRAPPER="$(VALGRIND)"
 
+# The links of README.md and docs/*.md, and the README's length (also part of make check).
+check-links:
+	$(Q)$(PYTHON) tests/check_links.py
+
 bench: $(BENCH_KERNELS)
 	$(Q)BENCH=$(BENCH_KERNELS) tests/bench_table.sh
 
@@ -1128,7 +1139,7 @@ format-check: | $(DEPS_STAMP)
 format: | $(DEPS_STAMP)
 	$(Q)clang-format -i $(FORMAT_FILES)
 
-.PHONY: all check check-valgrind check-proto-abi bench clean deps format format-check
+.PHONY: all check check-links check-valgrind check-proto-abi bench clean deps format format-check
 .DEFAULT_GOAL := all
 
 -include $(shell find $(BUILD) -name '*.d' -type f 2>/dev/null)

@@ -75,7 +75,7 @@ int vase__chan_new(const struct vase__chan_options *o, struct vase__chan **ret) 
         goto fail_ctx;
     }
     /* Linger 0: a message the daemon never took is dropped at close instead of holding the
-     * process at exit (LESSONS.md, "Liveness"). */
+     * process at exit (docs/ARCHITECTURE.md, "Liveness"). */
     if ((r = set_int(ch->sock, ZMQ_LINGER, 0)) < 0 ||
         (r = set_int(ch->sock, ZMQ_SNDTIMEO, o->timeout_ms)) < 0 ||
         (r = set_int(ch->sock, ZMQ_RCVTIMEO, o->timeout_ms)) < 0 ||

@@ -5,7 +5,7 @@
  * and one mutex that serialises every call. The client owns its models and sequences; freeing
  * it frees them. Once the daemon is seen to be gone or restarted, the client is dead and every
  * call returns that error without touching a socket: its memory is valid only for the
- * incarnation that handed it out (LESSONS.md, "Liveness").
+ * incarnation that handed it out (docs/ARCHITECTURE.md, "Liveness").
  */
 
 #include <errno.h>

@@ -6,7 +6,8 @@
  *
  * Mappings are process-wide: a legacy IPC handle can be opened only once per process, so two
  * clients of one daemon in one process share one mapping, reference-counted, in a cache keyed
- * by (arena id, daemon incarnation), never by address (LESSONS.md). The last reference unmaps
+ * by (arena id, daemon incarnation), never by address (docs/ARCHITECTURE.md, "Memory that other
+ * processes have mapped"). The last reference unmaps
  * (cudaIpcCloseMemHandle, or cuMemUnmap + cuMemAddressFree) before the session socket closes,
  * so the daemon never sees a session end while this process still maps its memory; the daemon
  * frees the memory only at its exit. The cache and its mutex are the library's only process-wide

@@ -26,7 +26,8 @@ struct vase_plan_layout;
 /*
  * Maps device arena a for this process, or takes another reference on the mapping this process
  * already has for (a->id, incarnation): a legacy IPC handle may be opened only once per process,
- * and a cache keyed by address would mistake a new allocation for an old one (LESSONS.md). Sets
+ * and a cache keyed by address would mistake a new allocation for an old one
+ * (docs/ARCHITECTURE.md, "Memory that other processes have mapped"). Sets
  * a->map (device address), a->device and a->mapping; a cuda-vmm fd is closed once imported.
  * On failure msg (msg_len bytes) says why, for vase_last_error(). Thread-safe.
  */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * The engine's side of the eviction cycle (ARCHITECTURE.md, PROTOCOL.md "The eviction cycle").
+ * The engine's side of the eviction cycle (docs/ARCHITECTURE.md and PROTOCOL.md, "The eviction
+ * cycle").
  * A sequence counts the tokens the engine appends, sends an EvictRequest when the trigger of
  * ALGORITHM.md fires, and applies the plan the daemon writes into the plan area: compaction of
  * every layer's K and V, then EvictCommit, whose reply carries the block table from then on.

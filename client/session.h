@@ -71,8 +71,8 @@ int vase__session_open(const char *runtime_dir, const char *name, int timeout_ms
                        struct vase__session *s);
 /* Unmaps every arena (device arenas: drops this session's reference on the process-wide
  * mapping, closing the handle with the last one), then closes the socket (in that order:
- * LESSONS.md, "Memory"), and frees the copies. Accepts a session set up by vase__session_init() and
- * never opened. */
+ * docs/ARCHITECTURE.md, "Memory that other processes have mapped"), and frees the copies.
+ * Accepts a session set up by vase__session_init() and never opened. */
 void vase__session_close(struct vase__session *s);
 /* A session that holds nothing, safe to close. */
 void vase__session_init(struct vase__session *s);

@@ -213,7 +213,7 @@ struct vase_tensor {
  * elements; the last three dimensions are contiguous. Valid as long as the client. Index it
  * with a sequence's block table: FlashAttention's flash_attn_with_kvcache(q, k_cache, v_cache,
  * block_table=...), vLLM's paged attention and FlashInfer's paged KV (NHD layout) take it as is
- * (README, "Attention kernels"). 0, or -EINVAL for a layer out of range.
+ * (docs/engines.md, "Attention kernels"). 0, or -EINVAL for a layer out of range.
  */
 int vase_model_kv_tensor(const struct vase_model *m, uint32_t layer, enum vase_kv kv,
                          struct vase_tensor *ret);

@@ -6,8 +6,8 @@
  * of them that start in g; n_free_granules counts the granules with owner 0; used_bytes sums the
  * bytes of allocated pages; a leaf of a class's bitmap exists exactly while it has a page
  * allocated. A reservation that cannot complete releases what it took before returning, through
- * the same path as a release, so no error leaves a half-done operation behind (LESSONS.md:
- * partial allocations leaked in kvcached).
+ * the same path as a release, so no error leaves a half-done operation behind
+ * (docs/ARCHITECTURE.md, "One budget, several engines").
  *
  * Placement: a class first fills holes in the granules it owns, then takes pages that extend
  * its granules into free ones, then pages from the free granules on, lowest address first; so

@@ -5,8 +5,8 @@
  * and growing, so that a client which maps it can never be made to fault by a truncate, and
  * sealed against further sealing so that no client can change that; the daemon maps it
  * MAP_SHARED and passes the fd to clients. The memory lives until the daemon frees the arena
- * at exit, after every session is gone (LESSONS.md, "Memory that other processes have
- * mapped"). The memfd is one page longer than the arena: the stamp page (arena.h), which
+ * at exit, after every session is gone (docs/ARCHITECTURE.md, "Memory that other processes
+ * have mapped"). The memfd is one page longer than the arena: the stamp page (arena.h), which
  * neither the daemon's mapping nor a client's covers; the stamp is read and written with
  * pread/pwrite.
  *

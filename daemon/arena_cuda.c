@@ -2,7 +2,7 @@
 
 /*
  * The CUDA backends: an arena in the memory of one GPU, shared in one of two ways
- * (ARCHITECTURE.md "Memory", LESSONS.md "Memory that other processes have mapped"):
+ * (docs/ARCHITECTURE.md, "Memory" and "Memory that other processes have mapped"):
  *
  *   cuda-ipc  one plain cudaMalloc() allocation, exported by a legacy CUDA IPC handle of its
  *             base (clients add offsets). Plain, because legacy handles fail, sometimes

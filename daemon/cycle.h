@@ -2,10 +2,10 @@
 #pragma once
 
 /*
- * The daemon's half of the eviction cycle (ARCHITECTURE.md), mirroring client/seq.c: an
- * EvictRequest becomes a plan run for the evictor, a finished run becomes an EvictPlan, an
- * EvictCommit compacts the sequence's statistics and releases its surplus pages; AttnStats feed
- * the statistics the plans read.
+ * The daemon's half of the eviction cycle (docs/ARCHITECTURE.md, "The eviction cycle"),
+ * mirroring client/cycle.c: an EvictRequest becomes a plan run for the evictor, a finished run
+ * becomes an EvictPlan, an EvictCommit compacts the sequence's statistics and releases its
+ * surplus pages; AttnStats feed the statistics the plans read.
  */
 
 #include "vase.pb-c.h"

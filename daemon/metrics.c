@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Prometheus metrics (README "Metrics" lists each one). The main loop counts into struct
+ * Prometheus metrics (docs/metrics.md lists each one). The main loop counts into struct
  * vase_metrics as things happen; a scrape renders every family from those counters and from the
  * live state (arenas, registry, evictor queue) on the main thread, so nothing here takes a lock
  * and nothing is copied between threads. Counters only grow over the daemon's life: SIGHUP and

@@ -1,16 +1,16 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# Runs the README's elastic budgets example ("Try it with two engines") as written, from the
+# Runs the elastic budgets example of docs/engines.md ("Try it with two engines") as written, from the
 # repository root, and checks that it ends well: both engines decode all their steps and every
 # command succeeds. Whether the second engine found the arena full (and the first one's budgets
 # went down) depends on timing the example leaves to sleeps, so it is shown, not checked; the
 # mechanism itself is tested by tests/test_integration_elastic.c.
 set -u
 cd "$(dirname "$0")/.."
-block=$(awk '/^Try it with two engines/ {f = 1} f && /^```sh$/ {g = 1; next} g && /^```$/ {exit} g {print}' README.md)
+block=$(awk '/^Try it with two engines/ {f = 1} f && /^```sh$/ {g = 1; next} g && /^```$/ {exit} g {print}' docs/engines.md)
 if [ -z "$block" ]; then
-    echo "readme_elastic: no elastic example in README.md" >&2
+    echo "readme_elastic: no elastic example in docs/engines.md" >&2
     exit 1
 fi
 out=$(mktemp)

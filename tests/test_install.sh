@@ -61,6 +61,8 @@ expected() {
         /usr/lib/tmpfiles.d/vase.conf /etc/vase/vased.conf /usr/share/doc/vase/README.md \
         /usr/lib/python3/dist-packages/vase/__init__.py \
         /usr/lib/python3/dist-packages/vase/_vase.abi3.so
+    # The documentation beside the README, every file of the tree's docs/.
+    printf '/usr/share/doc/vase/%s\n' docs/*.md
     if [ "$have_man" = 1 ]; then
         printf '%s\n' /usr/share/man/man8/vased.8 /usr/share/man/man1/vasectl.1 \
             /usr/share/man/man3/libvase.3 /usr/share/man/man5/vased.conf.5
@@ -89,6 +91,15 @@ cmp -s systemd/vased.conf "$root/etc/vase/vased.conf" ||
     { echo "/etc/vase/vased.conf is not systemd/vased.conf" >>"$out"; status=1; }
 [ -d "$root/etc/vase/vased.conf.d" ] ||
     { echo "no drop-in directory /etc/vase/vased.conf.d" >>"$out"; status=1; }
+[ -f docs/ARCHITECTURE.md ] && [ -f docs/metrics.md ] ||
+    { echo "the tree has no docs/ARCHITECTURE.md or docs/metrics.md" >>"$out"; status=1; }
+for f in README.md docs/*.md; do
+    cmp -s "$f" "$root/usr/share/doc/vase/$f" ||
+        { echo "/usr/share/doc/vase/$f is not the tree's $f" >>"$out"; status=1; }
+done
+[ "$(cd "$root/usr/share/doc/vase" && find . -type f | sort)" = \
+    "$( (echo ./README.md; printf './%s\n' docs/*.md) | sort)" ] ||
+    { echo "/usr/share/doc/vase holds other files than README.md and docs/*.md" >>"$out"; status=1; }
 result "make install DESTDIR PREFIX=/usr: $(expected | wc -l) files, the drop-in directory" "$status" "$out"
 
 # 2. A program built against the staged tree through pkg-config.
@@ -210,7 +221,7 @@ if [ "$status" = 0 ]; then
     while read -r f; do
         case $f in
         /usr/share/man/*) f=$f.gz ;;
-        /usr/share/doc/vase/README.md) f=/usr/share/doc/vased/README.md ;;
+        /usr/share/doc/vase/*) f=/usr/share/doc/vased/${f#/usr/share/doc/vase/} ;;
         esac
         grep -qx "$f" "$tmp/deb.list" || { echo "not in the packages: $f" >>"$out"; status=1; }
     done < <(expected)

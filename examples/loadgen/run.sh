@@ -8,7 +8,7 @@
 # arena, runs build/examples/loadgen against it (the same seeded arrivals with static budgets,
 # then elastic ones), checks with vasectl that the arena is empty afterwards, and plots the
 # occupancy (examples/loadgen/plot.py). Writes the CSV files, table.md and occupancy.png to DIR
-# (default examples/loadgen/results, the run the README shows). --quick is the short run of
+# (default examples/loadgen/results, the run docs/performance.md shows). --quick is the short run of
 # `make check`: 2.5 s of arrivals per mode on a 16 MiB arena, into build/loadgen-quick unless
 # --out says otherwise. The exit status is loadgen's (1 when a run was inconsistent: an arrival
 # not accounted for, a sequence that failed, an arena not empty afterwards; the files are
@@ -47,7 +47,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-# The measurement of the README (examples/loadgen/results): 30 s of arrivals per mode, static
+# The measurement of docs/performance.md (examples/loadgen/results): 30 s of arrivals per mode, static
 # and elastic with min_budget half and a quarter of the budget.
 loadgen_args=(--duration=30 "--min-frac=0.5,0.25")
 if [ "$quick" = 1 ]; then

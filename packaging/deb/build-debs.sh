@@ -6,7 +6,7 @@
 # environment below). The packages, as Debian splits a library and its daemon:
 #
 #   vased         vased and vasectl, the units, the sysusers and tmpfiles files, /etc/vase/vased.conf
-#                 (a conffile), vased(8), vasectl(1), vased.conf(5), the README
+#                 (a conffile), vased(8), vasectl(1), vased.conf(5), the README and docs/
 #   libvaseN      the shared library libvase.so.N (N: SOVERSION), with its shlibs file
 #   libvase-dev   the headers, libvase.so, libvase.a, vase.pc, libvase(3), and the example engines'
 #                 sources with a Makefile that builds them with pkg-config alone; its Depends bring
@@ -22,7 +22,7 @@
 #
 # Environment: VERSION, ARCH, MAINTAINER, DATE (seconds since the epoch, for the changelogs),
 # SOVERSION, EXAMPLES (the example engines' sources), EXAMPLES_MK (their Makefile), LICENSE,
-# README, PACKAGING (packaging/deb), DEV_DEPENDS (more Depends of libvase-dev).
+# PACKAGING (packaging/deb), DEV_DEPENDS (more Depends of libvase-dev).
 
 set -euo pipefail
 
@@ -32,7 +32,7 @@ if [ $# != 2 ]; then
 fi
 stage=$(realpath -e "$1")
 out=$2
-for v in VERSION ARCH MAINTAINER DATE SOVERSION EXAMPLES EXAMPLES_MK LICENSE README PACKAGING; do
+for v in VERSION ARCH MAINTAINER DATE SOVERSION EXAMPLES EXAMPLES_MK LICENSE PACKAGING; do
     [ -n "${!v:-}" ] || { echo "$0: $v is not set" >&2; exit 2; }
 done
 DEV_DEPENDS=${DEV_DEPENDS:-}
@@ -119,7 +119,10 @@ take vased usr/bin usr/lib/systemd usr/lib/sysusers.d usr/lib/tmpfiles.d etc/vas
 for s in 1 5 8; do
     [ -d "$stage/usr/share/man/man$s" ] && take vased "usr/share/man/man$s"
 done
-rm -rf "$stage/usr/share/doc/vase" # the README again, below, with each package's documents
+# The README and docs/ as make install staged them, in vased's documents.
+[ -f "$stage/usr/share/doc/vase/README.md" ] || die "usr/share/doc/vase/README.md is not in the staged tree"
+mkdir -p "$work/vased/usr/share/doc/vased"
+mv "$stage"/usr/share/doc/vase/* "$work/vased/usr/share/doc/vased/"
 find "$stage" -depth -type d -empty -delete
 left=$(cd "$stage" 2>/dev/null && find . ! -type d | sort) || left=
 [ -z "$left" ] || die "files of the staged tree no package claims: $left"
@@ -131,7 +134,6 @@ strip --remove-section=.comment --remove-section=.note --strip-unneeded \
     "$work/$lib/usr/lib/libvase.so.$VERSION" "$work"/python3-vase/usr/lib/python3/dist-packages/vase/*.so
 
 for p in vased "$lib" libvase-dev python3-vase vase; do docs "$p"; done
-install -m 644 "$README" "$work/vased/usr/share/doc/vased/README.md"
 ex=$work/libvase-dev/usr/share/doc/libvase-dev/examples
 mkdir -p "$ex"
 # shellcheck disable=SC2086

@@ -37,8 +37,9 @@ def tiny(family: str, seed: int = 0, vocab: int = 300):
 
 
 def document(n: int) -> torch.Tensor:
-    """The first n tokens of the repository's README as the shipped tokenizer reads it."""
-    with open(os.path.join(REPO, "README.md"), "rb") as f:
+    """The first n tokens of the protocol's specification (proto/PROTOCOL.md, over 40 KB) as the
+    shipped tokenizer reads it."""
+    with open(os.path.join(REPO, "proto", "PROTOCOL.md"), "rb") as f:
         data = f.read(n)
     ids = torch.tensor([BOS] + list(data[: n - 1]), dtype=torch.long)
     assert ids.numel() == n
