@@ -333,7 +333,7 @@ CUDA_ARENA_TEST_SRCS := tests/test_daemon_cuda_arena.c tests/test_daemon_cuda_pl
                         tests/test_client_cuda.c
 
 ifeq ($(HAVE_CUDA),1)
-CUDA_ARENA_EXCLUDED := daemon/arena_nocuda.c daemon/planner_nocuda.c client/nocuda.c
+CUDA_ARENA_EXCLUDED := daemon/core/arena_nocuda.c daemon/planner_nocuda.c client/nocuda.c
 DAEMON_CUDA_LIBS = $(CUDA_LIB) $(KERNEL_LIB) $(CUDA_LIBS) -lm
 LIBVASE_CUDA_OBJS := $(addprefix $(BUILD)/kernels/,compact_cuda.cu.o runtime_cuda.cu.o) \
                      $(CUDA_HOST_OBJS)
@@ -341,7 +341,7 @@ LIBVASE_CUDA_LIBS = $(CUDA_LIBS)
 CUDA_ARENA_TESTS := $(CUDA_ARENA_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 MOCK_CUDA_OBJ := $(BUILD)/tests/mock_cuda.o
 
-$(BUILD)/daemon/arena_cuda.o $(BUILD)/daemon/planner_cuda.o $(BUILD)/client/cuda.o \
+$(BUILD)/daemon/core/arena_cuda.o $(BUILD)/daemon/planner_cuda.o $(BUILD)/client/cuda.o \
 $(MOCK_CUDA_OBJ) $(CUDA_ARENA_TESTS:%=%.o): CPPFLAGS += -I$(CUDA_INC)
 
 # Everything that links vased's archive links the kernels' archives too.
@@ -374,7 +374,7 @@ $(BUILD)/tests/test_client_cuda: $(BUILD)/tests/test_client_cuda.o $(MOCK_CUDA_O
 # test_daemon_cuda_arena also starts the real vased (no GPU here: it must refuse cuda:0).
 $(BUILD)/tests/test_daemon_cuda_arena: | $(BUILD)/vased
 else
-CUDA_ARENA_EXCLUDED := daemon/arena_cuda.c daemon/planner_cuda.c client/cuda.c
+CUDA_ARENA_EXCLUDED := daemon/core/arena_cuda.c daemon/planner_cuda.c client/cuda.c
 DAEMON_CUDA_LIBS :=
 LIBVASE_CUDA_OBJS :=
 LIBVASE_CUDA_LIBS :=
@@ -417,8 +417,8 @@ MHD_LIBS := -lmicrohttpd
 LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o layout.o)
 # and the daemon's allocator, pure (no I/O, no state but its own), with which vase_size_seq()
 # (client/size.c) places sequences in an arena exactly as vased does.
-LIBVASE_KERNEL_OBJS += $(BUILD)/daemon/alloc.o
-$(BUILD)/client/size.o: CPPFLAGS += -Idaemon
+LIBVASE_KERNEL_OBJS += $(BUILD)/daemon/core/alloc.o
+$(BUILD)/client/size.o: CPPFLAGS += -Idaemon/core
 VASECTL_SRCS := $(wildcard client/vasectl*.c)
 LIBVASE_SRCS := $(filter-out $(VASECTL_SRCS) $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)
@@ -583,8 +583,11 @@ wheel: $(VENV_STAMP) $(PY_SETUP_JSON) $(LIBVASE_DIST_A) $(PUBLIC_STAMP)
 
 # ---- daemon/: vased -------------------------------------------------------------------
 
-DAEMON_SRCS := $(filter-out $(CUDA_ARENA_EXCLUDED),$(wildcard daemon/*.c))
+DAEMON_SRCS := $(filter-out $(CUDA_ARENA_EXCLUDED),$(wildcard daemon/*.c daemon/*/*.c))
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
+# The daemon's folders are its layers (tests/check_layers.sh): a file names a header of another
+# folder by its folder ("core/registry.h"), found through -Idaemon; the unit tests do the same.
+$(BUILD)/daemon/%.o $(BUILD)/tests/%.o: CPPFLAGS += -Idaemon
 DAEMON_LIB := $(BUILD)/libvased.a
 VASED := $(BUILD)/vased
 DAEMON_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) $(INIH_LIBS) $(MHD_LIBS) $(BLAS_LIBS) -lm \

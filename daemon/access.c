@@ -11,8 +11,8 @@
 #include <stdlib.h>
 
 #include "access.h"
-#include "allow.h"
-#include "registry.h"
+#include "core/allow.h"
+#include "core/registry.h"
 #include "state.h"
 
 int vase_access_lookup(const struct vased *d, const struct ucred *cred, struct vased_peer *ret) {

@@ -22,13 +22,13 @@
 #include <zmq.h>
 
 #include "access.h"
-#include "arena.h"
+#include "core/arena.h"
 #include "clients.h"
 #include "drain.h"
-#include "log.h"
+#include "core/log.h"
 #include "publish.h"
-#include "registry.h"
-#include "session.h"
+#include "core/registry.h"
+#include "core/session.h"
 #include "state.h"
 #include "wire.h"
 

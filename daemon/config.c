@@ -22,10 +22,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "balance.h"
+#include "core/balance.h"
 #include "config.h"
 #include "config_internal.h"
-#include "log.h"
+#include "core/log.h"
 
 #define OFF(field) offsetof(struct vase_config, field)
 

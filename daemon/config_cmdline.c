@@ -18,7 +18,7 @@
 
 #include "config.h"
 #include "config_internal.h"
-#include "log.h"
+#include "core/log.h"
 
 void vase_config_help(FILE *f, const char *program) {
     fprintf(f,

@@ -28,7 +28,7 @@
 
 #include "config.h"
 #include "config_internal.h"
-#include "log.h"
+#include "core/log.h"
 
 static int compare_names(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);

@@ -32,7 +32,7 @@
 
 #include "config.h"
 #include "config_internal.h"
-#include "log.h"
+#include "core/log.h"
 
 /*
  * The format is libinih's: lines starting with '#' or ';' are comments; "[vased]" opens the

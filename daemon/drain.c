@@ -22,11 +22,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "arena.h"
+#include "core/arena.h"
 #include "drain.h"
-#include "log.h"
+#include "core/log.h"
 #include "publish.h"
-#include "registry.h"
+#include "core/registry.h"
 #include "state.h"
 
 #ifndef SYS_pidfd_open

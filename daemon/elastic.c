@@ -13,15 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "admitq.h"
-#include "alloc.h"
-#include "balance.h"
+#include "core/admitq.h"
+#include "core/alloc.h"
+#include "core/balance.h"
 #include "elastic.h"
-#include "log.h"
-#include "registry.h"
+#include "core/log.h"
+#include "core/registry.h"
 #include "state.h"
 #include "vase.pb-c.h"
-#include "events.h"
+#include "core/events.h"
 
 struct vase_params vase_elastic_params(const struct vase_params *at_max, uint32_t budget) {
     struct vase_params p = *at_max;

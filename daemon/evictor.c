@@ -18,9 +18,9 @@
 #include <time.h>
 #include <zmq.h>
 
-#include "arena.h"
+#include "core/arena.h"
 #include "evictor.h"
-#include "log.h"
+#include "core/log.h"
 #include "planner.h"
 
 struct job {

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "fairq.h"
-#include "registry.h"
+#include "core/registry.h"
 #include "vase_kernels.h"
 
 struct vase_arena;

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "log.h"
+#include "core/log.h"
 #include "vased.h"
 
 /* Refuses host arenas larger than the machine's memory and warns above 3/4 of it: a memfd

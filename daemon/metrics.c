@@ -18,15 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
-#include "arena.h"
+#include "core/alloc.h"
+#include "core/arena.h"
 #include "control.h"
 #include "elastic.h"
-#include "events.h"
+#include "core/events.h"
 #include "evictor.h"
 #include "metrics.h"
 #include "metrics_http.h"
-#include "registry.h"
+#include "core/registry.h"
 #include "state.h"
 #include "vase.pb-c.h"
 #include "wire.h"

@@ -40,7 +40,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "log.h"
+#include "core/log.h"
 #include "metrics_http.h"
 
 /* A connection's slot. Live (counted against the limits): WAITING and ANSWERING. A DROPPED one

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "arena.h"
+#include "core/arena.h"
 #include "evictor.h"
 #include "planner.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "evictor.h"
-#include "log.h"
+#include "core/log.h"
 #include "planner.h"
 
 struct vase_planner {

@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arena.h"
+#include "core/arena.h"
 #include "device_cuda.h"
 #include "evictor.h"
-#include "log.h"
+#include "core/log.h"
 #include "planner.h"
 
 /* Alignment of the regions of the planner's device scratch. */

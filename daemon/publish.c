@@ -7,14 +7,14 @@
  * joined late or lost one learns the state without asking.
  */
 
-#include "alloc.h"
-#include "arena.h"
-#include "events.h"
+#include "core/alloc.h"
+#include "core/arena.h"
+#include "core/events.h"
 #include "evictor.h"
-#include "log.h"
+#include "core/log.h"
 #include "drain.h"
 #include "publish.h"
-#include "registry.h"
+#include "core/registry.h"
 #include "state.h"
 
 void vase_publish_arena_status(const struct vased *d, uint32_t i, Vase__ArenaStatus *ret) {

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <zmq.h>
 
-#include "log.h"
-#include "registry.h"
+#include "core/log.h"
+#include "core/registry.h"
 #include "reply.h"
 #include "state.h"
 #include "wire.h"

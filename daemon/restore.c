@@ -36,9 +36,9 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "alloc.h"
-#include "log.h"
-#include "registry.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/registry.h"
 #include "restore.h"
 #include "state.h"
 #include "vase.pb-c.h"

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "arena.h"
+#include "core/arena.h"
 
 struct vased;
 struct vased_client;

@@ -27,18 +27,18 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "alloc.h"
-#include "arena.h"
+#include "core/alloc.h"
+#include "core/arena.h"
 #include "clients.h"
 #include "control.h"
-#include "events.h"
+#include "core/events.h"
 #include "evictor.h"
-#include "log.h"
+#include "core/log.h"
 #include "metrics_http.h"
 #include "restore.h"
 #include "setup.h"
 #include "state.h"
-#include "zap.h"
+#include "core/zap.h"
 
 /*
  * The main thread's id, for forward_signal(). Libraries may start threads before main() runs

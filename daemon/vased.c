@@ -24,7 +24,7 @@
 
 #include "access.h"
 #include "admin.h"
-#include "alloc.h"
+#include "core/alloc.h"
 #include "clients.h"
 #include "control.h"
 #include "cycle.h"
@@ -32,14 +32,14 @@
 #include "elastic.h"
 #include "engine.h"
 #include "evictor.h"
-#include "log.h"
+#include "core/log.h"
 #include "metrics_http.h"
 #include "publish.h"
 #include "restore.h"
 #include "vase_admin.h"
 #include "setup.h"
 #include "vased.h"
-#include "zap.h"
+#include "core/zap.h"
 
 static void update_status(struct vased *d, bool force) {
     char status[256];

@@ -17,9 +17,9 @@
 
 #include <stdint.h>
 
-#include "../daemon/arena.h"
+#include "../daemon/core/arena.h"
 #include "../daemon/evictor.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/registry.h"
 
 #define PLAN_FIXTURE_MAX_PAGES 512u
 #define PLAN_FIXTURE_MAX_RING 64u

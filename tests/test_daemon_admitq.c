@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/admitq.h"
+#include "../daemon/core/admitq.h"
 
 static struct vase_admit_wait *entry(uint32_t client_id, double deadline) {
     struct vase_admit_wait *w = vase_admit_wait_new();

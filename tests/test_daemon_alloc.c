@@ -22,8 +22,8 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/registry.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)

@@ -33,16 +33,16 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/arena.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/arena.h"
 #include "../daemon/config.h"
 #include "../daemon/evictor.h"
 #include "../daemon/fairq.h"
-#include "../daemon/log.h"
+#include "../daemon/core/log.h"
 #include "../daemon/planner.h"
-#include "../daemon/registry.h"
-#include "../daemon/allow.h"
-#include "../daemon/session.h"
+#include "../daemon/core/registry.h"
+#include "../daemon/core/allow.h"
+#include "../daemon/core/session.h"
 #include "../daemon/setup.h"
 #include "../daemon/state.h"
 #include "alloc_fail.h"

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/allow.h"
+#include "../daemon/core/allow.h"
 
 static void test_allow_check(void **state) {
     (void)state;

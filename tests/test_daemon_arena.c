@@ -18,8 +18,8 @@
 
 #include <cmocka.h>
 
-#include "../daemon/arena.h"
-#include "../daemon/log.h"
+#include "../daemon/core/arena.h"
+#include "../daemon/core/log.h"
 #include "../daemon/planner.h"
 
 static void test_host(void **state) {

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/balance.h"
+#include "../daemon/core/balance.h"
 
 #define PAGE 4096u
 

@@ -25,7 +25,7 @@
 
 #include "vased_path.h"
 #include "../daemon/config.h"
-#include "../daemon/log.h"
+#include "../daemon/core/log.h"
 
 /* ---- helpers ---- */
 

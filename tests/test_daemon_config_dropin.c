@@ -24,7 +24,7 @@
 #include <cmocka.h>
 
 #include "../daemon/config.h"
-#include "../daemon/log.h"
+#include "../daemon/core/log.h"
 #include "log_capture.h"
 
 /* ---- failures on demand ---- */

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "../daemon/control.h"
-#include "../daemon/log.h"
+#include "../daemon/core/log.h"
 #include "wire.h"
 
 #define INC 0x1234567890abcdefull

@@ -30,12 +30,12 @@
 #include <cmocka.h>
 
 #include "vased_path.h"
-#include "../daemon/alloc.h"
-#include "../daemon/arena.h"
-#include "../daemon/log.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/arena.h"
+#include "../daemon/core/log.h"
 #include "../daemon/planner.h"
-#include "../daemon/registry.h"
-#include "../daemon/session.h"
+#include "../daemon/core/registry.h"
+#include "../daemon/core/session.h"
 #include "log_capture.h"
 #include "mock_cuda.h"
 #include "wire.h"

@@ -20,13 +20,13 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/arena.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/arena.h"
 #include "../daemon/cycle.h"
 #include "../daemon/evictor.h"
-#include "../daemon/log.h"
+#include "../daemon/core/log.h"
 #include "../daemon/planner.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/registry.h"
 #include "../daemon/state.h"
 #include "../daemon/vased.h"
 #include "log_capture.h"

@@ -26,13 +26,13 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/arena.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/arena.h"
 #include "../daemon/clients.h"
 #include "../daemon/drain.h"
-#include "../daemon/events.h"
-#include "../daemon/log.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/events.h"
+#include "../daemon/core/log.h"
+#include "../daemon/core/registry.h"
 #include "../daemon/state.h"
 
 #define ARENA (4u << 20)

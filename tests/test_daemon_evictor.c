@@ -20,12 +20,12 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/arena.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/arena.h"
 #include "../daemon/evictor.h"
-#include "../daemon/log.h"
+#include "../daemon/core/log.h"
 #include "../daemon/planner.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/registry.h"
 #include "plan_fixture.h"
 
 /* HQ / HKV = 12 and a block of 4 tokens make the three unit sizes differ (KV pages of 4096 bytes,

@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
+#include "../daemon/core/alloc.h"
 #include "../daemon/evictor.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/registry.h"
 
 /* Blocks of 64 tokens, 6 query heads over 2 KV heads: a KV page is 64 * 4 * 2 * 2 * 16 * 4 = 65536
  * bytes, a ring entry of every layer 4 * 6 * 16 * 4 = 1536 bytes, so a ring page, one KV page,

@@ -27,8 +27,8 @@
 
 #include "log_capture.h"
 
-#include "../daemon/alloc.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/registry.h"
 #include "../daemon/restore.h"
 #include "../daemon/state.h"
 #include "vase.pb-c.h"

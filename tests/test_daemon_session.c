@@ -20,8 +20,8 @@
 
 #include <cmocka.h>
 
-#include "../daemon/log.h"
-#include "../daemon/session.h"
+#include "../daemon/core/log.h"
+#include "../daemon/core/session.h"
 #include "wire.h"
 
 static void tmp_path(char *buf, size_t len, const char *name) {
