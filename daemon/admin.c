@@ -18,7 +18,7 @@
 #include "core/alloc.h"
 #include "core/arena.h"
 #include "elastic.h"
-#include "evictor.h"
+#include "plan/evictor.h"
 #include "core/log.h"
 #include "metrics_http.h"
 #include "publish.h"

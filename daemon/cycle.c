@@ -24,7 +24,7 @@
 #include "core/arena.h"
 #include "elastic.h"
 #include "cycle.h"
-#include "evictor.h"
+#include "plan/evictor.h"
 #include "core/log.h"
 #include "metrics.h"
 #include "publish.h"

@@ -23,7 +23,7 @@
 #include "control.h"
 #include "elastic.h"
 #include "core/events.h"
-#include "evictor.h"
+#include "plan/evictor.h"
 #include "metrics.h"
 #include "metrics_http.h"
 #include "core/registry.h"

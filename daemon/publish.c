@@ -10,7 +10,7 @@
 #include "core/alloc.h"
 #include "core/arena.h"
 #include "core/events.h"
-#include "evictor.h"
+#include "plan/evictor.h"
 #include "core/log.h"
 #include "drain.h"
 #include "publish.h"

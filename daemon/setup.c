@@ -32,7 +32,7 @@
 #include "clients.h"
 #include "control.h"
 #include "core/events.h"
-#include "evictor.h"
+#include "plan/evictor.h"
 #include "core/log.h"
 #include "metrics_http.h"
 #include "restore.h"

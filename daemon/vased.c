@@ -31,7 +31,7 @@
 #include "drain.h"
 #include "elastic.h"
 #include "engine.h"
-#include "evictor.h"
+#include "plan/evictor.h"
 #include "core/log.h"
 #include "metrics_http.h"
 #include "publish.h"

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "../daemon/core/arena.h"
-#include "../daemon/evictor.h"
+#include "../daemon/plan/evictor.h"
 #include "../daemon/core/registry.h"
 
 #define PLAN_FIXTURE_MAX_PAGES 512u

@@ -20,7 +20,7 @@
 
 #include "../daemon/core/arena.h"
 #include "../daemon/core/log.h"
-#include "../daemon/planner.h"
+#include "../daemon/plan/planner.h"
 
 static void test_host(void **state) {
     (void)state;

@@ -33,7 +33,7 @@
 #include "../daemon/core/alloc.h"
 #include "../daemon/core/arena.h"
 #include "../daemon/core/log.h"
-#include "../daemon/planner.h"
+#include "../daemon/plan/planner.h"
 #include "../daemon/core/registry.h"
 #include "../daemon/core/session.h"
 #include "log_capture.h"

@@ -22,9 +22,9 @@
 
 #include "../daemon/core/alloc.h"
 #include "../daemon/core/arena.h"
-#include "../daemon/evictor.h"
+#include "../daemon/plan/evictor.h"
 #include "../daemon/core/log.h"
-#include "../daemon/planner.h"
+#include "../daemon/plan/planner.h"
 #include "../daemon/core/registry.h"
 #include "plan_fixture.h"
 

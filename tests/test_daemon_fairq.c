@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/fairq.h"
+#include "../daemon/plan/fairq.h"
 
 #define MAX_RUNS 512
 #define NTENANTS 5 /* tenants of the random mix */

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "../daemon/core/alloc.h"
-#include "../daemon/evictor.h"
+#include "../daemon/plan/evictor.h"
 #include "../daemon/core/registry.h"
 
 /* Blocks of 64 tokens, 6 query heads over 2 KV heads: a KV page is 64 * 4 * 2 * 2 * 16 * 4 = 65536

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "evictor.h"
+#include "plan/evictor.h"
 #include "elastic.h"
 #include "registry.h"
 
