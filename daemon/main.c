@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "core/log.h"
 #include "vased.h"
 

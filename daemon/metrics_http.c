@@ -39,7 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "core/log.h"
 #include "metrics_http.h"
 

@@ -16,7 +16,7 @@
 
 #include "core/admitq.h"
 #include "core/allow.h"
-#include "config.h"
+#include "config/config.h"
 #include "metrics.h"
 #include "core/registry.h"
 #include "core/session.h"

@@ -35,7 +35,7 @@
 
 #include "../daemon/core/alloc.h"
 #include "../daemon/core/arena.h"
-#include "../daemon/config.h"
+#include "../daemon/config/config.h"
 #include "../daemon/plan/evictor.h"
 #include "../daemon/plan/fairq.h"
 #include "../daemon/core/log.h"

@@ -24,7 +24,7 @@
 #include <cmocka.h>
 
 #include "vased_path.h"
-#include "../daemon/config.h"
+#include "../daemon/config/config.h"
 #include "../daemon/core/log.h"
 
 /* ---- helpers ---- */

@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/config.h"
+#include "../daemon/config/config.h"
 #include "../daemon/core/log.h"
 #include "log_capture.h"
 

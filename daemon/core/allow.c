@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "allow.h"
-#include "config.h"
+#include "config/config.h"
 #include "log.h"
 
 static bool is_separator(char c) {
