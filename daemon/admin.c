@@ -13,18 +13,18 @@
 #include <string.h>
 #include <time.h>
 
-#include "access.h"
+#include "serve/access.h"
 #include "admin.h"
 #include "core/alloc.h"
 #include "core/arena.h"
-#include "elastic.h"
+#include "serve/elastic.h"
 #include "plan/evictor.h"
 #include "core/log.h"
-#include "metrics_http.h"
-#include "publish.h"
+#include "serve/metrics_http.h"
+#include "serve/publish.h"
 #include "core/registry.h"
 #include "reply.h"
-#include "restore.h"
+#include "serve/restore.h"
 #include "state.h"
 #include "wire.h"
 

@@ -19,9 +19,9 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "access.h"
+#include "serve/access.h"
 #include "admin.h"
-#include "clients.h"
+#include "serve/clients.h"
 #include "control.h"
 #include "cycle.h"
 #include "engine.h"

@@ -18,16 +18,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "access.h"
+#include "serve/access.h"
 #include "core/alloc.h"
-#include "clients.h"
+#include "serve/clients.h"
 #include "core/arena.h"
-#include "elastic.h"
+#include "serve/elastic.h"
 #include "cycle.h"
 #include "plan/evictor.h"
 #include "core/log.h"
-#include "metrics.h"
-#include "publish.h"
+#include "serve/metrics.h"
+#include "serve/publish.h"
 #include "core/registry.h"
 #include "reply.h"
 #include "state.h"

@@ -15,18 +15,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "access.h"
+#include "serve/access.h"
 #include "core/admitq.h"
 #include "core/alloc.h"
 #include "core/arena.h"
 #include "core/balance.h"
-#include "elastic.h"
+#include "serve/elastic.h"
 #include "engine.h"
 #include "core/log.h"
-#include "publish.h"
+#include "serve/publish.h"
 #include "core/registry.h"
 #include "reply.h"
-#include "restore.h"
+#include "serve/restore.h"
 #include "state.h"
 #include "wire.h"
 

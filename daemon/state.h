@@ -17,7 +17,7 @@
 #include "core/admitq.h"
 #include "core/allow.h"
 #include "config/config.h"
-#include "metrics.h"
+#include "serve/metrics.h"
 #include "core/registry.h"
 #include "core/session.h"
 

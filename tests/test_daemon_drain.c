@@ -28,8 +28,8 @@
 
 #include "../daemon/core/alloc.h"
 #include "../daemon/core/arena.h"
-#include "../daemon/clients.h"
-#include "../daemon/drain.h"
+#include "../daemon/serve/clients.h"
+#include "../daemon/serve/drain.h"
 #include "../daemon/core/events.h"
 #include "../daemon/core/log.h"
 #include "../daemon/core/registry.h"

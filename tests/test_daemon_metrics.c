@@ -26,8 +26,8 @@
 
 #include <cmocka.h>
 
-#include "../daemon/metrics.h"
-#include "../daemon/metrics_http.h"
+#include "../daemon/serve/metrics.h"
+#include "../daemon/serve/metrics_http.h"
 
 /* ---- escaping ---- */
 

@@ -29,7 +29,7 @@
 
 #include "../daemon/core/alloc.h"
 #include "../daemon/core/registry.h"
-#include "../daemon/restore.h"
+#include "../daemon/serve/restore.h"
 #include "../daemon/state.h"
 #include "vase.pb-c.h"
 

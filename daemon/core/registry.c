@@ -20,7 +20,7 @@
 
 #include "alloc.h"
 #include "plan/evictor.h"
-#include "elastic.h"
+#include "serve/elastic.h"
 #include "registry.h"
 
 int vase_registry_new(struct vase_registry **ret) {
