@@ -30,7 +30,7 @@
 #include "core/alloc.h"
 #include "core/arena.h"
 #include "serve/clients.h"
-#include "control.h"
+#include "control/control.h"
 #include "core/events.h"
 #include "plan/evictor.h"
 #include "core/log.h"

@@ -23,14 +23,14 @@
 #include <unistd.h>
 
 #include "serve/access.h"
-#include "admin.h"
+#include "control/admin.h"
 #include "core/alloc.h"
 #include "serve/clients.h"
-#include "control.h"
-#include "cycle.h"
+#include "control/control.h"
+#include "control/cycle.h"
 #include "serve/drain.h"
 #include "serve/elastic.h"
-#include "engine.h"
+#include "control/engine.h"
 #include "plan/evictor.h"
 #include "core/log.h"
 #include "serve/metrics_http.h"

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/control.h"
+#include "../daemon/control/control.h"
 #include "../daemon/core/log.h"
 #include "wire.h"
 

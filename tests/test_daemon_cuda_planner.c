@@ -22,7 +22,7 @@
 
 #include "../daemon/core/alloc.h"
 #include "../daemon/core/arena.h"
-#include "../daemon/cycle.h"
+#include "../daemon/control/cycle.h"
 #include "../daemon/plan/evictor.h"
 #include "../daemon/core/log.h"
 #include "../daemon/plan/planner.h"

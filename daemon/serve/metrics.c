@@ -20,7 +20,7 @@
 
 #include "core/alloc.h"
 #include "core/arena.h"
-#include "control.h"
+#include "control/control.h"
 #include "elastic.h"
 #include "core/events.h"
 #include "plan/evictor.h"
