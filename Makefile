@@ -182,7 +182,7 @@ WERROR_ON := $(filter-out 0,$(WERROR))
 comma := ,
 WARN := -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
         -Wpointer-arith -Werror=implicit-function-declaration
-CPPFLAGS += -D_GNU_SOURCE -MMD -MP -Ikernels -Iclient -Iproto -I$(BUILD)/proto -I$(BLAS_INC)
+CPPFLAGS += -D_GNU_SOURCE -MMD -MP -Ikernels -Ilib -Iproto -I$(BUILD)/proto -I$(BLAS_INC)
 CFLAGS += $(OPT) $(WARN) -fPIC -pthread $(DEPS_CFLAGS)
 LDFLAGS += -pthread $(DEPS_LDFLAGS)
 ifneq ($(SANITIZE),)
@@ -318,7 +318,7 @@ check-gpu-emu: $(KERNEL_LIB)
 #
 # The CUDA arena backends of vased (daemon/arena_cuda.c) and libvase (client/cuda.c), and vased's
 # CUDA planner (daemon/planner_cuda.c), when HAVE_CUDA=1, else their refusing twins
-# (daemon/arena_nocuda.c, client/nocuda.c, daemon/plan/planner_nocuda.c): the variant not built is
+# (daemon/arena_nocuda.c, lib/nocuda.c, daemon/plan/planner_nocuda.c): the variant not built is
 # filtered out of DAEMON_SRCS and LIBVASE_SRCS (CUDA_ARENA_EXCLUDED). With CUDA, vased links the
 # CUDA kernels (with the CPU kernels they use) and the runtime (DAEMON_CUDA_LIBS); libvase takes
 # in only the compaction kernel and the host code of the CUDA archive (LIBVASE_CUDA_OBJS: no
@@ -333,7 +333,7 @@ CUDA_ARENA_TEST_SRCS := tests/test_daemon_cuda_arena.c tests/test_daemon_cuda_pl
                         tests/test_client_cuda.c
 
 ifeq ($(HAVE_CUDA),1)
-CUDA_ARENA_EXCLUDED := daemon/core/arena_nocuda.c daemon/plan/planner_nocuda.c client/nocuda.c
+CUDA_ARENA_EXCLUDED := daemon/core/arena_nocuda.c daemon/plan/planner_nocuda.c lib/nocuda.c
 DAEMON_CUDA_LIBS = $(CUDA_LIB) $(KERNEL_LIB) $(CUDA_LIBS) -lm
 LIBVASE_CUDA_OBJS := $(addprefix $(BUILD)/kernels/,compact_cuda.cu.o runtime_cuda.cu.o) \
                      $(CUDA_HOST_OBJS)
@@ -341,7 +341,7 @@ LIBVASE_CUDA_LIBS = $(CUDA_LIBS)
 CUDA_ARENA_TESTS := $(CUDA_ARENA_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 MOCK_CUDA_OBJ := $(BUILD)/tests/mock_cuda.o
 
-$(BUILD)/daemon/core/arena_cuda.o $(BUILD)/daemon/plan/planner_cuda.o $(BUILD)/client/cuda.o \
+$(BUILD)/daemon/core/arena_cuda.o $(BUILD)/daemon/plan/planner_cuda.o $(BUILD)/lib/cuda.o \
 $(MOCK_CUDA_OBJ) $(CUDA_ARENA_TESTS:%=%.o): CPPFLAGS += -I$(CUDA_INC)
 
 # Everything that links vased's archive links the kernels' archives too.
@@ -374,7 +374,7 @@ $(BUILD)/tests/test_client_cuda: $(BUILD)/tests/test_client_cuda.o $(MOCK_CUDA_O
 # test_daemon_cuda_arena also starts the real vased (no GPU here: it must refuse cuda:0).
 $(BUILD)/tests/test_daemon_cuda_arena: | $(BUILD)/vased
 else
-CUDA_ARENA_EXCLUDED := daemon/core/arena_cuda.c daemon/plan/planner_cuda.c client/cuda.c
+CUDA_ARENA_EXCLUDED := daemon/core/arena_cuda.c daemon/plan/planner_cuda.c lib/cuda.c
 DAEMON_CUDA_LIBS :=
 LIBVASE_CUDA_OBJS :=
 LIBVASE_CUDA_LIBS :=
@@ -418,9 +418,9 @@ LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o l
 # and the daemon's allocator, pure (no I/O, no state but its own), with which vase_size_seq()
 # (client/size.c) places sequences in an arena exactly as vased does.
 LIBVASE_KERNEL_OBJS += $(BUILD)/daemon/core/alloc.o
-$(BUILD)/client/size.o: CPPFLAGS += -Idaemon/core
-VASECTL_SRCS := $(wildcard client/vasectl*.c)
-LIBVASE_SRCS := $(filter-out $(VASECTL_SRCS) $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
+$(BUILD)/lib/size.o: CPPFLAGS += -Idaemon/core
+VASECTL_SRCS := $(wildcard tools/vasectl/*.c)
+LIBVASE_SRCS := $(filter-out $(CUDA_ARENA_EXCLUDED),$(wildcard lib/*.c))
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)
 LIBVASE_A := $(BUILD)/libvase.a
 LIBVASE_SO := $(BUILD)/libvase.so
@@ -466,7 +466,7 @@ endif
 # see only this directory, so a public header that reaches for anything outside it breaks the
 # build. libvase.so.1, the soname, is what programs linked to the shared
 # library look for.
-PUBLIC_HEADERS := client/vase.h kernels/vase_types.h proto/vase_errors.h client/vase_admin.h \
+PUBLIC_HEADERS := lib/vase.h kernels/vase_types.h proto/vase_errors.h lib/vase_admin.h \
                   $(PROTO_H)
 PUBLIC_INCLUDE := $(BUILD)/include
 PUBLIC_STAMP := $(PUBLIC_INCLUDE)/.stamp

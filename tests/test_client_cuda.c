@@ -31,9 +31,9 @@
 
 #include <cmocka.h>
 
-#include "../client/cuda_arena.h"
-#include "../client/internal.h"
-#include "../client/session.h"
+#include "../lib/cuda_arena.h"
+#include "../lib/internal.h"
+#include "../lib/session.h"
 #include "mock_cuda.h"
 #include "vase_kernels.h"
 #include "vase_layout.h"
