@@ -12,7 +12,7 @@ struct vased;
 struct vased_peer;
 struct vase_reply_to;
 
-/* Answers the administrative request e (vase_control_is_admin()) of a peer that control.c has
+/* Answers the administrative request e (vase_wire_is_admin()) of a peer that control.c has
  * authorized; who is what that peer may see. Replies itself; 0 or the -code of the Error sent. */
 int vase_admin_handle(struct vased *d, const struct vase_reply_to *to, const Vase__Envelope *e,
                       const struct vased_peer *who);

@@ -45,36 +45,6 @@ static int set_error(struct vase_control_error *err, int code, const char *fmt, 
     return -code;
 }
 
-bool vase_control_is_admin(Vase__Envelope__BodyCase body) {
-    switch (body) {
-    case VASE__ENVELOPE__BODY_PING:
-    case VASE__ENVELOPE__BODY_STATUS:
-    case VASE__ENVELOPE__BODY_LIST_CLIENTS:
-    case VASE__ENVELOPE__BODY_LIST_SEQS:
-    case VASE__ENVELOPE__BODY_GET_SEQ:
-    case VASE__ENVELOPE__BODY_CONFIG_GET:
-    case VASE__ENVELOPE__BODY_CONFIG_SET:
-        return true;
-    default:
-        return false;
-    }
-}
-
-bool vase_control_is_request(Vase__Envelope__BodyCase body) {
-    switch (body) {
-    case VASE__ENVELOPE__BODY_REGISTER_MODEL:
-    case VASE__ENVELOPE__BODY_OPEN_SEQ:
-    case VASE__ENVELOPE__BODY_CLOSE_SEQ:
-    case VASE__ENVELOPE__BODY_SET_BUDGET:
-    case VASE__ENVELOPE__BODY_EVICT_REQUEST:
-    case VASE__ENVELOPE__BODY_EVICT_COMMIT:
-    case VASE__ENVELOPE__BODY_ATTN_STATS:
-        return true;
-    default:
-        return vase_control_is_admin(body);
-    }
-}
-
 int vase_control_unpack(const void *buf, size_t len, size_t max, Vase__Envelope **ret,
                         struct vase_control_error *err) {
     Vase__Envelope *e = NULL;
@@ -104,7 +74,7 @@ int vase_control_unpack(const void *buf, size_t len, size_t max, Vase__Envelope 
     default:
         return set_error(err, -r, "message cannot be read");
     }
-    if (!vase_control_is_request(e->body_case)) {
+    if (!vase_wire_is_request(e->body_case)) {
         err->request_id = e->request_id;
         set_error(err, EINVAL, "%s is not a request", vase_wire_body_name(e));
         vase__envelope__free_unpacked(e, NULL);
@@ -117,7 +87,7 @@ int vase_control_unpack(const void *buf, size_t len, size_t max, Vase__Envelope 
 int vase_control_check_peer(const Vase__Envelope *e, uint64_t incarnation, bool has_session,
                             uint64_t *last_client_seq, uint64_t *ret_lost,
                             struct vase_control_error *err) {
-    bool admin = vase_control_is_admin(e->body_case);
+    bool admin = vase_wire_is_admin(e->body_case);
 
     if (ret_lost)
         *ret_lost = 0;
@@ -284,7 +254,7 @@ static int dispatch(struct vased *d, struct vased_client *c, const struct vase_r
     case VASE__ENVELOPE__BODY_ATTN_STATS:
         return vase_cycle_handle(d, c, p, e);
     default:
-        if (vase_control_is_admin(e->body_case))
+        if (vase_wire_is_admin(e->body_case))
             return vase_admin_handle(d, p, e, &who);
         return vase_reply_error(d, p, EINVAL, "%s is not a request", vase_wire_body_name(e));
     }
@@ -312,7 +282,7 @@ static int handle_frame(struct vased *d, const void *id, size_t id_len, const vo
     struct vased_client *c = vase_registry_find_token(d->reg, id, id_len);
     uint64_t lost;
     p.request_id = e->request_id;
-    p.admin = vase_control_is_admin(e->body_case);
+    p.admin = vase_wire_is_admin(e->body_case);
     p.body = e->body_case;
     d->metrics.requests[vase_metrics_msg_index(e->body_case)]++;
     if (vase_control_check_peer(e, d->incarnation, c != NULL, c ? &c->last_client_seq : NULL, &lost,

@@ -34,11 +34,6 @@ struct vase_control_error {
 int vase_control_unpack(const void *buf, size_t len, size_t max, Vase__Envelope **ret,
                         struct vase_control_error *err);
 
-/* True for requests any peer may send (Ping, Status, List*, GetSeq, Config*). */
-bool vase_control_is_admin(Vase__Envelope__BodyCase body);
-/* True for bodies a peer may send at all (requests). */
-bool vase_control_is_request(Vase__Envelope__BodyCase body);
-
 /*
  * The peer checks of PROTOCOL.md "Control" for an unpacked envelope: incarnation (0 or the
  * daemon's for admin requests, the daemon's for the others: VASE_ESTALE), a live session

@@ -20,7 +20,6 @@
 
 #include "core/alloc.h"
 #include "core/arena.h"
-#include "control/control.h"
 #include "elastic.h"
 #include "core/events.h"
 #include "plan/evictor.h"
@@ -367,7 +366,7 @@ static void render_by_type(struct vase_metrics_buf *b, const char *name, const c
         if (t) {
             const ProtobufCFieldDescriptor *f =
                 protobuf_c_message_descriptor_get_field(&vase__envelope__descriptor, (int)t);
-            if (!f || !vase_control_is_request((Vase__Envelope__BodyCase)t))
+            if (!f || !vase_wire_is_request((Vase__Envelope__BodyCase)t))
                 continue;
             type = f->name;
         }
