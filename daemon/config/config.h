@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "core/parse.h"
+
 #define VASE_CONFIG_DEFAULT_PATH "/etc/vase/vased.conf"
 
 /* Arenas in all: the default one of [vased] (arena 0) and at most 7 [arena NAME] sections. */
@@ -132,14 +134,6 @@ extern const size_t vase_settings_count;
 const struct vase_setting *vase_setting_find(const char *key);
 /* "string", "uint32", "size", "int32", "log-level", "elastic-policy", "bool". */
 const char *vase_setting_type_name(enum vase_setting_type t);
-
-/* Checked parsers: 0, -EINVAL (not a number, trailing junk, empty), -ERANGE (does not fit). */
-int vase_parse_u64(const char *s, uint64_t *ret);
-int vase_parse_i64(const char *s, int64_t *ret);
-/* A byte count with an optional K, M, G or T suffix (powers of 1024; "KiB", "KB" also). */
-int vase_parse_size(const char *s, uint64_t *ret);
-/* Formats a byte count with the largest exact suffix ("256M"). */
-void vase_format_size(uint64_t v, char *buf, size_t len);
 
 /* Fills c with every default, and no [arena NAME] sections. 0 or -ENOMEM (c is then empty but
  * safe to vase_config_done()). */

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "allow.h"
-#include "config/config.h"
+#include "parse.h"
 #include "log.h"
 
 static bool is_separator(char c) {
