@@ -493,7 +493,7 @@ static int setup_access(struct vased *d) {
 }
 
 static int setup_registry(struct vased *d) {
-    int r = vase_registry_new(&d->reg);
+    int r = vase_registry_new(vase_plan_run_free, &d->reg);
     if (r < 0)
         return log_oom();
     d->pending_settings = calloc(vase_settings_count, sizeof(*d->pending_settings));

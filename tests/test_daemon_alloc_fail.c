@@ -271,7 +271,7 @@ static int step_registry(void *ctx) {
     assert_int_equal(vase_alloc_new(8 << 20, 64 << 10, &alloc), 0);
     assert_int_equal(vase_layout_compute(&tiny, 8 << 20, &L, msg, sizeof(msg)), 0);
     alloc_fail_arm();
-    int r = vase_registry_new(&reg);
+    int r = vase_registry_new(vase_plan_run_free, &reg);
     if (r == 0)
         r = vase_registry_add_client(reg, -1, &a);
     if (r == 0)

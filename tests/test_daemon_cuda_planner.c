@@ -293,7 +293,7 @@ static void test_sticky_stops_daemon(void **state) {
     char msg[256];
 
     assert_non_null(d);
-    assert_int_equal(vase_registry_new(&d->reg), 0);
+    assert_int_equal(vase_registry_new(vase_plan_run_free, &d->reg), 0);
     assert_int_equal(vase_alloc_new(4u << 20, GRANULE_BYTES, &d->allocs[0]), 0);
     assert_int_equal(vase_layout_compute(&g, 4u << 20, &lay, msg, sizeof(msg)), 0);
     assert_int_equal(vase_registry_add_client(d->reg, -1, &c), 0);

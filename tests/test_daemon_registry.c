@@ -119,7 +119,7 @@ static int setup(void **state) {
     struct fixture *f = calloc(1, sizeof(*f));
     struct vase_layout L;
     char msg[256];
-    assert_int_equal(vase_registry_new(&f->reg), 0);
+    assert_int_equal(vase_registry_new(vase_plan_run_free, &f->reg), 0);
     assert_int_equal(vase_alloc_new(ARENA, GRANULE, &f->alloc), 0);
     assert_int_equal(vase_registry_add_client(f->reg, -1, &f->a), 0);
     assert_int_equal(vase_registry_add_client(f->reg, -1, &f->b), 0);

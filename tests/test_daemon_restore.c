@@ -29,6 +29,7 @@
 
 #include "../daemon/core/alloc.h"
 #include "../daemon/core/registry.h"
+#include "../daemon/plan/planner.h"
 #include "../daemon/serve/restore.h"
 #include "../daemon/state.h"
 #include "vase.pb-c.h"
@@ -89,7 +90,7 @@ static int setup(void **state) {
     char msg[256];
     assert_non_null(f);
     assert_int_equal(vase_layout_compute(&tiny, ARENA, &f->layout, msg, sizeof(msg)), 0);
-    assert_int_equal(vase_registry_new(&f->d.reg), 0);
+    assert_int_equal(vase_registry_new(vase_plan_run_free, &f->d.reg), 0);
     assert_int_equal(vase_alloc_new(ARENA, GRANULE, &f->d.allocs[0]), 0);
     f->d.n_arenas = 1;
     saved_seq(f, 5);
@@ -336,7 +337,7 @@ static void start(struct vased *d, uint64_t incarnation, int arena_fd, int state
                      0);
     d->n_arenas = 1;
     d->arena_names[0] = "default";
-    assert_int_equal(vase_registry_new(&d->reg), 0);
+    assert_int_equal(vase_registry_new(vase_plan_run_free, &d->reg), 0);
     assert_int_equal(vase_alloc_new(ARENA, GRANULE, &d->allocs[0]), 0);
     assert_int_equal(vase_restore_seqs(d), 0);
     *ret_log = log_capture_end();

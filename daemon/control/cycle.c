@@ -60,7 +60,7 @@ static int copy_seq(struct vased *d, struct vased_seq *s, const Vase__EvictReque
     run->n = req->len - s->params.window;
     /* A budget lowered to make room takes effect with this plan (elastic.h). */
     uint32_t budget = vase_elastic_plan_budget(s);
-    run->params = vase_elastic_params(&s->max_params, budget);
+    run->params = vase_params_at_budget(&s->max_params, budget);
     run->keep = vase_plan_keep_count(&run->params);
     run->layers = L;
     run->kv_heads = H;

@@ -160,7 +160,7 @@ static int params_from(const Vase__SeqParams *sp, enum vase_policy policy, bool 
 }
 
 /* The budget range and weight of an OpenSeq (p: its parameters, checked): the parameters must
- * stay valid at min_budget, n_large scaled with the budget (vase_elastic_params()), and a
+ * stay valid at min_budget, n_large scaled with the budget (vase_params_at_budget()), and a
  * protected prompt fit it (at the budget too, then). 0 or -EINVAL with *msg (which may point
  * into why[0 .. why_size)). */
 static int elastic_from(const Vase__OpenSeq *o, const struct vase_params *p,
@@ -171,7 +171,7 @@ static int elastic_from(const Vase__OpenSeq *o, const struct vase_params *p,
         *msg = "min_budget must be a multiple of window, above it and at most budget";
         return -EINVAL;
     }
-    struct vase_params at_min = vase_elastic_params(p, min);
+    struct vase_params at_min = vase_params_at_budget(p, min);
     char rule[224];
     if (vase_params_explain_prompt(&at_min, ret->policy, o->prompt_len, rule, sizeof(rule)) < 0) {
         snprintf(why, why_size, "%s%s", min < p->budget ? "at min_budget: " : "", rule);

@@ -19,14 +19,14 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "plan/evictor.h"
-#include "serve/elastic.h"
 #include "registry.h"
 
-int vase_registry_new(struct vase_registry **ret) {
+int vase_registry_new(struct vase_plan_run *(*free_run)(struct vase_plan_run *run),
+                      struct vase_registry **ret) {
     struct vase_registry *reg = calloc(1, sizeof(*reg));
     if (!reg)
         return -ENOMEM;
+    reg->free_run = free_run;
     reg->seq_table_size = 1024;
     reg->seq_table = calloc(reg->seq_table_size, sizeof(*reg->seq_table));
     if (!reg->seq_table) {
@@ -38,7 +38,7 @@ int vase_registry_new(struct vase_registry **ret) {
     return 0;
 }
 
-static void seq_free(struct vased_seq *s) {
+static void seq_free(const struct vase_registry *reg, struct vased_seq *s) {
     if (!s)
         return;
     vase_registry_drop_scores(s);
@@ -48,7 +48,8 @@ static void seq_free(struct vased_seq *s) {
     free(s->pages);
     free(s->ring_pages);
     free(s->plan_pages);
-    vase_plan_run_free(s->run);
+    if (s->run && reg->free_run)
+        reg->free_run(s->run);
     free(s);
 }
 
@@ -59,13 +60,13 @@ static void model_free(struct vased_model *m) {
     free(m);
 }
 
-static void client_free(struct vased_client *c) {
+static void client_free(const struct vase_registry *reg, struct vased_client *c) {
     if (!c)
         return;
     while (c->seqs) {
         struct vased_seq *s = c->seqs;
         c->seqs = s->next;
-        seq_free(s);
+        seq_free(reg, s);
     }
     while (c->models) {
         struct vased_model *m = c->models;
@@ -86,22 +87,22 @@ struct vase_registry *vase_registry_free(struct vase_registry *reg) {
     while (reg->clients) {
         struct vased_client *c = reg->clients;
         reg->clients = c->next;
-        client_free(c);
+        client_free(reg, c);
     }
     while (reg->draining) {
         struct vased_client *c = reg->draining;
         reg->draining = c->next;
-        client_free(c);
+        client_free(reg, c);
     }
     while (reg->orphans) {
         struct vased_seq *s = reg->orphans;
         reg->orphans = s->next;
-        seq_free(s);
+        seq_free(reg, s);
     }
     while (reg->restored) {
         struct vased_seq *s = reg->restored;
         reg->restored = s->next;
-        seq_free(s);
+        seq_free(reg, s);
     }
     free(reg->seq_table);
     free(reg);
@@ -153,6 +154,10 @@ struct vased_client *vase_registry_find_token(const struct vase_registry *reg, c
     return NULL;
 }
 
+const char *vase_registry_client_state(const struct vased_client *c) {
+    return c->draining ? "draining" : "connected";
+}
+
 void vase_registry_remove_client(struct vase_registry *reg, struct vased_client *c) {
     for (struct vased_client **p = &reg->clients; *p; p = &(*p)->next)
         if (*p == c) {
@@ -160,7 +165,7 @@ void vase_registry_remove_client(struct vase_registry *reg, struct vased_client 
             reg->n_clients--;
             break;
         }
-    client_free(c);
+    client_free(reg, c);
 }
 
 /* ---- models ---- */
@@ -366,7 +371,7 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     s->kv_heads = m->layout.kv_heads;
     s->policy = req->policy;
     s->max_params = req->params;
-    s->params = vase_elastic_params(&req->params, budget);
+    s->params = vase_params_at_budget(&req->params, budget);
     s->keep = vase_plan_keep_count(&s->params);
     s->max_budget = s->cap_budget = s->target_budget = req->params.budget;
     s->min_budget = req->min_budget ? req->min_budget : req->params.budget;
@@ -396,7 +401,7 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
     return 0;
 
 free_seq:
-    seq_free(s);
+    seq_free(reg, s);
     return r;
 }
 
@@ -415,7 +420,7 @@ static bool saved_budgets_valid(const struct vased_seq_saved *sv) {
 
 /* A protected prompt fits every budget the sequence may have: as elastic_from() requires. */
 static bool saved_prompt_fits(const struct vased_seq_saved *sv) {
-    struct vase_params at_min = vase_elastic_params(&sv->req.params, sv->req.min_budget);
+    struct vase_params at_min = vase_params_at_budget(&sv->req.params, sv->req.min_budget);
     return vase_params_explain_prompt(&at_min, sv->req.policy, sv->req.prompt_len, NULL, 0) == 0;
 }
 
@@ -480,12 +485,12 @@ int vase_registry_restore_seq(struct vase_registry *reg, struct vase_alloc *allo
     s->scores = calloc(l->layers, sizeof(float *));
     s->scores_len = calloc(l->layers, sizeof(uint32_t));
     if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
-        seq_free(s);
+        seq_free(reg, s);
         return -ENOMEM;
     }
     r = claim_saved(alloc, sv, &fp.plan);
     if (r < 0) {
-        seq_free(s);
+        seq_free(reg, s);
         if (r == -EEXIST)
             snprintf(msg, msg_size,
                      "sequence %u: a page lies outside the arena or is another's too", sv->id);
@@ -502,7 +507,7 @@ int vase_registry_restore_seq(struct vase_registry *reg, struct vase_alloc *allo
     s->kv_heads = l->kv_heads;
     s->policy = sv->req.policy;
     s->max_params = sv->req.params;
-    s->params = vase_elastic_params(&sv->req.params, sv->budget);
+    s->params = vase_params_at_budget(&sv->req.params, sv->budget);
     s->keep = vase_plan_keep_count(&s->params);
     s->max_budget = sv->req.params.budget;
     s->cap_budget = sv->cap_budget;
@@ -570,7 +575,7 @@ void vase_registry_drop_restored(struct vase_registry *reg, struct vase_alloc *a
                                  struct vased_seq *s) {
     restored_unlink(reg, s);
     seq_release_pages(s, alloc, NULL);
-    seq_free(s);
+    seq_free(reg, s);
 }
 
 static void seq_release_pages(struct vased_seq *s, struct vase_alloc *alloc,
@@ -634,20 +639,22 @@ int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
         return 1;
     }
     seq_release_pages(s, alloc, &c->bytes);
-    seq_free(s);
+    seq_free(reg, s);
     return 0;
 }
 
 void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, struct vased_seq *s) {
     if (s->holder) {
         /* The plan is done, but the dead client's process may still write the pages. */
-        s->run = vase_plan_run_free(s->run);
+        if (s->run && reg->free_run)
+            reg->free_run(s->run);
+        s->run = NULL;
         s->state = VASED_SEQ_IDLE;
         return;
     }
     orphan_unlink(reg, s);
     seq_release_pages(s, alloc, NULL);
-    seq_free(s);
+    seq_free(reg, s);
 }
 
 void vase_registry_hold_seq(struct vase_registry *reg, struct vased_seq *s) {
@@ -694,7 +701,7 @@ uint64_t vase_registry_release_client(struct vase_registry *reg, struct vase_all
         released += vase_registry_seq_bytes(s);
         orphan_unlink(reg, s);
         seq_release_pages(s, allocs[s->arena_id], &c->bytes);
-        seq_free(s);
+        seq_free(reg, s);
     }
     for (struct vased_client **p = &reg->draining; *p; p = &(*p)->next)
         if (*p == c) {
@@ -702,7 +709,7 @@ uint64_t vase_registry_release_client(struct vase_registry *reg, struct vase_all
             reg->n_draining--;
             break;
         }
-    client_free(c);
+    client_free(reg, c);
     return released;
 }
 

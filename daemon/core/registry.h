@@ -139,9 +139,14 @@ struct vase_registry {
      * unreachable by id, their pages held. */
     struct vased_seq *restored;
     uint32_t n_restored;
+    /* Frees a sequence's plan run (the planner's, plan/planner.h): the registry holds runs but
+     * never looks inside one. */
+    struct vase_plan_run *(*free_run)(struct vase_plan_run *run);
 };
 
-int vase_registry_new(struct vase_registry **ret);
+/* An empty registry whose sequences' runs free_run frees. 0 or -ENOMEM. */
+int vase_registry_new(struct vase_plan_run *(*free_run)(struct vase_plan_run *run),
+                      struct vase_registry **ret);
 /* Frees every object; pages are not released (the allocator goes away with it). The caller
  * must have stopped the evictor first. */
 struct vase_registry *vase_registry_free(struct vase_registry *reg);
@@ -153,6 +158,8 @@ struct vased_client *vase_registry_find_token(const struct vase_registry *reg, c
                                               size_t len);
 /* Unlinks and frees a client with its models; its sequences must be gone already. */
 void vase_registry_remove_client(struct vase_registry *reg, struct vased_client *c);
+/* "connected", or "draining" (drain.h): what vasectl shows for a client. */
+const char *vase_registry_client_state(const struct vased_client *c);
 
 int vase_registry_add_model(struct vase_registry *reg, struct vased_client *c, const char *name,
                             uint32_t arena_id, const struct vase_layout *layout,

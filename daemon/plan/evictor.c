@@ -47,32 +47,6 @@ static struct job *job_of(struct vase_fairq_job *node) {
     return (struct job *)((char *)node - offsetof(struct job, node));
 }
 
-int vase_plan_run_new(struct vase_plan_run **ret) {
-    struct vase_plan_run *run = calloc(1, sizeof(*run));
-    if (!run)
-        return -ENOMEM;
-    *ret = run;
-    return 0;
-}
-
-struct vase_plan_run *vase_plan_run_free(struct vase_plan_run *run) {
-    if (!run)
-        return NULL;
-    free(run->pages);
-    free(run->ring_pages);
-    free(run->plan_pages);
-    free(run->acc);
-    if (run->scores)
-        for (uint32_t l = 0; l < run->layers; l++)
-            free(run->scores[l]);
-    free(run->scores);
-    free(run->exp_draws);
-    free(run->gauss);
-    free(run->keep_lists);
-    free(run);
-    return NULL;
-}
-
 /* Planner slots of a thread: one per device arena, by arena id (vased has at most 8 arenas),
  * and one shared by all host memory, whose planner state does not depend on the arena. */
 #define MAX_DEVICE_ARENAS 8

@@ -7,11 +7,39 @@
  * same offsets; neither calls back into the evictor.
  */
 
+#include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "core/arena.h"
 #include "evictor.h"
 #include "planner.h"
+
+int vase_plan_run_new(struct vase_plan_run **ret) {
+    struct vase_plan_run *run = calloc(1, sizeof(*run));
+    if (!run)
+        return -ENOMEM;
+    *ret = run;
+    return 0;
+}
+
+struct vase_plan_run *vase_plan_run_free(struct vase_plan_run *run) {
+    if (!run)
+        return NULL;
+    free(run->pages);
+    free(run->ring_pages);
+    free(run->plan_pages);
+    free(run->acc);
+    if (run->scores)
+        for (uint32_t l = 0; l < run->layers; l++)
+            free(run->scores[l]);
+    free(run->scores);
+    free(run->exp_draws);
+    free(run->gauss);
+    free(run->keep_lists);
+    free(run);
+    return NULL;
+}
 
 const struct vase_planner_ops *vase_planner_for(const struct vase_arena *a) {
     return a && vase_arena_on_device(a) ? &vase_planner_cuda_ops : &vase_planner_cpu_ops;

@@ -14,10 +14,63 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fairq.h"
 #include "vase_kernels.h"
+#include "vase_layout.h"
 
 struct vase_arena;
-struct vase_plan_run;
+/* One eviction as the main thread describes it to the evictor (evictor.h): copies of
+ * everything a planner reads besides the arena itself, so that no thread sees the registry. */
+struct vase_plan_run {
+    /* Filled by the main thread before submission; read-only while jobs are in flight. */
+    /* The client it is planned for, and that client's uid: the queue serves uids in turn, then
+     * each uid's clients in turn. */
+    uint32_t uid, tenant;
+    uint32_t seq_id;
+    uint32_t round;
+    uint32_t len;  /* len of the request */
+    uint32_t n;    /* candidates: len - window */
+    uint32_t keep; /* K */
+    uint32_t layers, kv_heads, q_heads, head_dim;
+    enum vase_dtype dtype;
+    enum vase_policy policy;
+    struct vase_params params;
+    uint32_t prompt_len; /* the sequence's, for params.protect_prompt */
+    uint64_t seed;
+    const struct vase_arena *arena; /* NULL: host memory at arena_base (tests) */
+    void *arena_base;               /* the arena's mapping: a device address on a device arena */
+    struct vase_layout layout;      /* the sequence's (its model's), copied */
+    uint32_t *pages;                /* copies of the block table, ring and plan pages */
+    uint32_t n_pages;
+    uint32_t *ring_pages;
+    uint32_t ring_first;
+    uint32_t *plan_pages;
+    uint32_t n_plan_pages;
+    struct vase_plan_layout plan;
+    float *acc;     /* [layers][kv_heads][n] snapshot (h2o), or NULL */
+    float **scores; /* [layers] -> [kv_heads][n] pushed window scores or NULL; array may be NULL */
+    float *exp_draws; /* injected [layers][kv_heads][n], or NULL */
+    float *gauss;     /* injected [head_dim][rank], or NULL */
+    /* The evictor's, under its lock: the run's place in the queue. */
+    struct vase_fairq_run queued;
+    /* Written by the threads, each its own layers. */
+    uint32_t *keep_lists; /* [layers][kv_heads][K] */
+    /* Main thread only. */
+    void *owner; /* the sequence the plan is for */
+    uint8_t routing_id[256];
+    size_t routing_id_len;
+    uint64_t request_id;
+    double started; /* CLOCK_MONOTONIC seconds */
+    double seconds;
+    unsigned jobs_total, jobs_done;
+    int error; /* the first failing layer's -errno, or 0 */
+    uint32_t error_layer;
+};
+
+/* Allocates an empty run (zeroed). 0 or -ENOMEM. */
+int vase_plan_run_new(struct vase_plan_run **ret);
+struct vase_plan_run *vase_plan_run_free(struct vase_plan_run *run);
+
 struct vase_planner; /* one implementation's per-thread state */
 
 struct vase_planner_ops {

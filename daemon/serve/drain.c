@@ -88,10 +88,6 @@ enum vase_drain_verdict vase_drain_judge(pid_t pid, int pidfd, int pidfd_error) 
     return exited(pidfd) ? VASE_DRAIN_EXITED : VASE_DRAIN_RELEASE;
 }
 
-const char *vase_drain_state_name(const struct vased_client *c) {
-    return c->draining ? "draining" : "connected";
-}
-
 bool vase_drain_must_hold(struct vased *d, struct vased_client *c) {
     bool on_device = false;
     for (const struct vased_seq *s = c->seqs; s && !on_device; s = s->next)

@@ -41,9 +41,6 @@ int vase_drain_watch(pid_t pid, int *ret_fd);
  * exited, is exiting (the kernel's PF_EXITING, read from /proc), or lives on. */
 enum vase_drain_verdict vase_drain_judge(pid_t pid, int pidfd, int pidfd_error);
 
-/* "connected", "draining": what vasectl shows for a client. */
-const char *vase_drain_state_name(const struct vased_client *c);
-
 /*
  * Client c's session closed: if it has sequences on device arenas and its process may still
  * write them, decides until when (logged) and returns true; the caller then holds those

@@ -23,13 +23,6 @@
 #include "vase.pb-c.h"
 #include "core/events.h"
 
-struct vase_params vase_elastic_params(const struct vase_params *at_max, uint32_t budget) {
-    struct vase_params p = *at_max;
-    p.budget = budget;
-    p.n_large = (uint32_t)((uint64_t)at_max->n_large * budget / at_max->budget);
-    return p;
-}
-
 uint32_t vase_elastic_plan_budget(const struct vased_seq *s) {
     return s->target_budget < s->params.budget ? s->target_budget : s->params.budget;
 }
@@ -54,7 +47,7 @@ static void publish_change(struct vased *d, const struct vased_seq *s, uint32_t 
 static void set_budget(struct vased *d, struct vased_seq *s, uint32_t budget, const char *reason,
                        uint32_t round) {
     uint32_t old = s->params.budget;
-    s->params = vase_elastic_params(&s->max_params, budget);
+    s->params = vase_params_at_budget(&s->max_params, budget);
     s->keep = vase_plan_keep_count(&s->params);
     s->budget_changes++;
     if (budget < old)

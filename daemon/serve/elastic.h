@@ -19,10 +19,6 @@
 struct vased;
 struct vased_seq;
 
-/* The parameters of a sequence opened with at_max, at budget: n_large scaled with the budget
- * (n_large * budget / at_max->budget, rounded down), everything else as opened. */
-struct vase_params vase_elastic_params(const struct vase_params *at_max, uint32_t budget);
-
 /* The budget the next plan of s keeps: its target when that is lower than its budget now. */
 uint32_t vase_elastic_plan_budget(const struct vased_seq *s);
 

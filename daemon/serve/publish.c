@@ -12,7 +12,6 @@
 #include "core/events.h"
 #include "plan/evictor.h"
 #include "core/log.h"
-#include "drain.h"
 #include "publish.h"
 #include "core/registry.h"
 #include "state.h"
@@ -42,7 +41,7 @@ void vase_publish_client_info(const struct vased *d, const struct vased_client *
     ret->models = c->n_models;
     ret->connected_seconds = vased_now() - c->connected_at;
     ret->plans_queued = d->evictor ? vase_evictor_count_queued(d->evictor, c->id) : 0;
-    ret->state = (char *)vase_drain_state_name(c);
+    ret->state = (char *)vase_registry_client_state(c);
 }
 
 void vase_publish_seq_info(const struct vased_seq *s, Vase__SeqInfo *ret) {
