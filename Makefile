@@ -316,9 +316,9 @@ check-gpu-emu: $(KERNEL_LIB)
 
 # ---- CUDA arena ----
 #
-# The CUDA arena backends of vased (daemon/arena_cuda.c) and libvase (client/cuda.c), and vased's
-# CUDA planner (daemon/planner_cuda.c), when HAVE_CUDA=1, else their refusing twins
-# (daemon/arena_nocuda.c, lib/nocuda.c, daemon/plan/planner_nocuda.c): the variant not built is
+# The CUDA arena backends of vased (daemon/core/arena_cuda.c) and libvase (lib/cuda.c), and vased's
+# CUDA planner (daemon/plan/planner_cuda.c), when HAVE_CUDA=1, else their refusing twins
+# (daemon/core/arena_nocuda.c, lib/nocuda.c, daemon/plan/planner_nocuda.c): the variant not built is
 # filtered out of DAEMON_SRCS and LIBVASE_SRCS (CUDA_ARENA_EXCLUDED). With CUDA, vased links the
 # CUDA kernels (with the CPU kernels they use) and the runtime (DAEMON_CUDA_LIBS); libvase takes
 # in only the compaction kernel and the host code of the CUDA archive (LIBVASE_CUDA_OBJS: no
@@ -349,7 +349,7 @@ $(BUILD)/libvased.a: | $(CUDA_LIB) $(KERNEL_LIB)
 
 # The backends' and the planner's host-side logic against the fake runtime: no libcudart, no
 # GPU. The daemon tests take arena_cuda.o and planner_cuda.o (and what they need) from the daemon
-# archive, with the CUDA archive's host code, the client test client/cuda.o and that host code
+# archive, with the CUDA archive's host code, the client test lib/cuda.o and that host code
 # from libvase; the fake defines every other CUDA symbol they reach, kernels included.
 DAEMON_CUDA_TESTS := $(BUILD)/tests/test_daemon_cuda_arena $(BUILD)/tests/test_daemon_cuda_planner
 # The fake also stands in for the driver's library where the device lookup probes for it
@@ -410,13 +410,13 @@ SYSTEMD_LIBS := -lsystemd
 INIH_LIBS := -linih
 MHD_LIBS := -lmicrohttpd
 
-# ---- client/: libvase and vasectl --------------------------------------------------------
+# ---- lib/: libvase; tools/vasectl/: vasectl ---------------------------------------------
 
 # libvase needs only the kernels that carry no BLAS: views, compaction, policy names and the
 # layout (with CUDA also LIBVASE_CUDA_OBJS, above).
 LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o layout.o)
 # and the daemon's allocator, pure (no I/O, no state but its own), with which vase_size_seq()
-# (client/size.c) places sequences in an arena exactly as vased does.
+# (lib/size.c) places sequences in an arena exactly as vased does.
 LIBVASE_KERNEL_OBJS += $(BUILD)/daemon/core/alloc.o
 $(BUILD)/lib/size.o: CPPFLAGS += -Idaemon/core
 VASECTL_SRCS := $(wildcard tools/vasectl/*.c)

@@ -4,7 +4,7 @@
 /*
  * libvase's CUDA side, behind a header with no CUDA types: mapping device arenas (cuda-ipc,
  * cuda-vmm) once per process, stream synchronisation, copies, and compaction on the engine's
- * stream. client/cuda.c implements it when libvase is built with CUDA; client/nocuda.c refuses
+ * stream. lib/cuda.c implements it when libvase is built with CUDA; lib/nocuda.c refuses
  * every call with -EOPNOTSUPP otherwise. (The header is not called cuda.h: with -Iclient that
  * name would hide the toolkit's <cuda.h>.)
  *

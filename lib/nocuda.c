@@ -3,7 +3,7 @@
 /*
  * libvase's CUDA side in a build without CUDA (USE_CUDA=0): device arenas are listed in the
  * welcome but cannot be mapped, so a model cannot be registered on one (-EOPNOTSUPP, with a
- * sentence for vase_last_error()), and nothing else here is ever reached. client/cuda.c
+ * sentence for vase_last_error()), and nothing else here is ever reached. lib/cuda.c
  * replaces this file when the build has CUDA.
  */
 

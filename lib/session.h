@@ -11,7 +11,7 @@
 struct vase__cuda_mapping;
 
 /* An arena as the welcome described it, mapped when it is a memfd. A device arena (share
- * "cuda-ipc" or "cuda-vmm") is mapped by client/cuda.c when a model is first registered on it,
+ * "cuda-ipc" or "cuda-vmm") is mapped by lib/cuda.c when a model is first registered on it,
  * so that a client that never uses it never touches CUDA. */
 struct vase__arena {
     uint32_t id;

@@ -3,7 +3,7 @@
 /*
  * vase_size_seq(): the footprint of a sequence and how many fit an arena, without a daemon. The
  * layout and the footprint are kernels/layout.c's, which vased computes them with, and the count
- * runs vased's allocator (daemon/alloc.c, pure and linked into libvase for this) on an empty
+ * runs vased's allocator (daemon/core/alloc.c, pure and linked into libvase for this) on an empty
  * arena of the same size and granule: sequences are reserved one after another, each as vased
  * reserves an open (its KV, ring and plan pages in one all-or-nothing request), until one does
  * not fit. So the figure is the daemon's own, granules shared by two page sizes included, and

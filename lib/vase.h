@@ -298,7 +298,7 @@ void vase_open_cancel(struct vase_open *o);
 
 /*
  * What one sequence costs in an arena, computed without a daemon by the code vased lays out and
- * places sequences with (kernels/layout.c, daemon/alloc.c): `vasectl size` prints it.
+ * places sequences with (kernels/layout.c, daemon/core/alloc.c): `vasectl size` prints it.
  */
 struct vase_size {
     uint64_t token_bytes;     /* K and V of one token, every layer */

@@ -3,7 +3,7 @@
 
 /*
  * One sequence laid out in an arena as the planner sees it, shared by the unit tests of
- * daemon/evictor.c and daemon/planner_cuda.c: the paged layout of an F32 geometry with its block
+ * daemon/plan/evictor.c and daemon/plan/planner_cuda.c: the paged layout of an F32 geometry with its block
  * size, a block table of KV pages, query-ring pages and plan pages (which pages is the test's
  * choice; each kind in units of its own size), K, V and queries filled from rand(), the
  * addresses of a token's K/V, a query row and a keep list, and a plan run describing it all.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/admitq.c, the queue of opens waiting for room: arrival order, unlinking
+/* Unit tests of daemon/core/admitq.c, the queue of opens waiting for room: arrival order, unlinking
  * anywhere (head, middle, tail), dropping a client's entries, expiry in order, the earliest
  * deadline, and the counts and tail pointer kept right through all of them. */
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Unit tests of daemon/alloc.c: reservations over several page sizes that are all-or-nothing,
+ * Unit tests of daemon/core/alloc.c: reservations over several page sizes that are all-or-nothing,
  * byte quotas, checked releases, pages at multiples of their size, granules owned by one size
  * at a time and returned as soon as their last page goes, holes reused before new granules; and
  * sequences of several real models churning in one large arena through the registry, with the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of the control frame checks of daemon/control.c, without sockets: sizes before
+/* Unit tests of the control frame checks of daemon/control/control.c, without sockets: sizes before
  * unpacking, malformed frames, versions, bodies, incarnations, sessions and client_seq. */
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Unit tests of daemon/arena_cuda.c against the fake CUDA of tests/mock_cuda.c (no GPU, no
+ * Unit tests of daemon/core/arena_cuda.c against the fake CUDA of tests/mock_cuda.c (no GPU, no
  * libcudart): device selection by ordinal and UUID, compute-mode and device refusals, the
  * cuda-ipc allocation and handle, the cuda-vmm allocation, its fd and an SCM_RIGHTS round trip
  * to an importer, unwinding after each injected failure (exact -errno, a message naming the

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Unit tests of daemon/planner_cuda.c against the fake CUDA of tests/mock_cuda.c (no GPU, no
+ * Unit tests of daemon/plan/planner_cuda.c against the fake CUDA of tests/mock_cuda.c (no GPU, no
  * libcudart), on a cuda-ipc arena whose "device" memory the CPU can read: plans on the
  * "device" equal the CPU planner's, reach the plan pages, fail whole on NaN naming the layer,
  * report CUDA failures with the runtime's message, and the evictor's threads make and free their

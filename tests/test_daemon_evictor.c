@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/evictor.c: plans computed by the thread pool through paged views of a
+/* Unit tests of daemon/plan/evictor.c: plans computed by the thread pool through paged views of a
  * host arena must equal the kernels' plan on a contiguous copy of the same data, reach the
  * plan pages at PROTOCOL.md's offsets, and fail whole, naming the layer, on NaN; clients are
  * served in turn, and the queue's counters say so. */

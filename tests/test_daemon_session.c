@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/session.c: stale-socket detection and the SEQPACKET handshake
+/* Unit tests of daemon/core/session.c: stale-socket detection and the SEQPACKET handshake
  * primitives with SCM_RIGHTS. */
 
 #include <errno.h>

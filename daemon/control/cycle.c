@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * The daemon's half of the eviction cycle, in the order it runs (client/seq.c is the engine's
+ * The daemon's half of the eviction cycle, in the order it runs (lib/seq.c is the engine's
  * half): EvictRequest → a plan run → plan done → EvictCommit → surplus pages released. A
  * sequence is IDLE, PLANNING (its run is with the evictor) or PLAN_READY (the engine has the
  * plan, not yet applied); a request in another state is refused and changes nothing. A run holds

@@ -2,7 +2,7 @@
 #pragma once
 
 /*
- * The daemon's half of the eviction cycle (ARCHITECTURE.md), mirroring client/seq.c: an
+ * The daemon's half of the eviction cycle (ARCHITECTURE.md), mirroring lib/seq.c: an
  * EvictRequest becomes a plan run for the evictor, a finished run becomes an EvictPlan, an
  * EvictCommit compacts the sequence's statistics and releases its surplus pages; AttnStats feed
  * the statistics the plans read.
