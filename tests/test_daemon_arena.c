@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/core/arena.c: the host backend's memfd, its seals and mappings, the syntax of
- * arena specs, the stamp page past a host arena and the adoption of a kept memfd, and the refusal
- * of CUDA arenas in a build without CUDA (the CUDA backends themselves: test_daemon_cuda_arena.c).
+/* Unit tests of daemon/core/arena.c: the host backend's memfd, its seals and mappings, the syntax
+ * of arena specs, the stamp page past a host arena and the adoption of a kept memfd, and the
+ * refusal of CUDA arenas in a build without CUDA (the CUDA backends themselves:
+ * test_daemon_cuda_arena.c).
  */
 
 #include <errno.h>

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Unit tests of daemon/serve/drain.c with clients.c and registry.c: a client whose session closes while
- * its process may still run GPU work keeps the pages of its device sequences out of the free pool
- * until its process is gone and the grace has passed, while its host pages return at once; a
+ * Unit tests of daemon/serve/drain.c with clients.c and registry.c: a client whose session closes
+ * while its process may still run GPU work keeps the pages of its device sequences out of the free
+ * pool until its process is gone and the grace has passed, while its host pages return at once; a
  * process that lives on (a clean disconnect) gets nothing held. The processes are real children
  * of the test, watched by real pidfds; the device arena is a stand-in whose only property is being
  * on a device, which is all the draining looks at.

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/core/registry.c: the layout formulas of PROTOCOL.md as the registry uses them,
- * footprints of sequences in bytes, all-or-nothing sequence admission charged in bytes,
+/* Unit tests of daemon/core/registry.c: the layout formulas of PROTOCOL.md as the registry uses
+ * them, footprints of sequences in bytes, all-or-nothing sequence admission charged in bytes,
  * ownership, shrinking, orphans whose pages wait for their plan, and sequences held for a client
  * whose process may still write them. */
 

@@ -2,11 +2,11 @@
 
 /* Unit tests of the sequences kept across a restart: daemon/core/registry.c takes a saved sequence
  * back only when every field fits what an open of its request holds, with exactly its pages;
- * daemon/serve/restore.c gives it only to a client of the same uid presenting its token, with a model
- * of its geometry, and only once. A kept arena is taken back only with the snapshot of the stop
- * that last stamped it: the test_bound_* play the fd store on a notification socket of its own and
- * replays stale, blank and twice-used pairs. (The fd store and the snapshot file are also tested
- * through a real vased by tests/test_sd_emu.sh.) */
+ * daemon/serve/restore.c gives it only to a client of the same uid presenting its token, with a
+ * model of its geometry, and only once. A kept arena is taken back only with the snapshot of the
+ * stop that last stamped it: the test_bound_* play the fd store on a notification socket of its own
+ * and replays stale, blank and twice-used pairs. (The fd store and the snapshot file are also
+ * tested through a real vased by tests/test_sd_emu.sh.) */
 
 #include <errno.h>
 #include <fcntl.h>
