@@ -24,6 +24,7 @@
 
 #include "serve/access.h"
 #include "control/admin.h"
+#include "control/admission.h"
 #include "core/alloc.h"
 #include "serve/clients.h"
 #include "control/control.h"
@@ -387,8 +388,8 @@ static int main_loop(struct vased *d) {
         /* Whatever this round released (closes, dead clients, reaped plans, drains) may admit
          * parked opens; and a wait that passed is answered now, not at the next tick. */
         if (d->admitq.n) {
-            vase_engine_admit_expire(d, vased_now());
-            vase_engine_admit_retry(d);
+            vase_admission_expire(d, vased_now());
+            vase_admission_retry(d);
         }
         /* Then the budgets: lowered for the opens still waiting, back up when none waits. */
         vase_elastic_rebalance(d);
