@@ -182,7 +182,7 @@ WERROR_ON := $(filter-out 0,$(WERROR))
 comma := ,
 WARN := -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
         -Wpointer-arith -Werror=implicit-function-declaration
-CPPFLAGS += -D_GNU_SOURCE -MMD -MP -Ikernels -Iclient -Iproto -I$(BUILD)/proto -I$(BLAS_INC)
+CPPFLAGS += -D_GNU_SOURCE -MMD -MP -Ikernels -Ilib -Iproto -I$(BUILD)/proto -I$(BLAS_INC)
 CFLAGS += $(OPT) $(WARN) -fPIC -pthread $(DEPS_CFLAGS)
 LDFLAGS += -pthread $(DEPS_LDFLAGS)
 ifneq ($(SANITIZE),)
@@ -316,9 +316,9 @@ check-gpu-emu: $(KERNEL_LIB)
 
 # ---- CUDA arena ----
 #
-# The CUDA arena backends of vased (daemon/arena_cuda.c) and libvase (client/cuda.c), and vased's
-# CUDA planner (daemon/planner_cuda.c), when HAVE_CUDA=1, else their refusing twins
-# (daemon/arena_nocuda.c, client/nocuda.c, daemon/planner_nocuda.c): the variant not built is
+# The CUDA arena backends of vased (daemon/core/arena_cuda.c) and libvase (lib/cuda.c), and vased's
+# CUDA planner (daemon/plan/planner_cuda.c), when HAVE_CUDA=1, else their refusing twins
+# (daemon/core/arena_nocuda.c, lib/nocuda.c, daemon/plan/planner_nocuda.c): the variant not built is
 # filtered out of DAEMON_SRCS and LIBVASE_SRCS (CUDA_ARENA_EXCLUDED). With CUDA, vased links the
 # CUDA kernels (with the CPU kernels they use) and the runtime (DAEMON_CUDA_LIBS); libvase takes
 # in only the compaction kernel and the host code of the CUDA archive (LIBVASE_CUDA_OBJS: no
@@ -333,7 +333,7 @@ CUDA_ARENA_TEST_SRCS := tests/test_daemon_cuda_arena.c tests/test_daemon_cuda_pl
                         tests/test_client_cuda.c
 
 ifeq ($(HAVE_CUDA),1)
-CUDA_ARENA_EXCLUDED := daemon/arena_nocuda.c daemon/planner_nocuda.c client/nocuda.c
+CUDA_ARENA_EXCLUDED := daemon/core/arena_nocuda.c daemon/plan/planner_nocuda.c lib/nocuda.c
 DAEMON_CUDA_LIBS = $(CUDA_LIB) $(KERNEL_LIB) $(CUDA_LIBS) -lm
 LIBVASE_CUDA_OBJS := $(addprefix $(BUILD)/kernels/,compact_cuda.cu.o runtime_cuda.cu.o) \
                      $(CUDA_HOST_OBJS)
@@ -341,7 +341,7 @@ LIBVASE_CUDA_LIBS = $(CUDA_LIBS)
 CUDA_ARENA_TESTS := $(CUDA_ARENA_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 MOCK_CUDA_OBJ := $(BUILD)/tests/mock_cuda.o
 
-$(BUILD)/daemon/arena_cuda.o $(BUILD)/daemon/planner_cuda.o $(BUILD)/client/cuda.o \
+$(BUILD)/daemon/core/arena_cuda.o $(BUILD)/daemon/plan/planner_cuda.o $(BUILD)/lib/cuda.o \
 $(MOCK_CUDA_OBJ) $(CUDA_ARENA_TESTS:%=%.o): CPPFLAGS += -I$(CUDA_INC)
 
 # Everything that links vased's archive links the kernels' archives too.
@@ -349,7 +349,7 @@ $(BUILD)/libvased.a: | $(CUDA_LIB) $(KERNEL_LIB)
 
 # The backends' and the planner's host-side logic against the fake runtime: no libcudart, no
 # GPU. The daemon tests take arena_cuda.o and planner_cuda.o (and what they need) from the daemon
-# archive, with the CUDA archive's host code, the client test client/cuda.o and that host code
+# archive, with the CUDA archive's host code, the client test lib/cuda.o and that host code
 # from libvase; the fake defines every other CUDA symbol they reach, kernels included.
 DAEMON_CUDA_TESTS := $(BUILD)/tests/test_daemon_cuda_arena $(BUILD)/tests/test_daemon_cuda_planner
 # The fake also stands in for the driver's library where the device lookup probes for it
@@ -374,7 +374,7 @@ $(BUILD)/tests/test_client_cuda: $(BUILD)/tests/test_client_cuda.o $(MOCK_CUDA_O
 # test_daemon_cuda_arena also starts the real vased (no GPU here: it must refuse cuda:0).
 $(BUILD)/tests/test_daemon_cuda_arena: | $(BUILD)/vased
 else
-CUDA_ARENA_EXCLUDED := daemon/arena_cuda.c daemon/planner_cuda.c client/cuda.c
+CUDA_ARENA_EXCLUDED := daemon/core/arena_cuda.c daemon/plan/planner_cuda.c lib/cuda.c
 DAEMON_CUDA_LIBS :=
 LIBVASE_CUDA_OBJS :=
 LIBVASE_CUDA_LIBS :=
@@ -410,17 +410,17 @@ SYSTEMD_LIBS := -lsystemd
 INIH_LIBS := -linih
 MHD_LIBS := -lmicrohttpd
 
-# ---- client/: libvase and vasectl --------------------------------------------------------
+# ---- lib/: libvase; tools/vasectl/: vasectl ---------------------------------------------
 
 # libvase needs only the kernels that carry no BLAS: views, compaction, policy names and the
 # layout (with CUDA also LIBVASE_CUDA_OBJS, above).
 LIBVASE_KERNEL_OBJS := $(addprefix $(BUILD)/kernels/,view.o compact.o policy.o layout.o)
 # and the daemon's allocator, pure (no I/O, no state but its own), with which vase_size_seq()
-# (client/size.c) places sequences in an arena exactly as vased does.
-LIBVASE_KERNEL_OBJS += $(BUILD)/daemon/alloc.o
-$(BUILD)/client/size.o: CPPFLAGS += -Idaemon
-VASECTL_SRCS := $(wildcard client/vasectl*.c)
-LIBVASE_SRCS := $(filter-out $(VASECTL_SRCS) $(CUDA_ARENA_EXCLUDED),$(wildcard client/*.c))
+# (lib/size.c) places sequences in an arena exactly as vased does.
+LIBVASE_KERNEL_OBJS += $(BUILD)/daemon/core/alloc.o
+$(BUILD)/lib/size.o: CPPFLAGS += -Idaemon/core
+VASECTL_SRCS := $(wildcard tools/vasectl/*.c)
+LIBVASE_SRCS := $(filter-out $(CUDA_ARENA_EXCLUDED),$(wildcard lib/*.c))
 LIBVASE_OBJS := $(LIBVASE_SRCS:%.c=$(BUILD)/%.o)
 LIBVASE_A := $(BUILD)/libvase.a
 LIBVASE_SO := $(BUILD)/libvase.so
@@ -467,7 +467,7 @@ endif
 # see only this directory, so a public header that reaches for anything outside it breaks the
 # build. libvase.so.1, the soname, is what programs linked to the shared
 # library look for.
-PUBLIC_HEADERS := client/vase.h kernels/vase_types.h proto/vase_errors.h client/vase_admin.h \
+PUBLIC_HEADERS := lib/vase.h kernels/vase_types.h proto/vase_errors.h lib/vase_admin.h \
                   $(PROTO_H)
 PUBLIC_INCLUDE := $(BUILD)/include
 PUBLIC_STAMP := $(PUBLIC_INCLUDE)/.stamp
@@ -584,8 +584,11 @@ wheel: $(VENV_STAMP) $(PY_SETUP_JSON) $(LIBVASE_DIST_A) $(PUBLIC_STAMP)
 
 # ---- daemon/: vased -------------------------------------------------------------------
 
-DAEMON_SRCS := $(filter-out $(CUDA_ARENA_EXCLUDED),$(wildcard daemon/*.c))
+DAEMON_SRCS := $(filter-out $(CUDA_ARENA_EXCLUDED),$(wildcard daemon/*.c daemon/*/*.c))
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
+# The daemon's folders are its layers (tests/check_layers.sh): a file names a header of another
+# folder by its folder ("core/registry.h"), found through -Idaemon; the unit tests do the same.
+$(BUILD)/daemon/%.o $(BUILD)/tests/%.o: CPPFLAGS += -Idaemon
 DAEMON_LIB := $(BUILD)/libvased.a
 VASED := $(BUILD)/vased
 DAEMON_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(SYSTEMD_LIBS) $(INIH_LIBS) $(MHD_LIBS) $(BLAS_LIBS) -lm \
@@ -1051,7 +1054,8 @@ export VASE_VECTORS := $(abspath $(VECTORS))
 check-proto-abi:
 	$(Q)tests/test_proto_abi.sh
 
-# Runs every unit-test binary, the Makefile's own set-up checks, the ABI rule of vase.proto, the
+# Runs every unit-test binary, the include check of vased's layers (tests/check_layers.sh),
+# the Makefile's own set-up checks, the ABI rule of vase.proto, the
 # vector runner on the shipped vectors and on cases generated by the independent NumPy
 # implementation (K and V contiguous, then in pages of each of VECTOR_BLOCKS tokens), and ends
 # with one "check: N passed, N failed" line.
@@ -1061,6 +1065,7 @@ check: all $(VENV_STAMP)
 	for t in $(TEST_PROGS); do \
 	  echo "  TEST    $$t"; $(TEST_WRAPPER) $$t; result $$? $$t; \
 	done; \
+	echo "  LAYERS  tests/check_layers.sh"; tests/check_layers.sh; result $$? tests/check_layers.sh; \
 	echo "  SETUP   tests/test_setup.sh"; tests/test_setup.sh; result $$? tests/test_setup.sh; \
 	echo "  PROTO   tests/test_proto_abi.sh: vase.proto against the released schema"; \
 	  tests/test_proto_abi.sh; result $$? tests/test_proto_abi.sh; \
@@ -1116,6 +1121,10 @@ check: all $(VENV_STAMP)
 	else echo "  PYTHON  not run under SANITIZE (the extension is not built)"; fi; \
 	echo "check: $$pass passed, $$fail failed"; [ $$fail = 0 ]
 
+# The includes of daemon/ against its layers alone (make check runs it too).
+check-layers:
+	$(Q)tests/check_layers.sh
+
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect
 check-valgrind: all
 	$(Q)$(MAKE) --no-print-directory check TEST_WRAPPER="$(VALGRIND)"
@@ -1139,7 +1148,7 @@ format-check: | $(DEPS_STAMP)
 format: | $(DEPS_STAMP)
 	$(Q)clang-format -i $(FORMAT_FILES)
 
-.PHONY: all check check-links check-valgrind check-proto-abi bench clean deps format format-check
+.PHONY: all check check-layers check-links check-valgrind check-proto-abi bench clean deps format format-check
 .DEFAULT_GOAL := all
 
 -include $(shell find $(BUILD) -name '*.d' -type f 2>/dev/null)

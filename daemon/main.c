@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
+#include "config/config.h"
+#include "core/log.h"
 #include "vased.h"
 
 /* Refuses host arenas larger than the machine's memory and warns above 3/4 of it: a memfd

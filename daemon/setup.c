@@ -27,18 +27,18 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "alloc.h"
-#include "arena.h"
-#include "clients.h"
-#include "control.h"
-#include "events.h"
-#include "evictor.h"
-#include "log.h"
-#include "metrics_http.h"
-#include "restore.h"
+#include "core/alloc.h"
+#include "core/arena.h"
+#include "serve/clients.h"
+#include "control/control.h"
+#include "core/events.h"
+#include "plan/evictor.h"
+#include "core/log.h"
+#include "serve/metrics_http.h"
+#include "serve/restore.h"
 #include "setup.h"
 #include "state.h"
-#include "zap.h"
+#include "core/zap.h"
 
 /*
  * The main thread's id, for forward_signal(). Libraries may start threads before main() runs
@@ -493,7 +493,7 @@ static int setup_access(struct vased *d) {
 }
 
 static int setup_registry(struct vased *d) {
-    int r = vase_registry_new(&d->reg);
+    int r = vase_registry_new(vase_plan_run_free, &d->reg);
     if (r < 0)
         return log_oom();
     d->pending_settings = calloc(vase_settings_count, sizeof(*d->pending_settings));

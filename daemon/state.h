@@ -14,12 +14,12 @@
 #include <time.h>
 #include <zmq.h>
 
-#include "admitq.h"
-#include "allow.h"
-#include "config.h"
-#include "metrics.h"
-#include "registry.h"
-#include "session.h"
+#include "core/admitq.h"
+#include "core/allow.h"
+#include "config/config.h"
+#include "serve/metrics.h"
+#include "core/registry.h"
+#include "core/session.h"
 
 #define VASED_VERSION "0.1.0"
 /* Sessions that connected but have not said hello yet (in all, and per uid), and how long

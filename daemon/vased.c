@@ -22,24 +22,25 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "access.h"
-#include "admin.h"
-#include "alloc.h"
-#include "clients.h"
-#include "control.h"
-#include "cycle.h"
-#include "drain.h"
-#include "elastic.h"
-#include "engine.h"
-#include "evictor.h"
-#include "log.h"
-#include "metrics_http.h"
-#include "publish.h"
-#include "restore.h"
+#include "serve/access.h"
+#include "control/admin.h"
+#include "control/admission.h"
+#include "core/alloc.h"
+#include "serve/clients.h"
+#include "control/control.h"
+#include "control/cycle.h"
+#include "serve/drain.h"
+#include "serve/elastic.h"
+#include "control/engine.h"
+#include "plan/evictor.h"
+#include "core/log.h"
+#include "serve/metrics_http.h"
+#include "serve/publish.h"
+#include "serve/restore.h"
 #include "vase_admin.h"
 #include "setup.h"
 #include "vased.h"
-#include "zap.h"
+#include "core/zap.h"
 
 static void update_status(struct vased *d, bool force) {
     char status[256];
@@ -387,8 +388,8 @@ static int main_loop(struct vased *d) {
         /* Whatever this round released (closes, dead clients, reaped plans, drains) may admit
          * parked opens; and a wait that passed is answered now, not at the next tick. */
         if (d->admitq.n) {
-            vase_engine_admit_expire(d, vased_now());
-            vase_engine_admit_retry(d);
+            vase_admission_expire(d, vased_now());
+            vase_admission_retry(d);
         }
         /* Then the budgets: lowered for the opens still waiting, back up when none waits. */
         vase_elastic_rebalance(d);

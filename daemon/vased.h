@@ -7,7 +7,7 @@
  * down in reverse. The loop calls down into the other modules; nothing calls back into it.
  */
 
-#include "config.h"
+#include "config/config.h"
 #include "state.h"
 
 /* The exit status after a sticky CUDA error (EX_SOFTWARE of sysexits.h). */

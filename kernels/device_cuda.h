@@ -2,8 +2,8 @@
 #pragma once
 
 /*
- * The host side of CUDA that vased's CUDA arena (daemon/arena_cuda.c) and libvase's
- * (client/cuda.c) share: finding the device an arena names and checking that processes may share
+ * The host side of CUDA that vased's CUDA arena (daemon/core/arena_cuda.c) and libvase's
+ * (lib/cuda.c) share: finding the device an arena names and checking that processes may share
  * it, and the driver's VMM entry points, looked up through the runtime. Only those two CUDA
  * variants include this header, so it may name CUDA types; vase_kernels.h does not. Nothing is
  * logged: a failure comes back as -errno with what the caller needs for its own message.

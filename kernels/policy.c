@@ -144,6 +144,13 @@ struct vase_params vase_params_default(uint32_t budget) {
     };
 }
 
+struct vase_params vase_params_at_budget(const struct vase_params *at_max, uint32_t budget) {
+    struct vase_params p = *at_max;
+    p.budget = budget;
+    p.n_large = (uint32_t)((uint64_t)at_max->n_large * budget / at_max->budget);
+    return p;
+}
+
 int vase_params_explain(const struct vase_params *p, enum vase_policy policy, char *msg,
                         size_t msg_size) {
     if (msg && msg_size)

@@ -115,6 +115,11 @@ struct vase_workspace *vase_workspace_free(struct vase_workspace *ws);
 /* K = budget - window: the number of candidates each KV head keeps. */
 uint32_t vase_plan_keep_count(const struct vase_params *p);
 
+/* The parameters of a sequence opened with at_max, at another budget (elastic budgets):
+ * n_large scaled with the budget (n_large * budget / at_max->budget, rounded down), everything
+ * else as opened (policy.c, beside vase_params_default()). */
+struct vase_params vase_params_at_budget(const struct vase_params *at_max, uint32_t budget);
+
 /*
  * Computes the plan of KV heads [h0, h1) of one layer: keep[(h - h0) * K + i], K from
  * vase_plan_keep_count(). ws may be NULL (scratch is then allocated for the call).

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """abi_check.py RELEASED CURRENT: vase.proto's ABI rule, checked.
 
-libvase hands out the structs protobuf-c generates from proto/vase.proto (client/vase_admin.h):
+libvase hands out the structs protobuf-c generates from proto/vase.proto (lib/vase_admin.h):
 a program built against one release reads their members at the offsets of that release. They
 stay where they were only while a message gains fields at its end. So, against RELEASED (the
 schema of the last release, proto/released/vase.proto), CURRENT may:
@@ -217,7 +217,7 @@ def main(argv):
         print(f"{argv[2]}: {b}")
     if breaches:
         print(f"abi_check: {argv[2]} breaks the ABI of {argv[1]} (the rule: vase.proto, "
-              "client/vase_admin.h)", file=sys.stderr)
+              "lib/vase_admin.h)", file=sys.stderr)
         return 1
     return 0
 

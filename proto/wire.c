@@ -47,6 +47,36 @@ const char *vase_wire_body_name(const Vase__Envelope *e) {
     return f ? f->name : "none";
 }
 
+bool vase_wire_is_admin(Vase__Envelope__BodyCase body) {
+    switch (body) {
+    case VASE__ENVELOPE__BODY_PING:
+    case VASE__ENVELOPE__BODY_STATUS:
+    case VASE__ENVELOPE__BODY_LIST_CLIENTS:
+    case VASE__ENVELOPE__BODY_LIST_SEQS:
+    case VASE__ENVELOPE__BODY_GET_SEQ:
+    case VASE__ENVELOPE__BODY_CONFIG_GET:
+    case VASE__ENVELOPE__BODY_CONFIG_SET:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool vase_wire_is_request(Vase__Envelope__BodyCase body) {
+    switch (body) {
+    case VASE__ENVELOPE__BODY_REGISTER_MODEL:
+    case VASE__ENVELOPE__BODY_OPEN_SEQ:
+    case VASE__ENVELOPE__BODY_CLOSE_SEQ:
+    case VASE__ENVELOPE__BODY_SET_BUDGET:
+    case VASE__ENVELOPE__BODY_EVICT_REQUEST:
+    case VASE__ENVELOPE__BODY_EVICT_COMMIT:
+    case VASE__ENVELOPE__BODY_ATTN_STATS:
+        return true;
+    default:
+        return vase_wire_is_admin(body);
+    }
+}
+
 size_t vase_wire_utf8_len(const unsigned char *p, size_t avail, uint32_t *ret_cp) {
     unsigned char ch = p[0], lo = 0x80, hi = 0xbf;
     size_t n = 0;

@@ -31,6 +31,11 @@ int vase_wire_pack(const Vase__Envelope *e, void **ret_buf, size_t *ret_len);
 
 /* The name of an envelope's body ("open_seq", ...), for logs and errors. */
 const char *vase_wire_body_name(const Vase__Envelope *e);
+/* True for the requests any peer may send (Ping, Status, List*, GetSeq, Config*): the
+ * administrative ones. */
+bool vase_wire_is_admin(Vase__Envelope__BodyCase body);
+/* True for the bodies a peer may send to vased at all (requests); replies and events are not. */
+bool vase_wire_is_request(Vase__Envelope__BodyCase body);
 
 /*
  * Copies the text in, which a peer may have chosen, to out (out_len bytes, NUL included) with

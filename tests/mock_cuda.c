@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * The fake CUDA of mock_cuda.h. Only what daemon/arena_cuda.c and client/cuda.c call is here;
+ * The fake CUDA of mock_cuda.h. Only what daemon/core/arena_cuda.c and lib/cuda.c call is here;
  * a call the fake lacks is a link error, not a silent success. Single-threaded bookkeeping,
  * except that the evictor's threads may call the stream, copy and kernel entry points at once:
  * every entry point takes one mutex.

@@ -4,7 +4,7 @@
 /*
  * A fake CUDA runtime, driver (the cuMem* entry points handed out by
  * cudaGetDriverEntryPointByVersion) and CUDA kernels, linked instead of libcudart and
- * libvasekernels_cuda.a by the unit tests of daemon/arena_cuda.c and client/cuda.c. "Device"
+ * libvasekernels_cuda.a by the unit tests of daemon/core/arena_cuda.c and lib/cuda.c. "Device"
  * memory is host memory in memfds: cudaMalloc() and cuMemCreate() make one, IPC opens and
  * cuMemMap() map it again at another address, so a daemon's and a client's views of one
  * allocation differ in address and share their bytes, as they would across processes. The

@@ -3,9 +3,9 @@
 
 /*
  * One sequence laid out in an arena as the planner sees it, shared by the unit tests of
- * daemon/evictor.c and daemon/planner_cuda.c: the paged layout of an F32 geometry with its block
- * size, a block table of KV pages, query-ring pages and plan pages (which pages is the test's
- * choice; each kind in units of its own size), K, V and queries filled from rand(), the
+ * daemon/plan/evictor.c and daemon/plan/planner_cuda.c: the paged layout of an F32 geometry with
+ * its block size, a block table of KV pages, query-ring pages and plan pages (which pages is the
+ * test's choice; each kind in units of its own size), K, V and queries filled from rand(), the
  * addresses of a token's K/V, a query row and a keep list, and a plan run describing it all.
  *
  * Sizes and addresses are the fixture's own arithmetic (PROTOCOL.md "Memory"), not calls into
@@ -17,9 +17,9 @@
 
 #include <stdint.h>
 
-#include "../daemon/arena.h"
-#include "../daemon/evictor.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/arena.h"
+#include "../daemon/plan/evictor.h"
+#include "../daemon/core/registry.h"
 
 #define PLAN_FIXTURE_MAX_PAGES 512u
 #define PLAN_FIXTURE_MAX_RING 64u

@@ -7,7 +7,7 @@
  * to a ROUTER socket this test plays the daemon with. The hook is tests/alloc_fail.c, linked
  * in with -Wl,--wrap (see the Makefile and tests/alloc_fail.h): every allocation libvase makes
  * while a step is armed is counted, the Nth fails, and each failure must come back as -ENOMEM
- * with everything freed. The pure layout arithmetic (client/layout.c) allocates nothing and is
+ * with everything freed. The pure layout arithmetic (kernels/layout.c) allocates nothing and is
  * not swept.
  */
 

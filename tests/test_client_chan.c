@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Tests of client/chan.c, the control channel, against a ROUTER in the test process playing
+ * Tests of lib/chan.c, the control channel, against a ROUTER in the test process playing
  * the daemon's part: envelope fields (version, incarnation, increasing client_seq, distinct
  * request ids, the routing id), replies taken out of order through the reply queue, the
  * unclaimed-reply callback, bounded waits, a closed session socket ending a wait at once,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Tests of vase_connect() and the session handshake (client/session.c, client/client.c) that
+ * Tests of vase_connect() and the session handshake (lib/session.c, lib/client.c) that
  * need no daemon: the runtime directory rules, a missing or dead socket, and a peer thread in
  * the test that plays the daemon's side of the session socket only (refusal, silence, closing,
  * another protocol version, malformed welcomes, a good welcome whose memfd arena must come out

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Unit tests of client/cuda.c (and the device side of client/session.c) against the fake CUDA
+ * Unit tests of lib/cuda.c (and the device side of lib/session.c) against the fake CUDA
  * of tests/mock_cuda.c (no GPU, no libcudart): a device arena is opened once per process and
  * daemon incarnation however many clients map it, closed with the last of them and before the
  * session socket, found by UUID whatever the ordinals, refused with an exact -errno and a
@@ -12,7 +12,7 @@
  * waited for in stream order; a sequence's memory comes from the mapping's pool and goes back
  * ordered on its stream, with no device synchronisation; the engine's pending runtime error is
  * never cleared; the caller's current device is restored. close() is wrapped to see when the
- * session socket closes. The eviction cycle (client/cycle.c) on a device arena runs against a
+ * session socket closes. The eviction cycle (lib/cycle.c) on a device arena runs against a
  * daemon faked at the channel (vase__chan_* wrapped): in stream order the request and the
  * commit leave only once their events have completed, and nothing waits for the device.
  */
@@ -31,9 +31,9 @@
 
 #include <cmocka.h>
 
-#include "../client/cuda_arena.h"
-#include "../client/internal.h"
-#include "../client/session.h"
+#include "../lib/cuda_arena.h"
+#include "../lib/internal.h"
+#include "../lib/session.h"
 #include "mock_cuda.h"
 #include "vase_kernels.h"
 #include "vase_layout.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Tests of client/errors.c: vase_strerror() names errno values whichever sign they come with,
+ * Tests of lib/errors.c: vase_strerror() names errno values whichever sign they come with,
  * names the two vase codes, never returns NULL, and returns static strings (the same pointer
  * every time, from any thread).
  */

@@ -33,7 +33,7 @@
 #include "vase_layout.h"
 
 #define MIB (UINT64_C(1) << 20)
-/* arena_bytes of `make run`: daemon/config.c's default. */
+/* arena_bytes of `make run`: daemon/config/config.c's default. */
 #define DEFAULT_ARENA (1024 * MIB)
 
 static const struct vase_layout_geometry made_up = {

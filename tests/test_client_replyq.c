@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Tests of client/replyq.c: replies are taken by request id whatever order they arrived in,
+ * Tests of lib/replyq.c: replies are taken by request id whatever order they arrived in,
  * each exactly once; dropping and clearing free them (valgrind and ASan check that nothing
  * leaks or is freed twice).
  */

@@ -11,8 +11,8 @@
 
 /* vasectl's own files, compiled into the test: they are not part of libvase, which the client
  * tests link. */
-#include "../client/vasectl_json.c"
-#include "../client/vasectl_print.c"
+#include "../tools/vasectl/vasectl_json.c"
+#include "../tools/vasectl/vasectl_print.c"
 
 /* Exact below 10000, then one decimal; 999950 is "1.0M", never "1000.0k". */
 static void test_fmt_count(void **state) {

@@ -15,9 +15,9 @@
 
 /* vasectl's own files, compiled into the test: they are not part of libvase, which the client
  * tests link. */
-#include "../client/vasectl_json.c"
-#include "../client/vasectl_print.c"
-#include "../client/vasectl_top.c"
+#include "../tools/vasectl/vasectl_json.c"
+#include "../tools/vasectl/vasectl_print.c"
+#include "../tools/vasectl/vasectl_top.c"
 
 /* Two samples two seconds apart: sequence 1 in both, 2 only in the second (just opened), 3
  * only in the first (closed). Sequences 1 and 2 share model "llama" (of two clients), 4 has

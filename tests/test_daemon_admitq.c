@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/admitq.c, the queue of opens waiting for room: arrival order, unlinking
+/* Unit tests of daemon/core/admitq.c, the queue of opens waiting for room: arrival order, unlinking
  * anywhere (head, middle, tail), dropping a client's entries, expiry in order, the earliest
  * deadline, and the counts and tail pointer kept right through all of them. */
 
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/admitq.h"
+#include "../daemon/core/admitq.h"
 
 static struct vase_admit_wait *entry(uint32_t client_id, double deadline) {
     struct vase_admit_wait *w = vase_admit_wait_new();

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Unit tests of daemon/alloc.c: reservations over several page sizes that are all-or-nothing,
+ * Unit tests of daemon/core/alloc.c: reservations over several page sizes that are all-or-nothing,
  * byte quotas, checked releases, pages at multiples of their size, granules owned by one size
  * at a time and returned as soon as their last page goes, holes reused before new granules; and
  * sequences of several real models churning in one large arena through the registry, with the
@@ -22,8 +22,9 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/registry.h"
+#include "../daemon/plan/planner.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
@@ -662,7 +663,7 @@ struct churn {
 static void churn_init(struct churn *c) {
     char msg[256];
     *c = (struct churn){0};
-    assert_int_equal(vase_registry_new(&c->reg), 0);
+    assert_int_equal(vase_registry_new(vase_plan_run_free, &c->reg), 0);
     assert_int_equal(vase_alloc_new(CHURN_ARENA, CHURN_GRANULE, &c->alloc), 0);
     assert_int_equal(vase_registry_add_client(c->reg, -1, &c->client), 0);
     for (size_t i = 0; i < N_MODELS; i++) {

@@ -33,16 +33,16 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/arena.h"
-#include "../daemon/config.h"
-#include "../daemon/evictor.h"
-#include "../daemon/fairq.h"
-#include "../daemon/log.h"
-#include "../daemon/planner.h"
-#include "../daemon/registry.h"
-#include "../daemon/allow.h"
-#include "../daemon/session.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/arena.h"
+#include "../daemon/config/config.h"
+#include "../daemon/plan/evictor.h"
+#include "../daemon/plan/fairq.h"
+#include "../daemon/core/log.h"
+#include "../daemon/plan/planner.h"
+#include "../daemon/core/registry.h"
+#include "../daemon/core/allow.h"
+#include "../daemon/core/session.h"
 #include "../daemon/setup.h"
 #include "../daemon/state.h"
 #include "alloc_fail.h"
@@ -271,7 +271,7 @@ static int step_registry(void *ctx) {
     assert_int_equal(vase_alloc_new(8 << 20, 64 << 10, &alloc), 0);
     assert_int_equal(vase_layout_compute(&tiny, 8 << 20, &L, msg, sizeof(msg)), 0);
     alloc_fail_arm();
-    int r = vase_registry_new(&reg);
+    int r = vase_registry_new(vase_plan_run_free, &reg);
     if (r == 0)
         r = vase_registry_add_client(reg, -1, &a);
     if (r == 0)

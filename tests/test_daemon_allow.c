@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/allow.c: the allow-list decision, parsing, and a peer's groups. */
+/* Unit tests of daemon/core/allow.c: the allow-list decision, parsing, and a peer's groups. */
 
 #include <errno.h>
 #include <setjmp.h>
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/allow.h"
+#include "../daemon/core/allow.h"
 
 static void test_allow_check(void **state) {
     (void)state;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/arena.c: the host backend's memfd, its seals and mappings, the syntax of
- * arena specs, the stamp page past a host arena and the adoption of a kept memfd, and the refusal
- * of CUDA arenas in a build without CUDA (the CUDA backends themselves: test_daemon_cuda_arena.c).
+/* Unit tests of daemon/core/arena.c: the host backend's memfd, its seals and mappings, the syntax
+ * of arena specs, the stamp page past a host arena and the adoption of a kept memfd, and the
+ * refusal of CUDA arenas in a build without CUDA (the CUDA backends themselves:
+ * test_daemon_cuda_arena.c).
  */
 
 #include <errno.h>
@@ -18,9 +19,9 @@
 
 #include <cmocka.h>
 
-#include "../daemon/arena.h"
-#include "../daemon/log.h"
-#include "../daemon/planner.h"
+#include "../daemon/core/arena.h"
+#include "../daemon/core/log.h"
+#include "../daemon/plan/planner.h"
 
 static void test_host(void **state) {
     (void)state;

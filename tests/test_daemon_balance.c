@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/balance.c, the targets of elastic budgets: no deficit leaves every
+/* Unit tests of daemon/core/balance.c, the targets of elastic budgets: no deficit leaves every
  * sequence at its cap; the targets release at least the deficit, in whole windows, within
  * [min, cap]; proportional shares by weight, priority empties the lowest weight first; a deficit
  * the minimums cannot cover changes nobody; pages a sequence releases anyway (a long prompt's)
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/balance.h"
+#include "../daemon/core/balance.h"
 
 #define PAGE 4096u
 

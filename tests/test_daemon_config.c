@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/config.c: the settings table, parsers, INI files (arena sections
+/* Unit tests of daemon/config/config.c: the settings table, parsers, INI files (arena sections
  * included), flags, get/set, the memory check and the --dump-config round trip; and a few runs
  * of the real build/vased to see that main.c refuses what config.c reports. */
 
@@ -24,8 +24,8 @@
 #include <cmocka.h>
 
 #include "vased_path.h"
-#include "../daemon/config.h"
-#include "../daemon/log.h"
+#include "../daemon/config/config.h"
+#include "../daemon/core/log.h"
 
 /* ---- helpers ---- */
 

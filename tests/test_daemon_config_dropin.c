@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of the configuration that lasts (daemon/config_dropin.c and the origins of
- * daemon/config.c): which drop-ins count and in what order, what vase_config_load() makes of a
- * main file, drop-ins and flags and where it says each value comes from, what a reload does to
+/* Unit tests of the configuration that lasts (daemon/config/config_dropin.c and the origins of
+ * daemon/config/config.c): which drop-ins count and in what order, what vase_config_load() makes of
+ * a main file, drop-ins and flags and where it says each value comes from, what a reload does to
  * each kind of value, and the file `config set --persist` writes, with write failures made by
  * wrapping write(2) and mkostemp(3). */
 
@@ -23,8 +23,8 @@
 
 #include <cmocka.h>
 
-#include "../daemon/config.h"
-#include "../daemon/log.h"
+#include "../daemon/config/config.h"
+#include "../daemon/core/log.h"
 #include "log_capture.h"
 
 /* ---- failures on demand ---- */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of the control frame checks of daemon/control.c, without sockets: sizes before
+/* Unit tests of the control frame checks of daemon/control/control.c, without sockets: sizes before
  * unpacking, malformed frames, versions, bodies, incarnations, sessions and client_seq. */
 
 #include <errno.h>
@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "../daemon/control.h"
-#include "../daemon/log.h"
+#include "../daemon/control/control.h"
+#include "../daemon/core/log.h"
 #include "wire.h"
 
 #define INC 0x1234567890abcdefull
@@ -152,7 +152,7 @@ static void test_fuzz(void **state) {
             assert_true(err.code > 0);
             continue;
         }
-        assert_true(vase_control_is_request(e->body_case));
+        assert_true(vase_wire_is_request(e->body_case));
         r = vase_control_check_peer(e, INC, i % 3 == 0, &last, NULL, &err);
         assert_true(r == 0 || -r == err.code);
         vase__envelope__free_unpacked(e, NULL);
@@ -187,12 +187,12 @@ static void test_peer_checks(void **state) {
     uint64_t last = 0;
     Vase__Envelope *e;
 
-    assert_true(vase_control_is_admin(VASE__ENVELOPE__BODY_STATUS));
-    assert_true(vase_control_is_admin(VASE__ENVELOPE__BODY_CONFIG_SET));
-    assert_false(vase_control_is_admin(VASE__ENVELOPE__BODY_OPEN_SEQ));
-    assert_true(vase_control_is_request(VASE__ENVELOPE__BODY_OPEN_SEQ));
-    assert_false(vase_control_is_request(VASE__ENVELOPE__BODY_WELCOME));
-    assert_false(vase_control_is_request(VASE__ENVELOPE__BODY_ERROR));
+    assert_true(vase_wire_is_admin(VASE__ENVELOPE__BODY_STATUS));
+    assert_true(vase_wire_is_admin(VASE__ENVELOPE__BODY_CONFIG_SET));
+    assert_false(vase_wire_is_admin(VASE__ENVELOPE__BODY_OPEN_SEQ));
+    assert_true(vase_wire_is_request(VASE__ENVELOPE__BODY_OPEN_SEQ));
+    assert_false(vase_wire_is_request(VASE__ENVELOPE__BODY_WELCOME));
+    assert_false(vase_wire_is_request(VASE__ENVELOPE__BODY_ERROR));
 
     /* Engine requests: the daemon's incarnation, a session. */
     e = unpacked(VASE__ENVELOPE__BODY_CLOSE_SEQ, INC + 1, 1);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Unit tests of daemon/arena_cuda.c against the fake CUDA of tests/mock_cuda.c (no GPU, no
+ * Unit tests of daemon/core/arena_cuda.c against the fake CUDA of tests/mock_cuda.c (no GPU, no
  * libcudart): device selection by ordinal and UUID, compute-mode and device refusals, the
  * cuda-ipc allocation and handle, the cuda-vmm allocation, its fd and an SCM_RIGHTS round trip
  * to an importer, unwinding after each injected failure (exact -errno, a message naming the
@@ -30,12 +30,12 @@
 #include <cmocka.h>
 
 #include "vased_path.h"
-#include "../daemon/alloc.h"
-#include "../daemon/arena.h"
-#include "../daemon/log.h"
-#include "../daemon/planner.h"
-#include "../daemon/registry.h"
-#include "../daemon/session.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/arena.h"
+#include "../daemon/core/log.h"
+#include "../daemon/plan/planner.h"
+#include "../daemon/core/registry.h"
+#include "../daemon/core/session.h"
 #include "log_capture.h"
 #include "mock_cuda.h"
 #include "wire.h"

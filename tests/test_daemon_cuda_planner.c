@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Unit tests of daemon/planner_cuda.c against the fake CUDA of tests/mock_cuda.c (no GPU, no
+ * Unit tests of daemon/plan/planner_cuda.c against the fake CUDA of tests/mock_cuda.c (no GPU, no
  * libcudart), on a cuda-ipc arena whose "device" memory the CPU can read: plans on the
  * "device" equal the CPU planner's, reach the plan pages, fail whole on NaN naming the layer,
  * report CUDA failures with the runtime's message, and the evictor's threads make and free their
@@ -20,13 +20,13 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/arena.h"
-#include "../daemon/cycle.h"
-#include "../daemon/evictor.h"
-#include "../daemon/log.h"
-#include "../daemon/planner.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/arena.h"
+#include "../daemon/control/cycle.h"
+#include "../daemon/plan/evictor.h"
+#include "../daemon/core/log.h"
+#include "../daemon/plan/planner.h"
+#include "../daemon/core/registry.h"
 #include "../daemon/state.h"
 #include "../daemon/vased.h"
 #include "log_capture.h"
@@ -293,7 +293,7 @@ static void test_sticky_stops_daemon(void **state) {
     char msg[256];
 
     assert_non_null(d);
-    assert_int_equal(vase_registry_new(&d->reg), 0);
+    assert_int_equal(vase_registry_new(vase_plan_run_free, &d->reg), 0);
     assert_int_equal(vase_alloc_new(4u << 20, GRANULE_BYTES, &d->allocs[0]), 0);
     assert_int_equal(vase_layout_compute(&g, 4u << 20, &lay, msg, sizeof(msg)), 0);
     assert_int_equal(vase_registry_add_client(d->reg, -1, &c), 0);

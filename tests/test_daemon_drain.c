@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Unit tests of daemon/drain.c with clients.c and registry.c: a client whose session closes while
- * its process may still run GPU work keeps the pages of its device sequences out of the free pool
- * until its process is gone and the grace has passed, while its host pages return at once; a
+ * Unit tests of daemon/serve/drain.c with clients.c and registry.c: a client whose session closes
+ * while its process may still run GPU work keeps the pages of its device sequences out of the free
+ * pool until its process is gone and the grace has passed, while its host pages return at once; a
  * process that lives on (a clean disconnect) gets nothing held. The processes are real children
  * of the test, watched by real pidfds; the device arena is a stand-in whose only property is being
  * on a device, which is all the draining looks at.
@@ -26,13 +26,14 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/arena.h"
-#include "../daemon/clients.h"
-#include "../daemon/drain.h"
-#include "../daemon/events.h"
-#include "../daemon/log.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/arena.h"
+#include "../daemon/serve/clients.h"
+#include "../daemon/serve/drain.h"
+#include "../daemon/core/events.h"
+#include "../daemon/core/log.h"
+#include "../daemon/core/registry.h"
+#include "../daemon/plan/planner.h"
 #include "../daemon/state.h"
 
 #define ARENA (4u << 20)
@@ -138,7 +139,7 @@ static int setup(void **state) {
     f->d = d;
     f->ctx = zmq_ctx_new();
     assert_int_equal(vase_events_new(f->ctx, "inproc://test-drain-events", 1, &d->events), 0);
-    assert_int_equal(vase_registry_new(&d->reg), 0);
+    assert_int_equal(vase_registry_new(vase_plan_run_free, &d->reg), 0);
     f->device = (struct vase_arena){.id = 0, .kind = "cuda:0", .ops = &device_ops, .fd = -1};
     f->host = (struct vase_arena){.id = 1, .kind = "host", .ops = &vase_arena_host_ops, .fd = -1};
     d->arenas[0] = &f->device;
@@ -162,7 +163,7 @@ static int setup(void **state) {
     f->on_host = open_seq(f, 1);
     assert_true(d->allocs[0]->used_bytes > 0);
     assert_true(d->allocs[1]->used_bytes > 0);
-    assert_string_equal(vase_drain_state_name(f->c), "connected");
+    assert_string_equal(vase_registry_client_state(f->c), "connected");
     *state = f;
     return 0;
 }
@@ -245,7 +246,7 @@ static void test_dead_client_held_for_grace(void **state) {
     assert_int_equal(d->reg->n_seqs, 0);
     assert_int_equal(d->reg->n_draining, 1);
     assert_ptr_equal(d->reg->draining, c);
-    assert_string_equal(vase_drain_state_name(c), "draining");
+    assert_string_equal(vase_registry_client_state(c), "draining");
     assert_int_equal(c->fd, -1);
     assert_int_equal(c->pidfd, -1); /* its exit is known: nothing more to watch */
     assert_int_equal(c->n_held, 1);

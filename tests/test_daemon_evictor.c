@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/evictor.c: plans computed by the thread pool through paged views of a
+/* Unit tests of daemon/plan/evictor.c: plans computed by the thread pool through paged views of a
  * host arena must equal the kernels' plan on a contiguous copy of the same data, reach the
  * plan pages at PROTOCOL.md's offsets, and fail whole, naming the layer, on NaN; clients are
  * served in turn, and the queue's counters say so. */
@@ -20,12 +20,12 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/arena.h"
-#include "../daemon/evictor.h"
-#include "../daemon/log.h"
-#include "../daemon/planner.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/arena.h"
+#include "../daemon/plan/evictor.h"
+#include "../daemon/core/log.h"
+#include "../daemon/plan/planner.h"
+#include "../daemon/core/registry.h"
 #include "plan_fixture.h"
 
 /* HQ / HKV = 12 and a block of 4 tokens make the three unit sizes differ (KV pages of 4096 bytes,

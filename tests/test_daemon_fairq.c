@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/fairq.c, the evictor's planning queue: uids served in turn, then each
+/* Unit tests of daemon/plan/fairq.c, the evictor's planning queue: uids served in turn, then each
  * uid's tenants, at run granularity; the jobs of a run handed out together, the counters, the
  * empty queue, and a seeded random sequence of pushes and pops over several uids checked against
  * a plain model of the rule. */
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/fairq.h"
+#include "../daemon/plan/fairq.h"
 
 #define MAX_RUNS 512
 #define NTENANTS 5 /* tenants of the random mix */

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "../daemon/log.h"
+#include "../daemon/core/log.h"
 #include "wire.h"
 
 static void test_escape(void **state) {

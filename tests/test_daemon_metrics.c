@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 
 /*
- * Unit tests of daemon/metrics.c and daemon/metrics_http.c: label escaping and its length limit,
- * the sample and histogram lines of the text format, the plan-time buckets, the refusal reasons,
- * the address parser, and the HTTP endpoint driven the way the main loop drives it (one thread:
- * the render callback must run on the caller's), with its 404, 405, HEAD and bind errors.
+ * Unit tests of daemon/serve/metrics.c and daemon/serve/metrics_http.c: label escaping and its
+ * length limit, the sample and histogram lines of the text format, the plan-time buckets, the
+ * refusal reasons, the address parser, and the HTTP endpoint driven the way the main loop drives it
+ * (one thread: the render callback must run on the caller's), with its 404, 405, HEAD and bind
+ * errors.
  */
 
 #include <arpa/inet.h>
@@ -26,8 +27,8 @@
 
 #include <cmocka.h>
 
-#include "../daemon/metrics.h"
-#include "../daemon/metrics_http.h"
+#include "../daemon/serve/metrics.h"
+#include "../daemon/serve/metrics_http.h"
 
 /* ---- escaping ---- */
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/registry.c: the layout formulas of PROTOCOL.md as the registry uses them,
- * footprints of sequences in bytes, all-or-nothing sequence admission charged in bytes,
+/* Unit tests of daemon/core/registry.c: the layout formulas of PROTOCOL.md as the registry uses
+ * them, footprints of sequences in bytes, all-or-nothing sequence admission charged in bytes,
  * ownership, shrinking, orphans whose pages wait for their plan, and sequences held for a client
  * whose process may still write them. */
 
@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "../daemon/alloc.h"
-#include "../daemon/evictor.h"
-#include "../daemon/registry.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/plan/evictor.h"
+#include "../daemon/core/registry.h"
 
 /* Blocks of 64 tokens, 6 query heads over 2 KV heads: a KV page is 64 * 4 * 2 * 2 * 16 * 4 = 65536
  * bytes, a ring entry of every layer 4 * 6 * 16 * 4 = 1536 bytes, so a ring page, one KV page,
@@ -119,7 +119,7 @@ static int setup(void **state) {
     struct fixture *f = calloc(1, sizeof(*f));
     struct vase_layout L;
     char msg[256];
-    assert_int_equal(vase_registry_new(&f->reg), 0);
+    assert_int_equal(vase_registry_new(vase_plan_run_free, &f->reg), 0);
     assert_int_equal(vase_alloc_new(ARENA, GRANULE, &f->alloc), 0);
     assert_int_equal(vase_registry_add_client(f->reg, -1, &f->a), 0);
     assert_int_equal(vase_registry_add_client(f->reg, -1, &f->b), 0);

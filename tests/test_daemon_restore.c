@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of the sequences kept across a restart: daemon/registry.c takes a saved sequence
+/* Unit tests of the sequences kept across a restart: daemon/core/registry.c takes a saved sequence
  * back only when every field fits what an open of its request holds, with exactly its pages;
- * daemon/restore.c gives it only to a client of the same uid presenting its token, with a model
- * of its geometry, and only once. A kept arena is taken back only with the snapshot of the stop
- * that last stamped it: the test_bound_* play the fd store on a notification socket of its own and
- * replays stale, blank and twice-used pairs, and snapshots of another format version, cut short,
- * changed, or with a field a later vased adds. (The fd store and the snapshot file are also
+ * daemon/serve/restore.c gives it only to a client of the same uid presenting its token, with a
+ * model of its geometry, and only once. A kept arena is taken back only with the snapshot of the
+ * stop that last stamped it: the test_bound_* play the fd store on a notification socket of its
+ * own and replays stale, blank and twice-used pairs, and snapshots of another format version, cut
+ * short, changed, or with a field a later vased adds. (The fd store and the snapshot file are also
  * tested through a real vased by tests/test_sd_emu.sh.) */
 
 #include <errno.h>
@@ -28,9 +28,10 @@
 
 #include "log_capture.h"
 
-#include "../daemon/alloc.h"
-#include "../daemon/registry.h"
-#include "../daemon/restore.h"
+#include "../daemon/core/alloc.h"
+#include "../daemon/core/registry.h"
+#include "../daemon/plan/planner.h"
+#include "../daemon/serve/restore.h"
 #include "../daemon/state.h"
 #include "vase.pb-c.h"
 
@@ -90,7 +91,7 @@ static int setup(void **state) {
     char msg[256];
     assert_non_null(f);
     assert_int_equal(vase_layout_compute(&tiny, ARENA, &f->layout, msg, sizeof(msg)), 0);
-    assert_int_equal(vase_registry_new(&f->d.reg), 0);
+    assert_int_equal(vase_registry_new(vase_plan_run_free, &f->d.reg), 0);
     assert_int_equal(vase_alloc_new(ARENA, GRANULE, &f->d.allocs[0]), 0);
     f->d.n_arenas = 1;
     saved_seq(f, 5);
@@ -337,7 +338,7 @@ static void start(struct vased *d, uint64_t incarnation, int arena_fd, int state
                      0);
     d->n_arenas = 1;
     d->arena_names[0] = "default";
-    assert_int_equal(vase_registry_new(&d->reg), 0);
+    assert_int_equal(vase_registry_new(vase_plan_run_free, &d->reg), 0);
     assert_int_equal(vase_alloc_new(ARENA, GRANULE, &d->allocs[0]), 0);
     assert_int_equal(vase_restore_seqs(d), 0);
     *ret_log = log_capture_end();

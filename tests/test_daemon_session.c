@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 
-/* Unit tests of daemon/session.c: stale-socket detection and the SEQPACKET handshake
+/* Unit tests of daemon/core/session.c: stale-socket detection and the SEQPACKET handshake
  * primitives with SCM_RIGHTS. */
 
 #include <errno.h>
@@ -20,8 +20,8 @@
 
 #include <cmocka.h>
 
-#include "../daemon/log.h"
-#include "../daemon/session.h"
+#include "../daemon/core/log.h"
+#include "../daemon/core/session.h"
 #include "wire.h"
 
 static void tmp_path(char *buf, size_t len, const char *name) {

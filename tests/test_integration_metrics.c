@@ -34,7 +34,7 @@
 #include "wire.h"
 
 #define BUDGET 128
-/* vased's connection limit of the metrics endpoint (daemon/metrics_http.h). */
+/* vased's connection limit of the metrics endpoint (daemon/serve/metrics_http.h). */
 #define VASE_METRICS_TEST_CONNECTIONS 16
 #define WINDOW 32
 #define PROMPT 40

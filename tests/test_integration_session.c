@@ -658,7 +658,7 @@ static void assert_connect_as(const struct harness_daemon *d, uid_t uid, gid_t g
 #define STRANGER 12345 /* a uid and gid on no list and in no group */
 
 /*
- * allow_users=nobody. Root and the daemon's own user are always admitted (daemon/session.c:
+ * allow_users=nobody. Root and the daemon's own user are always admitted (daemon/core/session.c:
  * root could take the memory anyway); so the refusal is checked from children that drop to
  * other ids, after the socket files are opened to everyone so that the daemon's check is the
  * only gate: a stranger is refused with -EPERM at the handshake, nobody is admitted, and the

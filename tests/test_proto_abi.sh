@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 #
 # test_proto_abi.sh: proto/abi_check.py, the rule that keeps the protobuf-c structs libvase hands
-# out (client/vase_admin.h) where a program built against the last release expects them.
+# out (lib/vase_admin.h) where a program built against the last release expects them.
 #
 #  1. proto/vase.proto keeps the ABI of proto/released/vase.proto.
 #  2. The checker refuses, each with its reason, copies of the released schema with a field

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""vase: the engine's side of vased from Python, over libvase (client/vase.h).
+"""vase: the engine's side of vased from Python, over libvase (lib/vase.h).
 
 Connect to the daemon, register a model, open sequences, and reach the shared arena through
 zero-copy tensors that torch.from_dlpack() and numpy.from_dlpack() take as they are::

@@ -326,7 +326,7 @@ static unsigned check_small(cudaStream_t stream) {
 
 /*
  * The compaction of one layer's K or V at an eviction, as libvase enqueues it on the engine's
- * stream (client/cuda.c, vase__cuda_compact()): with scratch allocated beforehand, as libvase
+ * stream (lib/cuda.c, vase__cuda_compact()): with scratch allocated beforehand, as libvase
  * allocates it at the sequence's open, so that the time is the compaction's alone. The one call
  * of vase_compact_cuda() in this file: a change of its signature is made here.
  */

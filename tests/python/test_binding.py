@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The Python binding (client/python/vase, built into build/python/vase) against a private vased.
+"""The Python binding (python/vase, built into build/python/vase) against a private vased.
 
 Run by `make check` as `python3 -X dev -m pytest -q tests/python`, with PYTHONPATH=build/python;
 VASE_BUILD_DIR names the build whose vased is started (default: ./build).
