@@ -136,19 +136,32 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible:
     return out.permute(0, 3, 1, 2, 4).reshape(b, n, q_heads, d).to(q.dtype), probs
 
 
+def sdpa_mask(visible: torch.Tensor, group: int, slots: int,
+              device: Optional[torch.device] = None) -> torch.Tensor:
+    """The boolean mask `sdpa_attention` gives the fused kernel: [b, 1, group * n, slots], row
+    h * n + j (query j of the h-th query head of a KV head's group) True on the slots below
+    visible[i, j]."""
+    b, n = visible.shape
+    cols = torch.arange(slots, device=device).view(1, 1, slots)
+    see = cols < visible.to(device).view(b, n, 1)  # [b, n, T]
+    return see.unsqueeze(1).expand(b, group, n, slots).reshape(b, 1, group * n, slots)
+
+
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor,
-                   scale: Optional[float] = None) -> torch.Tensor:
+                   scale: Optional[float] = None, mask: Optional[torch.Tensor] = None
+                   ) -> torch.Tensor:
     """`masked_attention`'s output without its probabilities, through PyTorch's fused
     scaled_dot_product_attention (in float32): each KV head's group of query heads is read as
-    g times as many queries of that head, so K and V are neither repeated nor copied."""
+    g times as many queries of that head, so K and V are neither repeated nor copied. mask:
+    `sdpa_mask(visible, g, T, q.device)`, made here if None (a caller that attends several
+    layers with the same visible makes it once)."""
     b, n, q_heads, d = q.shape
     T, kv_heads = k.shape[1], k.shape[2]
     g = q_heads // kv_heads
     qf = q.float().reshape(b, n, kv_heads, g, d).permute(0, 2, 3, 1, 4).reshape(b, kv_heads,
                                                                                g * n, d)
-    cols = torch.arange(T, device=q.device).view(1, 1, T)
-    see = cols < visible.to(q.device).view(b, n, 1)  # [b, n, T]
-    mask = see.unsqueeze(1).expand(b, g, n, T).reshape(b, 1, g * n, T)
+    if mask is None:
+        mask = sdpa_mask(visible, g, T, q.device)
     out = torch.nn.functional.scaled_dot_product_attention(
         qf, k.float().transpose(1, 2), v.float().transpose(1, 2), attn_mask=mask,
         scale=(1.0 / math.sqrt(d)) if scale is None else scale)
@@ -322,15 +335,24 @@ class VaseCache:
         kd, vd = self.k[layer], self.v[layer]
         kd[st["blocks"], st["offs"]] = k[rows, cols].to(kd.dtype)
         vd[st["blocks"], st["offs"]] = v[rows, cols].to(vd.dtype)
-        for i, ring in enumerate(self.rings):
-            if ring is None:
-                continue
-            # Only the last 2 * window queries can still be in the ring after this step.
-            mine = st["cols"][st["rows"] == i].tolist()
-            entries = len(ring[layer])
-            for r in range(max(0, len(mine) - entries), len(mine)):
-                slot = ring[layer][(self._pos[i] + r) % entries]
-                slot.copy_(q[i, mine[r]].to(slot.dtype))
+        for i, writes in self._ring_writes(st):
+            ring = self.rings[i][layer]
+            for entry, col in writes:
+                ring[entry].copy_(q[i, col].to(ring[entry].dtype))
+
+    def _ring_writes(self, st: dict) -> list:
+        """Per sequence with a query ring, made once a step: (entry, column) of each new query
+        that is still in the ring after the step (only the last 2 * window can be)."""
+        if "ring" not in st:
+            st["ring"] = []
+            for i, ring in enumerate(self.rings):
+                if ring is None:
+                    continue
+                mine = st["cols"][st["rows"] == i].tolist()
+                entries = len(ring[0])
+                st["ring"].append((i, [((self._pos[i] + r) % entries, mine[r])
+                                       for r in range(max(0, len(mine) - entries), len(mine))]))
+        return st["ring"]
 
     def attend(self, layer: int, q: torch.Tensor, real: Optional[torch.Tensor] = None,
                scale: Optional[float] = None) -> torch.Tensor:
@@ -341,26 +363,18 @@ class VaseCache:
             if self.attention == "flashinfer":
                 return self._attend_flashinfer(layer, q, scale)
         b, n = q.shape[0], q.shape[1]
-        held = self._base + st["counts"]
-        width = max(1, int((held.max() + self.block - 1) // self.block))
-        blocks = self._tables[:, :width]  # padding blocks are read, then masked
-        shape = (b, width * self.block, self.kv_heads, self.head_dim)
-        k = self.k[layer][blocks].reshape(shape)
-        v = self.v[layer][blocks].reshape(shape)
-        # Slots past what a sequence holds are whatever the arena had there (another
-        # sequence's data, NaN in another type's reading): a probability of 0 times a NaN of V
-        # is NaN, and the fused kernel adds its mask to a NaN score rather than replacing it,
-        # so K and V are zeroed there (in the gathered copies: the slots of a last block not
-        # yet full, and a shorter row's padding blocks).
-        past = torch.arange(shape[1]).view(1, -1) >= held.view(-1, 1)
-        if bool(past.any()):
-            past = past.to(v.device)
-            k[past] = 0
-            v[past] = 0
+        gather = self._gather_plan(st, n)
+        shape = gather["shape"]
+        k = torch.index_select(self.k[layer], 0, gather["blocks"]).view(shape)
+        v = torch.index_select(self.v[layer], 0, gather["blocks"]).view(shape)
+        if gather["past"] is not None:
+            k.view(-1, self.kv_heads, self.head_dim).index_fill_(0, gather["past"], 0)
+            v.view(-1, self.kv_heads, self.head_dim).index_fill_(0, gather["past"], 0)
         if any(self._stats):
             out, probs = masked_attention(q, k, v, st["visible"], scale)
         else:
-            out, probs = sdpa_attention(q, k, v, st["visible"], scale), None
+            out = sdpa_attention(q, k, v, st["visible"], scale, gather["mask"])
+            probs = None
         if st["pad"] is not None:
             # Padded queries see what the row held (or slot 0): their output is not theirs.
             pad = st["pad"].to(q.device)
@@ -372,6 +386,30 @@ class VaseCache:
             # group of query heads: [b, kv_heads, T].
             self._recv[layer] = probs.sum(dim=(2, 3))
         return out
+
+    def _gather_plan(self, st: dict, n: int) -> dict:
+        """What the gather path needs this step, made once for every layer: the blocks to copy
+        out (every sequence's first `width`, padding blocks included), the gathered slots to
+        zero, and the fused kernel's mask.
+
+        Slots past what a sequence holds are whatever the arena had there (another sequence's
+        data, NaN in another type's reading): a probability of 0 times a NaN of V is NaN, and
+        the fused kernel adds its mask to a NaN score rather than replacing it, so K and V are
+        zeroed there in the gathered copies (the slots of a last block not yet full, and a
+        shorter row's padding blocks)."""
+        if "gather" not in st:
+            held = self._base + st["counts"]
+            width = max(1, int((held.max() + self.block - 1) // self.block))
+            slots = width * self.block
+            past = (torch.arange(slots).view(1, -1) >= held.view(-1, 1)).view(-1)
+            idx = past.nonzero().view(-1)
+            st["gather"] = dict(
+                shape=(len(self.seqs), slots, self.kv_heads, self.head_dim),
+                blocks=self._tables[:, :width].reshape(-1).to(self.device),
+                past=idx.to(self.device) if idx.numel() else None,
+                mask=sdpa_mask(st["visible"], self.q_heads // self.kv_heads, slots, self.device)
+                if not any(self._stats) else None)
+        return st["gather"]
 
     def _step_plan(self, n: int) -> dict:
         """What the paged kernels need this step, made once for every layer: per sequence the
