@@ -209,10 +209,10 @@ LIBM := -lm
 
 # ---- kernels/ -------------------------------------------------------------------------
 
-# kernels/*_cuda.c are host code of the CUDA build (compiled against the toolkit's headers into
-# the CUDA archive, below), not CPU kernels.
-CUDA_HOST_SRCS := $(wildcard kernels/*_cuda.c)
-KERNEL_SRCS := $(filter-out $(CUDA_HOST_SRCS),$(wildcard kernels/*.c))
+# kernels/*.c are the CPU kernels; kernels/cuda/ is the CUDA backend (below), whose *_cuda.c are
+# host code compiled against the toolkit's headers into the CUDA archive.
+CUDA_HOST_SRCS := $(wildcard kernels/cuda/*_cuda.c)
+KERNEL_SRCS := $(wildcard kernels/*.c)
 KERNEL_OBJS := $(KERNEL_SRCS:%.c=$(BUILD)/%.o)
 KERNEL_LIB := $(BUILD)/libvasekernels.a
 
@@ -222,18 +222,18 @@ $(KERNEL_LIB): $(KERNEL_OBJS)
 	$(call say,AR,$@)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-# ---- CUDA (kernels/*.cu) ----
+# ---- CUDA (kernels/cuda/) ----
 #
-# With HAVE_CUDA=1: kernels/*.cu, and the host code kernels/*_cuda.c (the CUDA error mapping, the
+# With HAVE_CUDA=1: kernels/cuda/*.cu, and the host code kernels/cuda/*_cuda.c (the CUDA error mapping, the
 # device lookup of the arenas), into build/libvasekernels_cuda.a (link it before
 # libvasekernels.a, with $(CUDA_LIBS)), and the GPU test programs of tests/gpu/, built by `all`
 # and run only by `make check-gpu` (tests/gpu/run.sh), never by `make check`. --fmad=false keeps
 # nvcc from contracting multiply-adds that the CPU reference (ISO C, so no contraction) rounds
-# separately; see kernels/internal_cuda.cuh.
+# separately; see kernels/cuda/internal_cuda.cuh.
 
 CUDA_ARCH ?= 80 86 89 90
 CUDA_PTX_ARCH ?= 90
-CUDA_SRCS := $(wildcard kernels/*.cu)
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
 CUDA_LIB := $(BUILD)/libvasekernels_cuda.a
 GPU_TEST_DIR := $(BUILD)/tests/gpu
 GPU_PROGS := $(GPU_TEST_DIR)/compare_kernels $(GPU_TEST_DIR)/bench_plan_gpu \
@@ -246,7 +246,7 @@ CUDA_INC := $(CUDA_HOME)/include
 # The CUDA runtime is linked statically (libcudart_static.a): vased, libvase and the Python
 # extension built here need no libcudart.so where they run, so one build serves hosts with and
 # without CUDA. The runtime loads the driver's libcuda.so.1 itself, at the first CUDA call, which
-# only a configured CUDA arena makes (kernels/device_cuda.c names the missing library then).
+# only a configured CUDA arena makes (kernels/cuda/device_cuda.c names the missing library then).
 CUDA_LIBS := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
 NVCCFLAGS := -O3 -std=c++17 --fmad=false -lineinfo $(if $(WERROR_ON),-Werror all-warnings) \
              $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -335,7 +335,7 @@ CUDA_ARENA_TEST_SRCS := tests/test_daemon_cuda_arena.c tests/test_daemon_cuda_pl
 ifeq ($(HAVE_CUDA),1)
 CUDA_ARENA_EXCLUDED := daemon/core/arena_nocuda.c daemon/plan/planner_nocuda.c lib/nocuda.c
 DAEMON_CUDA_LIBS = $(CUDA_LIB) $(KERNEL_LIB) $(CUDA_LIBS) -lm
-LIBVASE_CUDA_OBJS := $(addprefix $(BUILD)/kernels/,compact_cuda.cu.o runtime_cuda.cu.o) \
+LIBVASE_CUDA_OBJS := $(addprefix $(BUILD)/kernels/cuda/,compact_cuda.cu.o runtime_cuda.cu.o) \
                      $(CUDA_HOST_OBJS)
 LIBVASE_CUDA_LIBS = $(CUDA_LIBS)
 CUDA_ARENA_TESTS := $(CUDA_ARENA_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)

@@ -16,7 +16,7 @@
  * renumber devices. Its compute mode must let several processes use it (engines and the daemon
  * share it). The driver API (cuMem*) is never linked: its entry points come from the runtime
  * (cudaGetDriverEntryPointByVersion; the lookups of the device and the entry points are shared
- * with libvase, kernels/device_cuda.c), so a daemon without a driver still starts on the host
+ * with libvase, kernels/cuda/device_cuda.c), so a daemon without a driver still starts on the host
  * arena, and one configured for a GPU it cannot use fails with a message that says why.
  *
  * Memory is freed only by destroy(), which vased calls at exit after every session is gone: a
@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "arena.h"
-#include "device_cuda.h"
+#include "cuda/device_cuda.h"
 #include "log.h"
 #include "vase_kernels.h"
 

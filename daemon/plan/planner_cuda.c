@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core/arena.h"
-#include "device_cuda.h"
+#include "cuda/device_cuda.h"
 #include "evictor.h"
 #include "core/log.h"
 #include "planner.h"

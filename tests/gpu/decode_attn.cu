@@ -18,7 +18,7 @@
 #include <math.h>
 
 #include "decode_attn.h"
-#include "internal_cuda.cuh"
+#include "cuda/internal_cuda.cuh"
 
 #define DA_THREADS 128
 #define DA_WARPS (DA_THREADS / 32)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA kernels on the CPU, for machines without a GPU: kernels/*.cu are rewritten by
+# The CUDA kernels on the CPU, for machines without a GPU: kernels/cuda/*.cu are rewritten by
 # cu2cpp.py and compiled as C++ against the emulated CUDA of include/ and emu_runtime.cpp (CUDA
 # threads as fibers, barriers checked for divergence, AddressSanitizer and UBSan on), then
 # compare_kernels (small geometries) and run_vectors_cuda --cuda run against the CPU reference,
@@ -38,20 +38,20 @@ CFLAGS=(-std=c11 -O1 -g "${SAN[@]}" -D_GNU_SOURCE -I"$EMU/include" -Ikernels -It
 LIBS=("$BUILD/libvasekernels.a" -L"$BLAS" -lopenblas -lm -lpthread)
 pids=()
 cuda_objs=()
-for cu in kernels/*.cu; do
+for cu in kernels/cuda/*.cu; do
     name=$(basename "$cu" .cu)
     "$PYTHON" "$EMU/cu2cpp.py" "$cu" >"$OUT/$name.cpp"
-    g++ "${CXXFLAGS[@]}" -iquote kernels -c "$OUT/$name.cpp" -o "$OUT/$name.o" &
+    g++ "${CXXFLAGS[@]}" -iquote kernels -iquote kernels/cuda -c "$OUT/$name.cpp" -o "$OUT/$name.o" &
     pids+=($!)
     cuda_objs+=("$OUT/$name.o")
 done
 # The benchmark's own kernel, linked into bench_decode_gpu only.
 "$PYTHON" "$EMU/cu2cpp.py" tests/gpu/decode_attn.cu >"$OUT/decode_attn.cpp"
-g++ "${CXXFLAGS[@]}" -iquote kernels -iquote tests/gpu -c "$OUT/decode_attn.cpp" \
+g++ "${CXXFLAGS[@]}" -iquote kernels -iquote kernels/cuda -iquote tests/gpu -c "$OUT/decode_attn.cpp" \
     -o "$OUT/decode_attn.o" &
 pids+=($!)
 # The CUDA error mapping the kernels report through, host C against the emulated headers.
-gcc "${CFLAGS[@]}" -c kernels/errno_cuda.c -o "$OUT/errno_cuda.c.o" &
+gcc "${CFLAGS[@]}" -c kernels/cuda/errno_cuda.c -o "$OUT/errno_cuda.c.o" &
 pids+=($!)
 cuda_objs+=("$OUT/errno_cuda.c.o")
 g++ "${CXXFLAGS[@]}" -c "$EMU/emu_runtime.cpp" -o "$OUT/emu_runtime.o" &

@@ -2,7 +2,7 @@
 /*
  * The CUDA runtime API that vase uses, emulated on the CPU for tests/gpu/emu (see run.sh there):
  * device memory is host memory, streams and events are nothing, every call succeeds (but for
- * out of memory). Not the real header: only what kernels/ *.cu, kernels/errno_cuda.c and
+ * out of memory). Not the real header: only what kernels/cuda/ *.cu, kernels/cuda/errno_cuda.c and
  * tests/gpu/ *.c use.
  */
 #pragma once
