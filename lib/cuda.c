@@ -16,8 +16,8 @@
  * The device is the one whose UUID the daemon reported (ordinals differ between processes and
  * containers), in a compute mode that lets processes share it. The driver API is not linked: the
  * VMM entry points come from the runtime (cudaGetDriverEntryPointByVersion); vased's CUDA arena
- * finds its device and these entry points the same way (kernels/cuda/device_cuda.c). So libvase loads
- * and works on host arenas on machines without a driver. Every call makes the arena's device
+ * finds its device and these entry points the same way (kernels/cuda/device_cuda.c). So libvase
+ * loads and works on host arenas on machines without a driver. Every call makes the arena's device
  * current and restores the caller's device before it returns; the mapping also creates the
  * device's primary context first, since the VMM calls of the driver need a current context and
  * nothing else in the process may have made one yet. Nothing is logged: failures are -errno,

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The driver API's result codes for tests/gpu/emu (see run.sh there): only the CUresult values
- * that kernels/cuda/errno_cuda.c maps, with the real header's numbers. Nothing of the driver itself:
- * neither the kernels nor the programs of tests/gpu/ call it.
+ * that kernels/cuda/errno_cuda.c maps, with the real header's numbers. Nothing of the driver
+ * itself: neither the kernels nor the programs of tests/gpu/ call it.
  */
 #pragma once
 typedef enum cudaError_enum {
