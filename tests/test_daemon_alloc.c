@@ -24,7 +24,6 @@
 
 #include "../daemon/core/alloc.h"
 #include "../daemon/core/registry.h"
-#include "../daemon/plan/planner.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
@@ -663,7 +662,7 @@ struct churn {
 static void churn_init(struct churn *c) {
     char msg[256];
     *c = (struct churn){0};
-    assert_int_equal(vase_registry_new(vase_plan_run_free, &c->reg), 0);
+    assert_int_equal(vase_registry_new(NULL, &c->reg), 0);
     assert_int_equal(vase_alloc_new(CHURN_ARENA, CHURN_GRANULE, &c->alloc), 0);
     assert_int_equal(vase_registry_add_client(c->reg, -1, &c->client), 0);
     for (size_t i = 0; i < N_MODELS; i++) {

@@ -3,7 +3,8 @@
 /* Unit tests of daemon/core/arena.c: the host backend's memfd, its seals and mappings, the syntax
  * of arena specs, the stamp page past a host arena and the adoption of a kept memfd, and the
  * refusal of CUDA arenas in a build without CUDA (the CUDA backends themselves:
- * test_daemon_cuda_arena.c).
+ * test_daemon_cuda_arena.c; which planner an arena's runs go to: test_daemon_planner.c). It links
+ * the core layer of vased alone.
  */
 
 #include <errno.h>
@@ -21,7 +22,6 @@
 
 #include "../daemon/core/arena.h"
 #include "../daemon/core/log.h"
-#include "../daemon/plan/planner.h"
 
 static void test_host(void **state) {
     (void)state;
@@ -36,10 +36,8 @@ static void test_host(void **state) {
     assert_int_equal(a->num_granules, 16);
     assert_int_equal(a->size, 1 << 20);
     assert_non_null(a->map);
-    /* Host memory: the CPU plans over it, as over the host memory of a run without an arena. */
+    /* Host memory: the CPU plans over it (test_daemon_planner). */
     assert_false(vase_arena_on_device(a));
-    assert_ptr_equal(vase_planner_for(a), &vase_planner_cpu_ops);
-    assert_ptr_equal(vase_planner_for(NULL), &vase_planner_cpu_ops);
 
     assert_int_equal(a->ops->export_fd(a, &fd), 0);
     assert_int_equal(fd, a->fd);
@@ -172,13 +170,9 @@ static void test_cuda_refused_without_cuda(void **state) {
     static const char *const good[] = {"cuda:0", "cuda:1",
                                        "cuda:GPU-01234567-89ab-cdef-0123-456789ABCDEF"};
     struct vase_arena *a = NULL;
-    /* A CUDA arena's runs go to the CUDA planner, which refuses them in a build without CUDA. */
-    struct vase_arena cuda = {.ops = &vase_arena_cuda_vmm_ops};
-    assert_ptr_equal(vase_planner_for(&cuda), &vase_planner_cuda_ops);
     if (vase_arena_have_cuda) {
         print_message("This build has CUDA: its backends are tested by test_daemon_cuda_arena.\n");
         assert_true(vase_arena_cuda_ipc_ops.on_device);
-        assert_true(vase_planner_have_cuda);
         return;
     }
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -188,13 +182,6 @@ static void test_cuda_refused_without_cuda(void **state) {
                          -EOPNOTSUPP);
     }
     assert_null(a);
-    assert_false(vase_planner_have_cuda);
-    struct vase_planner *p = NULL;
-    uint32_t bad = 99;
-    assert_int_equal(vase_planner_cuda_ops.thread_new(&cuda, &p), -EOPNOTSUPP);
-    assert_null(p);
-    assert_int_equal(vase_planner_cuda_ops.plan_layers(NULL, NULL, 3, 4, &bad), -EOPNOTSUPP);
-    assert_int_equal(bad, 3);
     assert_string_equal(vase_arena_cuda_ipc_ops.share, "cuda-ipc");
     assert_string_equal(vase_arena_cuda_vmm_ops.share, "cuda-vmm");
 }
