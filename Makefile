@@ -345,7 +345,7 @@ $(BUILD)/daemon/core/arena_cuda.o $(BUILD)/daemon/plan/planner_cuda.o $(BUILD)/l
 $(MOCK_CUDA_OBJ) $(CUDA_ARENA_TESTS:%=%.o): CPPFLAGS += -I$(CUDA_INC)
 
 # Everything that links vased's archive links the kernels' archives too.
-$(BUILD)/libvased.a: | $(CUDA_LIB) $(KERNEL_LIB)
+$(BUILD)/libvased.a $(BUILD)/libvased_core.a: | $(CUDA_LIB) $(KERNEL_LIB)
 
 # The backends' and the planner's host-side logic against the fake runtime: no libcudart, no
 # GPU. The daemon tests take arena_cuda.o and planner_cuda.o (and what they need) from the daemon

@@ -376,10 +376,21 @@ static void test_model_quota(void **state) {
     struct harness_fixture *f = *state;
     assert_int_equal(harness_connect(&f->d, "models", &f->c[0]), 0);
     struct vase_geometry g = harness_geometry();
-    struct vase_model *m;
-    for (int i = 0; i < 16; i++)
+    struct vase_model *m, *first = NULL;
+    char name[16];
+    g.name = name;
+    for (int i = 0; i < 16; i++) {
+        snprintf(name, sizeof(name), "m%d", i);
         assert_int_equal(vase_model_register(f->c[0], &g, &m), 0);
+        if (!first)
+            first = m;
+    }
+    snprintf(name, sizeof(name), "m16");
     assert_int_equal(vase_model_register(f->c[0], &g, &m), -EDQUOT);
+    /* The same geometry under a name already registered is that model: no new one, no quota. */
+    snprintf(name, sizeof(name), "m0");
+    assert_int_equal(vase_model_register(f->c[0], &g, &m), 0);
+    assert_ptr_equal(m, first);
     /* The quota is per client. */
     assert_int_equal(harness_connect(&f->d, "models-2", &f->c[1]), 0);
     assert_int_equal(vase_model_register(f->c[1], &g, &m), 0);
