@@ -703,45 +703,56 @@ static int parse_id(const char *what, const char *s, uint32_t *ret) {
     return 0;
 }
 
+/* Whether the n words after command cmd (args) are right for it; seq and seqs put their id in
+ * *ret_id. 1 or 0; -EINVAL after saying what is wrong with an id; -ENOENT: no such command. */
+static int words_fit(const char *cmd, int n, char **args, uint32_t *ret_id) {
+    if (strcmp(cmd, "status") == 0 || strcmp(cmd, "clients") == 0 || strcmp(cmd, "ping") == 0 ||
+        strcmp(cmd, "events") == 0 || strcmp(cmd, "top") == 0)
+        return n == 0;
+    if (strcmp(cmd, "seqs") == 0 || strcmp(cmd, "seq") == 0) {
+        bool one = strcmp(cmd, "seq") == 0;
+        if (one ? n != 1 : n > 1)
+            return 0;
+        /* A bad number has its own message; it is still a usage error. */
+        if (n == 1 && parse_id(one ? "sequence id" : "client id", args[0], ret_id) < 0)
+            return -EINVAL;
+        return 1;
+    }
+    if (strcmp(cmd, "config") == 0)
+        return (n >= 1 && strcmp(args[0], "get") == 0 && n <= 2) ||
+               (n == 3 && strcmp(args[0], "set") == 0);
+    if (strcmp(cmd, "size") == 0)
+        return n >= 1 && n < MAX_WORDS;
+    if (strcmp(cmd, "reload") == 0)
+        return n <= 1;
+    return -ENOENT;
+}
+
+/* Whether the options given apply to command cmd (its words args). 0, or -EINVAL after saying
+ * which does not. */
+static int options_fit(const char *cmd, char **args) {
+    if (arg_count >= 0 && strcmp(cmd, "events") != 0)
+        return fail(-EINVAL, "--count applies to 'events' only");
+    if (arg_persist && !(strcmp(cmd, "config") == 0 && strcmp(args[0], "set") == 0))
+        return fail(-EINVAL, "--persist applies to 'config set' only");
+    if ((arg_iterations >= 0 || arg_interval > 0) && strcmp(cmd, "top") != 0)
+        return fail(-EINVAL, "--interval and --iterations apply to 'top' only");
+    return 0;
+}
+
 /* Checks the command's words before any socket is opened, so that usage errors are usage
  * errors. 0 (and the id of seq or seqs in *ret_id), or -EINVAL after saying what is wrong. */
 static int check_words(uint32_t *ret_id) {
     const char *cmd = arg_command[0];
-    int n = arg_n_command - 1;
-    char **args = arg_command + 1;
-    bool ok;
+    int ok = words_fit(cmd, arg_n_command - 1, arg_command + 1, ret_id);
 
-    if (strcmp(cmd, "status") == 0 || strcmp(cmd, "clients") == 0 || strcmp(cmd, "ping") == 0 ||
-        strcmp(cmd, "events") == 0 || strcmp(cmd, "top") == 0)
-        ok = n == 0;
-    else if (strcmp(cmd, "seqs") == 0 || strcmp(cmd, "seq") == 0) {
-        bool one = strcmp(cmd, "seq") == 0;
-        ok = one ? n == 1 : n <= 1;
-        /* A bad number has its own message; it is still a usage error. */
-        if (ok && n == 1 && parse_id(one ? "sequence id" : "client id", args[0], ret_id) < 0)
-            return -EINVAL;
-    } else if (strcmp(cmd, "config") == 0)
-        ok = (n >= 1 && strcmp(args[0], "get") == 0 && n <= 2) ||
-             (n == 3 && strcmp(args[0], "set") == 0);
-    else if (strcmp(cmd, "size") == 0)
-        ok = n >= 1 && n < MAX_WORDS;
-    else if (strcmp(cmd, "reload") == 0)
-        ok = n <= 1;
-    else {
+    if (ok == -ENOENT)
         return fail(-EINVAL, "unknown command '%s' " HINT, cmd);
-    }
-    if (!ok) {
+    if (ok < 0)
+        return ok;
+    if (!ok)
         return fail(-EINVAL, "wrong arguments for '%s' " HINT, cmd);
-    }
-    if (arg_count >= 0 && strcmp(cmd, "events") != 0) {
-        return fail(-EINVAL, "--count applies to 'events' only");
-    }
-    if (arg_persist && !(strcmp(cmd, "config") == 0 && strcmp(args[0], "set") == 0))
-        return fail(-EINVAL, "--persist applies to 'config set' only");
-    if ((arg_iterations >= 0 || arg_interval > 0) && strcmp(cmd, "top") != 0) {
-        return fail(-EINVAL, "--interval and --iterations apply to 'top' only");
-    }
-    return 0;
+    return options_fit(cmd, arg_command + 1);
 }
 
 /* The live view, or snapshots when stdout is not a terminal (vasectl_top.c). It may replace
