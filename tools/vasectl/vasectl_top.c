@@ -759,90 +759,128 @@ static int live_sample(struct vase_admin **a, const struct vasectl_top_options *
     return r;
 }
 
+/* The live view between two frames: the last two samples, the view of the newer, how it is
+ * drawn, the terminal to put back. */
+struct live {
+    struct top_sample samples[2], *cur, *prev;
+    struct top_view v;
+    struct top_ui ui;
+    struct term t;
+    char why[1024]; /* why the last sample failed; "" if it did not */
+    long long taken;
+    double next; /* when the next sample is due */
+};
+
+/* What live_tick() returns when the samples asked for are all taken. */
+#define LIVE_DONE 2
+
+/* Takes the sample that is due, if one is, and builds its view. 1: the frame changed, 0: no
+ * sample was due, LIVE_DONE, or -ENOMEM. A sample that failed shows as the frame's error. */
+static int live_tick(struct live *l, struct vase_admin **a, const struct vasectl_top_options *o) {
+    double t0 = now_seconds();
+    struct top_sample s = {0};
+
+    if (t0 < l->next)
+        return 0;
+    if (o->iterations >= 0 && l->taken >= o->iterations)
+        return LIVE_DONE;
+    if (live_sample(a, o, &s, l->why, sizeof(l->why)) == 0) {
+        sample_clear(l->prev);
+        *l->prev = *l->cur;
+        *l->cur = s;
+        l->why[0] = 0;
+        int r = top_view_build(&l->v, l->prev, l->cur);
+        if (r < 0)
+            return r;
+    }
+    l->ui.error = l->why[0] ? l->why : NULL;
+    l->taken++;
+    l->next += o->interval;
+    if (l->next < t0)
+        l->next = t0 + o->interval;
+    return 1;
+}
+
+/* Reads the keys pressed and applies them to ui; 'q', or input that ended, sets got_quit.
+ * Returns whether the order changed (and the view goes on). */
+static bool live_keys(struct top_ui *ui) {
+    char keys[64];
+    ssize_t n = read(STDIN_FILENO, keys, sizeof(keys));
+    bool changed = false;
+
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+        got_quit = 1; /* end of input: nobody can press 'q' any more */
+    for (ssize_t j = 0; j < n; j++) {
+        if (keys[j] == 'q')
+            got_quit = 1;
+        else
+            changed |= top_key(ui, keys[j]);
+    }
+    return changed && !got_quit;
+}
+
+/* Waits until the next sample is due, a key is pressed or a signal comes. Returns whether a key
+ * changed the order. */
+static bool live_wait(struct live *l) {
+    double wait = l->next - now_seconds();
+    if (wait < 0)
+        wait = 0;
+    struct timespec ts = {.tv_sec = (time_t)wait, .tv_nsec = (long)((wait - floor(wait)) * 1e9)};
+    struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
+    int k = ppoll(&pfd, l->t.raw ? 1 : 0, &ts, &l->t.old_mask);
+
+    if (k > 0 && (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))) {
+        got_quit = 1; /* the terminal is gone */
+        return false;
+    }
+    return k > 0 && (pfd.revents & POLLIN) && live_keys(&l->ui);
+}
+
+/* Sorts the view as ui says and draws it. 0 or -ENOMEM. */
+static int live_redraw(struct live *l) {
+    top_sort(&l->v, &l->ui);
+    return redraw(&l->v, &l->ui);
+}
+
 static int run_live(struct vase_admin **a, const struct vasectl_top_options *o, char *err,
                     size_t size) {
-    struct top_sample samples[2] = {{.when = 0}, {.when = 0}}, *cur = &samples[0],
-                      *prev = &samples[1];
-    struct top_view v = {.cur = cur};
-    struct top_ui ui = {.sort = COL_EVICT, .interval = o->interval, .keys = true};
-    struct term t = {0};
-    char why[1024] = "";
-    long long taken = 0;
-    double next = now_seconds();
+    struct live l = {
+        .ui = {.sort = COL_EVICT, .interval = o->interval, .keys = true},
+        .next = now_seconds(),
+    };
     int r;
 
-    if ((r = term_enter(&t)) < 0) {
-        term_leave(&t);
+    l.cur = &l.samples[0];
+    l.prev = &l.samples[1];
+    l.v.cur = l.cur;
+    if ((r = term_enter(&l.t)) < 0) {
+        term_leave(&l.t);
         snprintf(err, size, "top: cannot set up the terminal: %s", strerror(-r));
         return r;
     }
-    while (!got_quit) {
-        bool dirty = false;
-        double t0 = now_seconds();
-
-        if (t0 >= next) {
-            if (o->iterations >= 0 && taken >= o->iterations)
-                break;
-            struct top_sample s = {0};
-            if (live_sample(a, o, &s, why, sizeof(why)) == 0) {
-                sample_clear(prev);
-                *prev = *cur;
-                *cur = s;
-                why[0] = 0;
-                if ((r = top_view_build(&v, prev, cur)) < 0)
-                    break;
-            }
-            ui.error = why[0] ? why : NULL;
-            taken++;
-            next += o->interval;
-            if (next < t0)
-                next = t0 + o->interval;
-            dirty = true;
+    while (!got_quit && r == 0) {
+        int due = live_tick(&l, a, o);
+        if (due == LIVE_DONE)
+            break;
+        if (due < 0) {
+            r = due;
+            break;
         }
         if (got_winch) {
             got_winch = 0;
-            dirty = true;
+            due = 1;
         }
-        if (dirty) {
-            top_sort(&v, &ui);
-            if ((r = redraw(&v, &ui)) < 0)
-                break;
-        }
-
-        double wait = next - now_seconds();
-        if (wait < 0)
-            wait = 0;
-        struct timespec ts = {.tv_sec = (time_t)wait,
-                              .tv_nsec = (long)((wait - floor(wait)) * 1e9)};
-        struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
-        int k = ppoll(&pfd, t.raw ? 1 : 0, &ts, &t.old_mask);
-        if (k > 0 && (pfd.revents & (POLLHUP | POLLERR | POLLNVAL))) {
-            got_quit = 1; /* the terminal is gone */
-        } else if (k > 0 && (pfd.revents & POLLIN)) {
-            char keys[64];
-            ssize_t n = read(STDIN_FILENO, keys, sizeof(keys));
-            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
-                got_quit = 1; /* end of input: nobody can press 'q' any more */
-            bool changed = false;
-            for (ssize_t j = 0; j < n; j++) {
-                if (keys[j] == 'q')
-                    got_quit = 1;
-                else
-                    changed |= top_key(&ui, keys[j]);
-            }
-            if (changed && !got_quit) {
-                top_sort(&v, &ui);
-                if ((r = redraw(&v, &ui)) < 0)
-                    break;
-            }
-        }
+        if (due)
+            r = live_redraw(&l);
+        if (r == 0 && live_wait(&l))
+            r = live_redraw(&l);
     }
-    term_leave(&t);
+    term_leave(&l.t);
     if (r < 0)
         snprintf(err, size, "top: %s", vase_strerror(r));
-    top_view_clear(&v);
-    sample_clear(&samples[0]);
-    sample_clear(&samples[1]);
+    top_view_clear(&l.v);
+    sample_clear(&l.samples[0]);
+    sample_clear(&l.samples[1]);
     return r;
 }
 
