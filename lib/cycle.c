@@ -244,11 +244,65 @@ static int flush_queued(struct vase_seq *s, bool wait) {
     return 0;
 }
 
+/* Whether commit reply cr fits s, budget being the budget it gives (the sequence's own when it
+ * gives none). The block table loses or gains entries at its end only; it gains them only with a
+ * budget raised within the sequence's range, never beyond the pages of the open. */
+static bool commit_reply_fits(const struct vase_seq *s, const Vase__CommitReply *cr,
+                              uint32_t budget) {
+    size_t common = cr->n_pages < s->n_pages ? cr->n_pages : s->n_pages;
+    bool grows = budget > s->budget;
+    return cr->seq_id == s->id && cr->capacity >= s->len &&
+           (uint64_t)cr->n_pages * s->model->layout.block_tokens >= cr->capacity &&
+           budget >= s->budget && budget <= s->max_budget && budget % s->window == 0 &&
+           (cr->n_pages <= s->n_pages || grows) && cr->n_pages <= s->max_pages &&
+           memcmp(cr->pages, s->pages, common * sizeof(uint32_t)) == 0;
+}
+
+/* Takes the block table, capacity and budget of commit reply cr, which fits s
+ * (commit_reply_fits()). 0, or -errno with nothing taken. */
+static int commit_apply(struct vase_seq *s, const Vase__CommitReply *cr, uint32_t budget) {
+    uint32_t *pages = NULL;
+    int r = vase__seq_copy_pages(cr->pages, cr->n_pages, s->model->layout.num_blocks, &pages);
+    if (r == 0 && cr->n_pages > s->n_pages && s->cuda)
+        r = vase__cuda_seq_set_table(s->cuda, s->stream, pages, s->n_pages, cr->n_pages);
+    if (r < 0) {
+        free(pages);
+        return r;
+    }
+    if (budget > s->budget) {
+        s->budget = budget;
+        s->keep = budget - s->window;
+        s->stats.budget_changes++;
+    }
+    free(s->pages);
+    s->pages = pages;
+    s->n_pages = cr->n_pages;
+    s->capacity = cr->capacity;
+    return 0;
+}
+
+/* The reply to a commit of s, taken if it fits. 0, or -errno: the daemon's refusal, -EPROTO for
+ * a reply that does not fit (said in vase_last_error()), the apply's failure. */
+static int commit_take(struct vase_seq *s, const Vase__Envelope *reply) {
+    if (reply->body_case == VASE__ENVELOPE__BODY_ERROR)
+        return vase__client_refused(s->client, reply->error);
+    int r = -EPROTO;
+    if (reply->body_case == VASE__ENVELOPE__BODY_COMMIT_REPLY) {
+        const Vase__CommitReply *cr = reply->commit_reply;
+        uint32_t budget = cr->budget ? cr->budget : s->budget;
+        if (commit_reply_fits(s, cr, budget))
+            r = commit_apply(s, cr, budget);
+    }
+    if (r == -EPROTO)
+        vase__client_fail(s->client, r,
+                          "the daemon's reply to the commit of sequence %u does not fit it", s->id);
+    return r;
+}
+
 /* Reads the reply to the pending commit, if any, and takes its block table: waits for it
  * (bounded by the client's timeout) when wait is set, else only looks. 0 (done, or not there
  * yet and not waiting), or -errno; a refused commit breaks the sequence. Lock held. */
 static int finish_commit(struct vase_seq *s, bool wait) {
-    const struct vase_layout *l = &s->model->layout;
     Vase__Envelope *reply;
 
     if (!s->commit_pending)
@@ -260,46 +314,9 @@ static int finish_commit(struct vase_seq *s, bool wait) {
     if (r < 0)
         return r;
     s->commit_pending = false;
-    uint32_t *pages = NULL;
-    if (reply->body_case == VASE__ENVELOPE__BODY_ERROR) {
-        r = vase__client_refused(s->client, reply->error);
-    } else if (reply->body_case != VASE__ENVELOPE__BODY_COMMIT_REPLY) {
-        r = -EPROTO;
-    } else {
-        const Vase__CommitReply *cr = reply->commit_reply;
-        /* The block table loses or gains entries at its end only; it gains them only with a
-         * budget raised within the sequence's range, never beyond the pages of the open. */
-        uint32_t budget = cr->budget ? cr->budget : s->budget;
-        size_t common = cr->n_pages < s->n_pages ? cr->n_pages : s->n_pages;
-        bool grows = budget > s->budget;
-        if (cr->seq_id != s->id || cr->capacity < s->len ||
-            (uint64_t)cr->n_pages * l->block_tokens < cr->capacity || budget < s->budget ||
-            budget > s->max_budget || budget % s->window || (cr->n_pages > s->n_pages && !grows) ||
-            cr->n_pages > s->max_pages ||
-            memcmp(cr->pages, s->pages, common * sizeof(uint32_t)) != 0)
-            r = -EPROTO;
-        else
-            r = vase__seq_copy_pages(cr->pages, cr->n_pages, l->num_blocks, &pages);
-        if (r == 0 && cr->n_pages > s->n_pages && s->cuda)
-            r = vase__cuda_seq_set_table(s->cuda, s->stream, pages, s->n_pages, cr->n_pages);
-        if (r == 0 && grows) {
-            s->budget = budget;
-            s->keep = budget - s->window;
-            s->stats.budget_changes++;
-        }
-    }
-    if (r == -EPROTO && reply->body_case != VASE__ENVELOPE__BODY_ERROR)
-        vase__client_fail(s->client, r,
-                          "the daemon's reply to the commit of sequence %u does not fit it", s->id);
-    if (r == 0) {
-        free(s->pages);
-        s->pages = pages;
-        s->n_pages = reply->commit_reply->n_pages;
-        s->capacity = reply->commit_reply->capacity;
-    } else {
-        free(pages);
+    r = commit_take(s, reply);
+    if (r < 0)
         s->broken = r;
-    }
     vase__envelope__free_unpacked(reply, NULL);
     return r;
 }
