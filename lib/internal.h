@@ -203,5 +203,8 @@ void vase__seq_clear_draws(struct vase_seq *s);
 /* Copies a page list (a block table) into a new malloc'd array *ret after checking that every
  * page lies inside the arena. 0, -EPROTO for a page outside it, -ENOMEM. */
 int vase__seq_copy_pages(const uint32_t *src, size_t n, uint64_t limit, uint32_t **ret);
+/* The public geometry g as the layout formulas take it (vase_layout.h): what vase_model_register()
+ * and vase_size_seq() lay out, and, field for field, what RegisterModel carries. */
+void vase__geometry_layout(const struct vase_geometry *g, struct vase_layout_geometry *ret);
 /* Frees a model's local state; accepts NULL. */
 struct vase_model *vase__model_free(struct vase_model *m);
