@@ -268,6 +268,58 @@ uint64_t vase_registry_seq_bytes(const struct vased_seq *s) {
            (uint64_t)s->n_plan_pages * s->plan.plan_page_bytes;
 }
 
+/* A sequence with room for the page lists of footprint most (its largest: the ring and plan
+ * pages never change) and for the window scores of the model's layers; NULL when out of
+ * memory. */
+static struct vased_seq *seq_new(const struct vase_registry *reg, const struct vase_layout *l,
+                                 const struct vased_seq_footprint *most) {
+    struct vased_seq *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->pages = malloc((size_t)most->kv_pages * sizeof(uint32_t));
+    s->ring_pages = malloc((size_t)(most->ring_pages ? most->ring_pages : 1) * sizeof(uint32_t));
+    s->plan_pages =
+        malloc((size_t)(most->plan.plan_pages ? most->plan.plan_pages : 1) * sizeof(uint32_t));
+    s->scores = calloc(l->layers, sizeof(float *));
+    s->scores_len = calloc(l->layers, sizeof(uint32_t));
+    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
+        seq_free(reg, s);
+        return NULL;
+    }
+    return s;
+}
+
+/* The state of s as request req of a model of layout l opens it, with the pages of fp (its
+ * footprint at budget, the budget its plans keep now); most is the footprint of its whole
+ * budget. The one place a sequence's state is derived from its request: an open and a restore
+ * both come through here. */
+static void seq_init(struct vased_seq *s, const struct vase_layout *l,
+                     const struct vased_seq_request *req, uint32_t budget,
+                     const struct vased_seq_footprint *most, const struct vased_seq_footprint *fp) {
+    s->layers = l->layers;
+    s->kv_heads = l->kv_heads;
+    s->policy = req->policy;
+    s->max_params = req->params;
+    s->params = vase_params_at_budget(&req->params, budget);
+    s->keep = vase_plan_keep_count(&s->params);
+    s->max_budget = s->cap_budget = s->target_budget = req->params.budget;
+    s->min_budget = req->min_budget ? req->min_budget : req->params.budget;
+    s->weight = req->weight ? req->weight : 1;
+    s->mode = req->mode;
+    s->slack = req->slack;
+    s->prompt_len = req->prompt_len;
+    s->seed = req->seed;
+    s->layout = *l;
+    s->plan = fp->plan;
+    s->n_pages = fp->kv_pages;
+    s->max_pages = most->kv_pages;
+    s->n_ring_pages = fp->ring_pages;
+    s->n_plan_pages = fp->plan.plan_pages;
+    s->capacity = fp->kv_pages * l->block_tokens;
+    s->acc_stride = most->kv_pages * l->block_tokens;
+    s->state = VASED_SEQ_IDLE;
+}
+
 /* One all-or-nothing reservation of a sequence's pages at budget: its KV pages for that
  * budget, the ring, and the plan area of the budget it asked for (into s's arrays, sized for
  * that). 0, -ENOSPC, -EDQUOT, -ENOMEM, -EINVAL; the reason in msg. */
@@ -328,21 +380,12 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
         return -ENOSPC;
     }
 
-    struct vased_seq *s = calloc(1, sizeof(*s));
+    struct vased_seq *s = seq_new(reg, &m->layout, &most);
     if (!s)
         return -ENOMEM;
     if (getrandom(s->resume_token, sizeof(s->resume_token), 0) !=
         (ssize_t)sizeof(s->resume_token)) {
         r = errno ? -errno : -EIO;
-        goto free_seq;
-    }
-    s->pages = malloc((size_t)most.kv_pages * sizeof(uint32_t));
-    s->ring_pages = malloc((size_t)(most.ring_pages ? most.ring_pages : 1) * sizeof(uint32_t));
-    s->plan_pages = malloc((size_t)most.plan.plan_pages * sizeof(uint32_t));
-    s->scores = calloc(m->layout.layers, sizeof(float *));
-    s->scores_len = calloc(m->layout.layers, sizeof(uint32_t));
-    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
-        r = -ENOMEM;
         goto free_seq;
     }
 
@@ -362,33 +405,12 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
         goto free_seq;
     msg[0] = '\0';
 
+    seq_init(s, &m->layout, req, budget, &most, &fp);
     s->id = reg->next_seq_id++;
     s->client = c;
     s->owner_uid = c->uid;
     s->model = m;
     s->arena_id = m->arena_id;
-    s->layers = m->layout.layers;
-    s->kv_heads = m->layout.kv_heads;
-    s->policy = req->policy;
-    s->max_params = req->params;
-    s->params = vase_params_at_budget(&req->params, budget);
-    s->keep = vase_plan_keep_count(&s->params);
-    s->max_budget = s->cap_budget = s->target_budget = req->params.budget;
-    s->min_budget = req->min_budget ? req->min_budget : req->params.budget;
-    s->weight = req->weight ? req->weight : 1;
-    s->mode = req->mode;
-    s->slack = req->slack;
-    s->prompt_len = req->prompt_len;
-    s->seed = req->seed;
-    s->layout = m->layout;
-    s->plan = fp.plan;
-    s->n_pages = fp.kv_pages;
-    s->max_pages = most.kv_pages;
-    s->n_ring_pages = fp.ring_pages;
-    s->n_plan_pages = fp.plan.plan_pages;
-    s->capacity = fp.kv_pages * m->layout.block_tokens;
-    s->acc_stride = most.kv_pages * m->layout.block_tokens;
-    s->state = VASED_SEQ_IDLE;
 
     s->next = c->seqs;
     c->seqs = s;
@@ -475,19 +497,9 @@ int vase_registry_restore_seq(struct vase_registry *reg, struct vase_alloc *allo
         return -EINVAL;
     }
 
-    struct vased_seq *s = calloc(1, sizeof(*s));
+    struct vased_seq *s = seq_new(reg, l, &most);
     if (!s)
         return -ENOMEM;
-    s->pages = malloc((size_t)most.kv_pages * sizeof(uint32_t));
-    s->ring_pages = malloc((size_t)(fp.ring_pages ? fp.ring_pages : 1) * sizeof(uint32_t));
-    s->plan_pages =
-        malloc((size_t)(fp.plan.plan_pages ? fp.plan.plan_pages : 1) * sizeof(uint32_t));
-    s->scores = calloc(l->layers, sizeof(float *));
-    s->scores_len = calloc(l->layers, sizeof(uint32_t));
-    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
-        seq_free(reg, s);
-        return -ENOMEM;
-    }
     r = claim_saved(alloc, sv, &fp.plan);
     if (r < 0) {
         seq_free(reg, s);
@@ -499,38 +511,21 @@ int vase_registry_restore_seq(struct vase_registry *reg, struct vase_alloc *allo
     memcpy(s->pages, sv->pages, (size_t)sv->n_pages * sizeof(uint32_t));
     memcpy(s->ring_pages, sv->ring_pages, (size_t)sv->n_ring_pages * sizeof(uint32_t));
     memcpy(s->plan_pages, sv->plan_pages, (size_t)sv->n_plan_pages * sizeof(uint32_t));
+    /* What an open of its request would hold (checked above: the same ring and plan pages, no
+     * more KV pages), then what it had become. */
+    seq_init(s, l, &sv->req, sv->budget, &most, &fp);
+    s->n_pages = sv->n_pages;
+    s->capacity = sv->n_pages * l->block_tokens;
     s->id = sv->id;
     s->owner_uid = sv->uid;
     memcpy(s->resume_token, sv->token, sizeof(s->resume_token));
     s->arena_id = sv->arena_id;
-    s->layers = l->layers;
-    s->kv_heads = l->kv_heads;
-    s->policy = sv->req.policy;
-    s->max_params = sv->req.params;
-    s->params = vase_params_at_budget(&sv->req.params, sv->budget);
-    s->keep = vase_plan_keep_count(&s->params);
-    s->max_budget = sv->req.params.budget;
     s->cap_budget = sv->cap_budget;
     s->target_budget = sv->target_budget;
-    s->min_budget = sv->req.min_budget;
-    s->weight = sv->req.weight;
     s->budget_changes = sv->budget_changes;
-    s->mode = sv->req.mode;
-    s->slack = sv->req.slack;
-    s->prompt_len = sv->req.prompt_len;
-    s->seed = sv->req.seed;
-    s->layout = *l;
-    s->plan = fp.plan;
-    s->n_pages = sv->n_pages;
-    s->max_pages = most.kv_pages;
-    s->n_ring_pages = sv->n_ring_pages;
-    s->n_plan_pages = sv->n_plan_pages;
-    s->capacity = sv->n_pages * l->block_tokens;
-    s->acc_stride = most.kv_pages * l->block_tokens;
     s->len = sv->len;
     s->position = sv->position;
     s->rounds = sv->rounds;
-    s->state = VASED_SEQ_IDLE;
     s->next = reg->restored;
     reg->restored = s;
     reg->n_restored++;
