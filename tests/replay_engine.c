@@ -487,38 +487,13 @@ static int parse_argv(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    unsigned passed = 0, failed = 0;
+    size_t passed, failed;
     int r;
 
     r = parse_argv(argc, argv);
     if (r <= 0)
         return r < 0 ? 2 : 0;
-
-    bool named = arg_n_blocks > 0;
-    if (!named)
-        arg_blocks[arg_n_blocks++] = 0;
-    for (int i = optind; i < argc; i++)
-        for (size_t b = 0; b < arg_n_blocks; b++) {
-            struct vcase_result res = {.msg = ""};
-            char name[NAME_MAX + 1], shown[NAME_MAX + 16];
-
-            vcase_name(argv[i], name, sizeof name);
-            if (named)
-                snprintf(shown, sizeof shown, "%s@%u", name, arg_blocks[b]);
-            else
-                snprintf(shown, sizeof shown, "%s", name);
-            r = run_case(argv[i], name, arg_blocks[b], &res);
-            if (r < 0) {
-                printf("FAIL %s: %s\n", shown, res.msg[0] ? res.msg : vase_strerror(r));
-                failed++;
-            } else {
-                printf("PASS %s\n", shown);
-                passed++;
-            }
-            /* stderr carries the loader's details; keep the two in order on a terminal or a
-             * log. */
-            fflush(stdout);
-        }
-    printf("%u passed, %u failed\n", passed, failed);
+    vcase_run_all(argv + optind, (size_t)(argc - optind), arg_blocks, arg_n_blocks, run_case,
+                  vase_strerror, &passed, &failed);
     return failed == 0 && passed > 0 ? 0 : 1;
 }

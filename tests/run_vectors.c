@@ -585,11 +585,9 @@ out:
 /* ---- driver -------------------------------------------------------------------------- */
 
 /* Picks the kind of the case by its name, else by the files it holds. */
-static int run_case(const char *path, uint32_t block, struct vcase_result *res) {
-    char name[NAME_MAX + 1];
+static int run_case(const char *path, const char *name, uint32_t block, struct vcase_result *res) {
     struct stat st;
 
-    vcase_name(path, name, sizeof name);
     if (stat(path, &st) < 0)
         return vcase_failf(res, "%s", strerror(errno));
     if (!S_ISDIR(st.st_mode))
@@ -662,6 +660,11 @@ free_ents:
     return r;
 }
 
+/* The reason of a case that failed with r and recorded none. */
+static const char *errno_text(int r) {
+    return strerror(-r);
+}
+
 static void help(void) {
     printf("Usage: run_vectors [--cuda] [--block=N[,N...]] [CASE_DIR...]\n"
            "Replays eviction test vectors through the CPU kernels. Without arguments, runs every\n"
@@ -725,7 +728,6 @@ int main(int argc, char **argv) {
     char **listed = NULL;
     size_t ncases = 0, passed = 0, failed = 0;
     const char *root;
-    bool named;
     int r;
 
     r = parse_argv(argc, argv);
@@ -745,35 +747,8 @@ int main(int argc, char **argv) {
         ncases = (size_t)(argc - optind);
 
     /* Without --block, one contiguous run (block 0) under the plain name. */
-    named = arg_n_blocks > 0;
-    if (!named)
-        arg_blocks[arg_n_blocks++] = 0;
-    for (size_t i = 0; i < ncases; i++)
-        for (size_t b = 0; b < arg_n_blocks; b++) {
-            const char *path = listed ? listed[i] : argv[optind + (int)i];
-            struct vcase_result res = {.msg = ""};
-            char name[NAME_MAX + 1], shown[NAME_MAX + 16];
-
-            vcase_name(path, name, sizeof name);
-            if (named)
-                snprintf(shown, sizeof shown, "%s@%u", name, arg_blocks[b]);
-            else
-                snprintf(shown, sizeof shown, "%s", name);
-            r = run_case(path, arg_blocks[b], &res);
-            if (r < 0 && res.msg[0] == '\0')
-                snprintf(res.msg, sizeof res.msg, "%s", strerror(-r));
-            if (r < 0) {
-                printf("FAIL %s: %s\n", shown, res.msg);
-                failed++;
-            } else {
-                printf("PASS %s\n", shown);
-                passed++;
-            }
-            /* stderr carries the loader's details; keep the two in order on a terminal or a
-             * log. */
-            fflush(stdout);
-        }
-    printf("%zu passed, %zu failed\n", passed, failed);
+    vcase_run_all(listed ? listed : argv + optind, ncases, arg_blocks, arg_n_blocks, run_case,
+                  errno_text, &passed, &failed);
     if (backend->done)
         backend->done();
 
