@@ -136,6 +136,23 @@ int vcase_trace_load(struct vcase_trace *c, const char *dir, const struct vcase_
 
 void vcase_trace_done(struct vcase_trace *c);
 
+/* A trace_* case as both replayers take it: its arrays and its policy's settings, checked. */
+struct vcase_replay {
+    struct vcase_trace vc; /* the case's arrays, T, prompt, Hkv, Hq and D */
+    enum vase_policy policy;
+    unsigned needs; /* vase_policy_needs(policy) */
+    struct vase_params params;
+    uint32_t window, budget;
+};
+
+/*
+ * Reads params.txt of the trace_* case at dir and loads its arrays into *c (zero-initialised by
+ * the caller; free with vcase_trace_done(&c->vc), on failure too): the parameters must pass
+ * vase_params_check(), budget > window > 0, the draw files must be those the policy uses, and
+ * the stream must have tokens.
+ */
+int vcase_replay_load(struct vcase_replay *c, const char *dir, struct vcase_result *res);
+
 /* Row t of a [T][heads][d] stream, for head h. */
 const float *vcase_stream_row(const struct vase_npy *s, uint32_t heads, uint32_t d, uint32_t t,
                               uint32_t h);
