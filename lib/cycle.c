@@ -6,7 +6,7 @@
  * A sequence counts the tokens the engine appends, sends an EvictRequest when the trigger of
  * ALGORITHM.md fires, and applies the plan the daemon writes into the plan area: compaction of
  * every layer's K and V, then EvictCommit, whose reply carries the block table from then on.
- * The draws and statistics an engine pushes for the next plan are here too.
+ * The draws and statistics an engine pushes for the next plan are push.c's.
  *
  * Invariants: at most one request per sequence is in flight (pending); the daemon reads only
  * candidate slots [0, req_len - window) and the window's queries while it plans, and the engine
@@ -31,7 +31,6 @@
  */
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -42,22 +41,6 @@ static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The index of the first NaN or Inf of x[0 .. n), n if none. */
-static size_t first_nonfinite(const float *x, size_t n) {
-    size_t i = 0;
-    while (i < n && isfinite(x[i]))
-        i++;
-    return i;
-}
-
-/* The index of the first value of x[0 .. n) that is NaN, Inf or negative, n if none. */
-static size_t first_not_weight(const float *x, size_t n) {
-    size_t i = 0;
-    while (i < n && isfinite(x[i]) && x[i] >= 0.0f)
-        i++;
-    return i;
 }
 
 static int finish_commit(struct vase_seq *s, bool wait);
@@ -74,11 +57,7 @@ static int take_deferred(struct vase_seq *s) {
     return r;
 }
 
-/* The error a call on s returns before doing anything: the client is dead (also found out
- * here, with one non-blocking look at the session socket, so that even a call that sends
- * nothing never pretends a sequence of a dead daemon lives on), the sequence is broken, or a
- * refusal arrived for it (returned once). Lock held. */
-static int precheck(struct vase_seq *s) {
+int vase__seq_precheck(struct vase_seq *s) {
     if (!s->client->dead && vase__session_closed(s->client->session.fd))
         vase__client_check(s->client, -ECONNRESET);
     if (s->client->dead)
@@ -244,11 +223,65 @@ static int flush_queued(struct vase_seq *s, bool wait) {
     return 0;
 }
 
+/* Whether commit reply cr fits s, budget being the budget it gives (the sequence's own when it
+ * gives none). The block table loses or gains entries at its end only; it gains them only with a
+ * budget raised within the sequence's range, never beyond the pages of the open. */
+static bool commit_reply_fits(const struct vase_seq *s, const Vase__CommitReply *cr,
+                              uint32_t budget) {
+    size_t common = cr->n_pages < s->n_pages ? cr->n_pages : s->n_pages;
+    bool grows = budget > s->budget;
+    return cr->seq_id == s->id && cr->capacity >= s->len &&
+           (uint64_t)cr->n_pages * s->model->layout.block_tokens >= cr->capacity &&
+           budget >= s->budget && budget <= s->max_budget && budget % s->window == 0 &&
+           (cr->n_pages <= s->n_pages || grows) && cr->n_pages <= s->max_pages &&
+           memcmp(cr->pages, s->pages, common * sizeof(uint32_t)) == 0;
+}
+
+/* Takes the block table, capacity and budget of commit reply cr, which fits s
+ * (commit_reply_fits()). 0, or -errno with nothing taken. */
+static int commit_apply(struct vase_seq *s, const Vase__CommitReply *cr, uint32_t budget) {
+    uint32_t *pages = NULL;
+    int r = vase__seq_copy_pages(cr->pages, cr->n_pages, s->model->layout.num_blocks, &pages);
+    if (r == 0 && cr->n_pages > s->n_pages && s->cuda)
+        r = vase__cuda_seq_set_table(s->cuda, s->stream, pages, s->n_pages, cr->n_pages);
+    if (r < 0) {
+        free(pages);
+        return r;
+    }
+    if (budget > s->budget) {
+        s->budget = budget;
+        s->keep = budget - s->window;
+        s->stats.budget_changes++;
+    }
+    free(s->pages);
+    s->pages = pages;
+    s->n_pages = cr->n_pages;
+    s->capacity = cr->capacity;
+    return 0;
+}
+
+/* The reply to a commit of s, taken if it fits. 0, or -errno: the daemon's refusal, -EPROTO for
+ * a reply that does not fit (said in vase_last_error()), the apply's failure. */
+static int commit_take(struct vase_seq *s, const Vase__Envelope *reply) {
+    if (reply->body_case == VASE__ENVELOPE__BODY_ERROR)
+        return vase__client_refused(s->client, reply->error);
+    int r = -EPROTO;
+    if (reply->body_case == VASE__ENVELOPE__BODY_COMMIT_REPLY) {
+        const Vase__CommitReply *cr = reply->commit_reply;
+        uint32_t budget = cr->budget ? cr->budget : s->budget;
+        if (commit_reply_fits(s, cr, budget))
+            r = commit_apply(s, cr, budget);
+    }
+    if (r == -EPROTO)
+        vase__client_fail(s->client, r,
+                          "the daemon's reply to the commit of sequence %u does not fit it", s->id);
+    return r;
+}
+
 /* Reads the reply to the pending commit, if any, and takes its block table: waits for it
  * (bounded by the client's timeout) when wait is set, else only looks. 0 (done, or not there
  * yet and not waiting), or -errno; a refused commit breaks the sequence. Lock held. */
 static int finish_commit(struct vase_seq *s, bool wait) {
-    const struct vase_layout *l = &s->model->layout;
     Vase__Envelope *reply;
 
     if (!s->commit_pending)
@@ -260,46 +293,9 @@ static int finish_commit(struct vase_seq *s, bool wait) {
     if (r < 0)
         return r;
     s->commit_pending = false;
-    uint32_t *pages = NULL;
-    if (reply->body_case == VASE__ENVELOPE__BODY_ERROR) {
-        r = vase__client_refused(s->client, reply->error);
-    } else if (reply->body_case != VASE__ENVELOPE__BODY_COMMIT_REPLY) {
-        r = -EPROTO;
-    } else {
-        const Vase__CommitReply *cr = reply->commit_reply;
-        /* The block table loses or gains entries at its end only; it gains them only with a
-         * budget raised within the sequence's range, never beyond the pages of the open. */
-        uint32_t budget = cr->budget ? cr->budget : s->budget;
-        size_t common = cr->n_pages < s->n_pages ? cr->n_pages : s->n_pages;
-        bool grows = budget > s->budget;
-        if (cr->seq_id != s->id || cr->capacity < s->len ||
-            (uint64_t)cr->n_pages * l->block_tokens < cr->capacity || budget < s->budget ||
-            budget > s->max_budget || budget % s->window || (cr->n_pages > s->n_pages && !grows) ||
-            cr->n_pages > s->max_pages ||
-            memcmp(cr->pages, s->pages, common * sizeof(uint32_t)) != 0)
-            r = -EPROTO;
-        else
-            r = vase__seq_copy_pages(cr->pages, cr->n_pages, l->num_blocks, &pages);
-        if (r == 0 && cr->n_pages > s->n_pages && s->cuda)
-            r = vase__cuda_seq_set_table(s->cuda, s->stream, pages, s->n_pages, cr->n_pages);
-        if (r == 0 && grows) {
-            s->budget = budget;
-            s->keep = budget - s->window;
-            s->stats.budget_changes++;
-        }
-    }
-    if (r == -EPROTO && reply->body_case != VASE__ENVELOPE__BODY_ERROR)
-        vase__client_fail(s->client, r,
-                          "the daemon's reply to the commit of sequence %u does not fit it", s->id);
-    if (r == 0) {
-        free(s->pages);
-        s->pages = pages;
-        s->n_pages = reply->commit_reply->n_pages;
-        s->capacity = reply->commit_reply->capacity;
-    } else {
-        free(pages);
+    r = commit_take(s, reply);
+    if (r < 0)
         s->broken = r;
-    }
     vase__envelope__free_unpacked(reply, NULL);
     return r;
 }
@@ -474,7 +470,7 @@ int vase_seq_append(struct vase_seq *s, uint32_t n) {
     if (!s)
         return -EINVAL;
     vase__client_lock(s->client);
-    r = precheck(s);
+    r = vase__seq_precheck(s);
     if (r < 0 || n == 0)
         goto out;
     if ((uint64_t)s->len + n > s->capacity && s->pending) {
@@ -536,7 +532,7 @@ int vase_seq_poll(struct vase_seq *s) {
     if (!s)
         return -EINVAL;
     vase__client_lock(s->client);
-    r = precheck(s);
+    r = vase__seq_precheck(s);
     if (r < 0)
         goto out;
     if (s->pending && s->request_queued) {
@@ -564,7 +560,7 @@ int vase_seq_wait(struct vase_seq *s) {
     if (!s)
         return -EINVAL;
     vase__client_lock(s->client);
-    r = precheck(s);
+    r = vase__seq_precheck(s);
     if (r == 0 && s->pending)
         r = wait_and_apply(s, false);
     pthread_mutex_unlock(&s->client->lock);
@@ -577,7 +573,7 @@ int vase_seq_flush(struct vase_seq *s) {
     if (!s)
         return -EINVAL;
     vase__client_lock(s->client);
-    r = precheck(s);
+    r = vase__seq_precheck(s);
     if (r == 0)
         r = flush_queued(s, true);
     if (r == 0)
@@ -590,125 +586,6 @@ int vase_seq_flush(struct vase_seq *s) {
         if (r == 0)
             r = take_deferred(s);
     }
-    pthread_mutex_unlock(&s->client->lock);
-    return r;
-}
-
-int vase_seq_set_draws(struct vase_seq *s, const float *exp_draws, size_t n_exp, const float *gauss,
-                       size_t n_gauss) {
-    float *e = NULL, *g = NULL;
-    int r = 0;
-
-    if (!s)
-        return -EINVAL;
-    struct vase_client *c = s->client;
-    vase__client_lock(c);
-    if ((!exp_draws && n_exp) || (!gauss && n_gauss)) {
-        r = vase__client_fail(c, -EINVAL, "vase_seq_set_draws: a count without its draws");
-        goto out;
-    }
-    /* Stream order: the draws already set belong to the request still queued. */
-    if (s->request_queued) {
-        r = vase__client_fail(c, -EBUSY,
-                              "vase_seq_set_draws: the request of sequence %u waits for the "
-                              "engine's stream, with the draws set before it",
-                              s->id);
-        goto out;
-    }
-    /* Exp(1) draws are -log(u) with u in (0, 1]: finite and non-negative (0 when u is 1);
-     * normals are merely finite. */
-    for (size_t i = 0; i < n_exp; i++)
-        if (!(exp_draws[i] >= 0.0f) || !isfinite(exp_draws[i])) {
-            r = vase__client_fail(c, -EINVAL, "vase_seq_set_draws: Exp(1) draw %zu is %g", i,
-                                  (double)exp_draws[i]);
-            goto out;
-        }
-    size_t bad = first_nonfinite(gauss, n_gauss);
-    if (bad < n_gauss) {
-        r = vase__client_fail(c, -EINVAL, "vase_seq_set_draws: normal draw %zu is %g", bad,
-                              (double)gauss[bad]);
-        goto out;
-    }
-    if ((n_exp && !(e = malloc(n_exp * sizeof(*e)))) ||
-        (n_gauss && !(g = malloc(n_gauss * sizeof(*g))))) {
-        free(e);
-        r = -ENOMEM;
-        goto out;
-    }
-    if (n_exp)
-        memcpy(e, exp_draws, n_exp * sizeof(*e));
-    if (n_gauss)
-        memcpy(g, gauss, n_gauss * sizeof(*g));
-    vase__seq_clear_draws(s);
-    s->exp_draws = e;
-    s->n_exp = n_exp;
-    s->gauss = g;
-    s->n_gauss = n_gauss;
-out:
-    pthread_mutex_unlock(&c->lock);
-    return r;
-}
-
-int vase_seq_push_stats(struct vase_seq *s, uint32_t layer, enum vase_stats_kind kind,
-                        const float *values, uint32_t len) {
-    Vase__AttnStats st = VASE__ATTN_STATS__INIT;
-    Vase__Envelope e = VASE__ENVELOPE__INIT;
-    uint64_t id;
-    int r;
-
-    if (!s)
-        return -EINVAL;
-    const struct vase_layout *l = &s->model->layout;
-    size_t count = (size_t)l->kv_heads * len;
-    vase__client_lock(s->client);
-    if (!values || len == 0 || (kind != VASE_STATS_ACC_ADD && kind != VASE_STATS_WINDOW_SCORES) ||
-        layer >= l->layers) {
-        r = vase__client_fail(s->client, -EINVAL,
-                              "vase_seq_push_stats: layer %u of %u, kind %d, len %u%s", layer,
-                              l->layers, (int)kind, len, values ? "" : ", no values");
-        goto out;
-    }
-    /* Attention received and window scores are means of probabilities (the daemon refuses
-     * others too, later, as a deferred error). */
-    size_t bad = first_not_weight(values, count);
-    if (bad < count) {
-        r = vase__client_fail(s->client, -EINVAL,
-                              "vase_seq_push_stats: the value of KV head %zu, slot %zu is %g",
-                              bad / len, bad % len, (double)values[bad]);
-        goto out;
-    }
-    r = precheck(s);
-    if (r < 0)
-        goto out;
-    if (len > s->len) {
-        r = vase__client_fail(s->client, -EINVAL,
-                              "vase_seq_push_stats: len %u, but sequence %u has %u slots filled",
-                              len, s->id, s->len);
-        goto out;
-    }
-    /* Sorting what has arrived keeps refusals of earlier pushes flowing back even when the
-     * engine never polls. */
-    r = vase__client_check(s->client, vase__chan_drain(s->client->chan));
-    if (r < 0)
-        goto out;
-    r = precheck(s);
-    if (r < 0)
-        goto out;
-    st.seq_id = s->id;
-    st.layer = layer;
-    st.kind = kind == VASE_STATS_ACC_ADD ? VASE__STATS_KIND__STATS_ACC_ADD
-                                         : VASE__STATS_KIND__STATS_WINDOW_SCORES;
-    st.len = len;
-    st.n_values = count;
-    st.values = (float *)values;
-    e.body_case = VASE__ENVELOPE__BODY_ATTN_STATS;
-    e.attn_stats = &st;
-    r = vase__client_check(s->client, vase__chan_send(s->client->chan, &e, &id));
-    if (r == 0) {
-        vase__client_note_stats(s->client, id, s->id);
-        s->last_sent_id = id;
-    }
-out:
     pthread_mutex_unlock(&s->client->lock);
     return r;
 }

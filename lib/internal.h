@@ -192,10 +192,19 @@ bool vase__client_unclaimed(void *userdata, const Vase__Envelope *e);
 
 /* Frees a sequence's local state (no message); accepts NULL. */
 struct vase_seq *vase__seq_free(struct vase_seq *s);
+/* The error a call on s returns before doing anything: the client is dead (also found out
+ * here, with one non-blocking look at the session socket, so that even a call that sends
+ * nothing never pretends a sequence of a dead daemon lives on), the sequence is broken, or a
+ * refusal arrived for it (returned once). It also sends what waits for the engine's stream and
+ * reads a commit's reply that has come (cycle.c). Lock held. */
+int vase__seq_precheck(struct vase_seq *s);
 /* Drops the draws the engine set for the next plan (vase_seq_set_draws()). */
 void vase__seq_clear_draws(struct vase_seq *s);
 /* Copies a page list (a block table) into a new malloc'd array *ret after checking that every
  * page lies inside the arena. 0, -EPROTO for a page outside it, -ENOMEM. */
 int vase__seq_copy_pages(const uint32_t *src, size_t n, uint64_t limit, uint32_t **ret);
+/* The public geometry g as the layout formulas take it (vase_layout.h): what vase_model_register()
+ * and vase_size_seq() lay out, and, field for field, what RegisterModel carries. */
+void vase__geometry_layout(const struct vase_geometry *g, struct vase_layout_geometry *ret);
 /* Frees a model's local state; accepts NULL. */
 struct vase_model *vase__model_free(struct vase_model *m);

@@ -63,6 +63,17 @@ static bool layout_matches(const struct vase_layout *want, const Vase__ModelLayo
            got->ring_page_bytes == want->ring_page_bytes && got->num_blocks == want->num_blocks;
 }
 
+void vase__geometry_layout(const struct vase_geometry *g, struct vase_layout_geometry *ret) {
+    *ret = (struct vase_layout_geometry){
+        .layers = g->layers,
+        .q_heads = g->q_heads,
+        .kv_heads = g->kv_heads,
+        .head_dim = g->head_dim,
+        .dtype = g->dtype,
+        .block_tokens = g->block_tokens,
+    };
+}
+
 int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
                         struct vase_model **ret) {
     Vase__ModelGeometry geo = VASE__MODEL_GEOMETRY__INIT;
@@ -89,14 +100,8 @@ int vase_model_register(struct vase_client *c, const struct vase_geometry *g,
         r = vase__client_fail(c, -EINVAL, "no arena %u", g->arena);
         goto out;
     }
-    struct vase_layout_geometry lg = {
-        .layers = g->layers,
-        .q_heads = g->q_heads,
-        .kv_heads = g->kv_heads,
-        .head_dim = g->head_dim,
-        .dtype = g->dtype,
-        .block_tokens = g->block_tokens,
-    };
+    struct vase_layout_geometry lg;
+    vase__geometry_layout(g, &lg);
     r = vase_layout_compute(&lg, arena->size_bytes, &layout, why, sizeof(why));
     if (r < 0) {
         vase__client_fail(c, r, "arena %u (\"%s\", %llu bytes) cannot hold the model: %s", g->arena,

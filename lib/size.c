@@ -84,14 +84,8 @@ int vase_size_seq(const struct vase_geometry *g, const struct vase_seq_config *c
         return vase_layout_refuse(msg, msg_size, "%s", why);
     if (cfg->slack < -1)
         return vase_layout_refuse(msg, msg_size, "slack must be >= -1 (slack %d)", (int)cfg->slack);
-    struct vase_layout_geometry lg = {
-        .layers = g->layers,
-        .q_heads = g->q_heads,
-        .kv_heads = g->kv_heads,
-        .head_dim = g->head_dim,
-        .dtype = g->dtype,
-        .block_tokens = g->block_tokens,
-    };
+    struct vase_layout_geometry lg;
+    vase__geometry_layout(g, &lg);
     int r = vase_layout_compute(&lg, arena_bytes, &l, msg, msg_size);
     if (r < 0)
         return r;

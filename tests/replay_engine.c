@@ -72,11 +72,7 @@ struct row_key {
 };
 
 struct replay {
-    struct vcase_trace vc; /* the case's arrays, T, prompt, Hkv, Hq and D */
-    enum vase_policy policy;
-    unsigned needs;
-    struct vase_params params;
-    uint32_t window, budget;
+    struct vcase_replay c; /* the case */
 
     struct row_key *index; /* [Hkv][T] */
     uint32_t *pos;         /* [Hkv][T]: the token found in each slot */
@@ -94,7 +90,7 @@ static void replay_done(struct replay *rp) {
     free(rp->seen);
     free(rp->pos);
     free(rp->index);
-    vcase_trace_done(&rp->vc);
+    vcase_trace_done(&rp->c.vc);
 }
 
 static uint64_t hash_row(const float *row, uint32_t d) {
@@ -117,22 +113,23 @@ static int cmp_row_key(const void *a, const void *b) {
 /* Indexes every head's K rows by content; refuses duplicates, which would make a slot's token
  * ambiguous. */
 static int build_index(struct replay *rp, struct vcase_result *res) {
-    size_t row = (size_t)rp->vc.d * sizeof(float);
+    size_t row = (size_t)rp->c.vc.d * sizeof(float);
 
-    rp->index = calloc((size_t)rp->vc.hkv * rp->vc.T, sizeof *rp->index);
+    rp->index = calloc((size_t)rp->c.vc.hkv * rp->c.vc.T, sizeof *rp->index);
     if (!rp->index)
         return vcase_failf(res, "out of memory");
-    for (uint32_t h = 0; h < rp->vc.hkv; h++) {
-        struct row_key *ix = rp->index + (size_t)h * rp->vc.T;
+    for (uint32_t h = 0; h < rp->c.vc.hkv; h++) {
+        struct row_key *ix = rp->index + (size_t)h * rp->c.vc.T;
 
-        for (uint32_t t = 0; t < rp->vc.T; t++)
+        for (uint32_t t = 0; t < rp->c.vc.T; t++)
             ix[t] = (struct row_key){
-                hash_row(vcase_stream_row(rp->vc.ks, rp->vc.hkv, rp->vc.d, t, h), rp->vc.d), t};
-        qsort(ix, rp->vc.T, sizeof *ix, cmp_row_key);
-        for (uint32_t i = 1; i < rp->vc.T; i++)
+                hash_row(vcase_stream_row(rp->c.vc.ks, rp->c.vc.hkv, rp->c.vc.d, t, h), rp->c.vc.d),
+                t};
+        qsort(ix, rp->c.vc.T, sizeof *ix, cmp_row_key);
+        for (uint32_t i = 1; i < rp->c.vc.T; i++)
             if (ix[i].hash == ix[i - 1].hash &&
-                memcmp(vcase_stream_row(rp->vc.ks, rp->vc.hkv, rp->vc.d, ix[i].token, h),
-                       vcase_stream_row(rp->vc.ks, rp->vc.hkv, rp->vc.d, ix[i - 1].token, h),
+                memcmp(vcase_stream_row(rp->c.vc.ks, rp->c.vc.hkv, rp->c.vc.d, ix[i].token, h),
+                       vcase_stream_row(rp->c.vc.ks, rp->c.vc.hkv, rp->c.vc.d, ix[i - 1].token, h),
                        row) == 0)
                 return vcase_failf(
                     res,
@@ -145,9 +142,9 @@ static int build_index(struct replay *rp, struct vcase_result *res) {
 
 /* The token whose K row of head h is k, or -1. */
 static int64_t lookup(const struct replay *rp, uint32_t h, const float *k) {
-    const struct row_key *ix = rp->index + (size_t)h * rp->vc.T;
-    uint64_t hash = hash_row(k, rp->vc.d);
-    size_t lo = 0, hi = rp->vc.T;
+    const struct row_key *ix = rp->index + (size_t)h * rp->c.vc.T;
+    uint64_t hash = hash_row(k, rp->c.vc.d);
+    size_t lo = 0, hi = rp->c.vc.T;
 
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -157,9 +154,9 @@ static int64_t lookup(const struct replay *rp, uint32_t h, const float *k) {
         else
             hi = mid;
     }
-    for (; lo < rp->vc.T && ix[lo].hash == hash; lo++)
-        if (memcmp(vcase_stream_row(rp->vc.ks, rp->vc.hkv, rp->vc.d, ix[lo].token, h), k,
-                   (size_t)rp->vc.d * sizeof(float)) == 0)
+    for (; lo < rp->c.vc.T && ix[lo].hash == hash; lo++)
+        if (memcmp(vcase_stream_row(rp->c.vc.ks, rp->c.vc.hkv, rp->c.vc.d, ix[lo].token, h), k,
+                   (size_t)rp->c.vc.d * sizeof(float)) == 0)
             return ix[lo].token;
     return -1;
 }
@@ -168,13 +165,13 @@ static int64_t lookup(const struct replay *rp, uint32_t h, const float *k) {
  * same token's V row, and no token may sit in two slots of a head. */
 static int identify_slots(struct replay *rp, const char *when, struct vcase_result *res) {
     uint32_t len = vase_seq_len(rp->seq);
-    size_t row = (size_t)rp->vc.d * sizeof(float);
+    size_t row = (size_t)rp->c.vc.d * sizeof(float);
 
-    if (len > rp->vc.T)
+    if (len > rp->c.vc.T)
         return vcase_failf(res, "%s: length %u exceeds the %u tokens of the stream", when, len,
-                           rp->vc.T);
-    for (uint32_t h = 0; h < rp->vc.hkv; h++) {
-        memset(rp->seen, 0, rp->vc.T);
+                           rp->c.vc.T);
+    for (uint32_t h = 0; h < rp->c.vc.hkv; h++) {
+        memset(rp->seen, 0, rp->c.vc.T);
         for (uint32_t s = 0; s < len; s++) {
             const float *k = vase_seq_kv_ptr(rp->seq, 0, VASE_K, s, h);
             const float *v = vase_seq_kv_ptr(rp->seq, 0, VASE_V, s, h);
@@ -189,8 +186,8 @@ static int identify_slots(struct replay *rp, const char *when, struct vcase_resu
             if (t < 0)
                 return vcase_failf(res, "%s: head %u slot %u holds a K row that is no token's",
                                    when, h, s);
-            if (memcmp(v, vcase_stream_row(rp->vc.vs, rp->vc.hkv, rp->vc.d, (uint32_t)t, h), row) !=
-                0)
+            if (memcmp(v, vcase_stream_row(rp->c.vc.vs, rp->c.vc.hkv, rp->c.vc.d, (uint32_t)t, h),
+                       row) != 0)
                 return vcase_failf(res,
                                    "%s: head %u slot %u holds the K row of token %lld but another "
                                    "V row",
@@ -199,35 +196,18 @@ static int identify_slots(struct replay *rp, const char *when, struct vcase_resu
                 return vcase_failf(res, "%s: head %u holds token %lld twice (again in slot %u)",
                                    when, h, (long long)t, s);
             rp->seen[t] = 1;
-            rp->pos[(size_t)h * rp->vc.T + s] = (uint32_t)t;
+            rp->pos[(size_t)h * rp->c.vc.T + s] = (uint32_t)t;
         }
     }
     return 0;
 }
 
 static int setup(struct replay *rp, const char *dir, struct vcase_result *res) {
-    struct vcase_params p;
-    int r;
-
-    r = vcase_read_params(dir, true, &p, &rp->policy, &rp->params, res);
+    int r = vcase_replay_load(&rp->c, dir, res);
     if (r < 0)
         return r;
-    rp->needs = vase_policy_needs(rp->policy);
-    rp->budget = p.budget;
-    rp->window = p.window;
-    r = vase_params_check(&rp->params, rp->policy);
-    if (r < 0)
-        return vcase_failf(res, "vase_params_check() refuses the parameters of %s: %s", p.mode,
-                           strerror(-r));
-
-    r = vcase_trace_load(&rp->vc, dir, &p, res);
-    if (r < 0)
-        return r;
-    if (rp->vc.T == 0)
-        return vcase_failf(res, "k_stream.npy: an empty axis");
-
-    rp->pos = calloc((size_t)rp->vc.hkv * rp->vc.T, sizeof *rp->pos);
-    rp->seen = calloc(rp->vc.T, 1);
+    rp->pos = calloc((size_t)rp->c.vc.hkv * rp->c.vc.T, sizeof *rp->pos);
+    rp->seen = calloc(rp->c.vc.T, 1);
     if (!rp->pos || !rp->seen)
         return vcase_failf(res, "out of memory");
     return build_index(rp, res);
@@ -236,9 +216,9 @@ static int setup(struct replay *rp, const char *dir, struct vcase_result *res) {
 /* Writes token t's K and V into slot, and its query into the ring. */
 static int write_token(struct replay *rp, uint32_t t, uint32_t slot, bool query,
                        struct vcase_result *res) {
-    size_t row = (size_t)rp->vc.d * sizeof(float);
+    size_t row = (size_t)rp->c.vc.d * sizeof(float);
 
-    for (uint32_t h = 0; h < rp->vc.hkv; h++) {
+    for (uint32_t h = 0; h < rp->c.vc.hkv; h++) {
         void *k = vase_seq_kv_ptr(rp->seq, 0, VASE_K, slot, h);
         void *v = vase_seq_kv_ptr(rp->seq, 0, VASE_V, slot, h);
 
@@ -246,12 +226,12 @@ static int write_token(struct replay *rp, uint32_t t, uint32_t slot, bool query,
             return vcase_failf(res,
                                "t=%u: vase_seq_kv_ptr() has no address for slot %u (capacity %u)",
                                t, slot, vase_seq_capacity(rp->seq));
-        memcpy(k, vcase_stream_row(rp->vc.ks, rp->vc.hkv, rp->vc.d, t, h), row);
-        memcpy(v, vcase_stream_row(rp->vc.vs, rp->vc.hkv, rp->vc.d, t, h), row);
+        memcpy(k, vcase_stream_row(rp->c.vc.ks, rp->c.vc.hkv, rp->c.vc.d, t, h), row);
+        memcpy(v, vcase_stream_row(rp->c.vc.vs, rp->c.vc.hkv, rp->c.vc.d, t, h), row);
     }
-    if (!query || !(rp->needs & VASE_NEEDS_Q))
+    if (!query || !(rp->c.needs & VASE_NEEDS_Q))
         return 0;
-    for (uint32_t h = 0; h < rp->vc.hq; h++) {
+    for (uint32_t h = 0; h < rp->c.vc.hq; h++) {
         void *q = vase_seq_query_ptr(rp->seq, 0, t, h);
 
         if (!q)
@@ -259,7 +239,7 @@ static int write_token(struct replay *rp, uint32_t t, uint32_t slot, bool query,
                                "t=%u: vase_seq_query_ptr() is NULL for a policy that reads "
                                "queries",
                                t);
-        memcpy(q, vcase_stream_row(rp->vc.qs, rp->vc.hq, rp->vc.d, t, h), row);
+        memcpy(q, vcase_stream_row(rp->c.vc.qs, rp->c.vc.hq, rp->c.vc.d, t, h), row);
     }
     return 0;
 }
@@ -271,13 +251,13 @@ static int inject_draws(struct replay *rp, uint32_t round, uint32_t n, struct vc
     struct vase_npy *exp = NULL;
     int r;
 
-    r = vcase_trace_round_draws(&rp->vc, rp->needs, rp->params.rank, round, n, &exp, res);
+    r = vcase_trace_round_draws(&rp->c.vc, rp->c.needs, rp->c.params.rank, round, n, &exp, res);
     if (r < 0)
         return r;
     /* One layer, so the [layers][kv_heads][N] draws of the request are the file's [Hkv][N]. */
     r = vase_seq_set_draws(rp->seq, exp ? exp->data : NULL, exp ? exp->count : 0,
-                           (rp->needs & VASE_NEEDS_GAUSS) ? rp->vc.gauss->data : NULL,
-                           (rp->needs & VASE_NEEDS_GAUSS) ? rp->vc.gauss->count : 0);
+                           (rp->c.needs & VASE_NEEDS_GAUSS) ? rp->c.vc.gauss->data : NULL,
+                           (rp->c.needs & VASE_NEEDS_GAUSS) ? rp->c.vc.gauss->count : 0);
     if (r < 0)
         r = fail_call(res, rp->client, r, "round %u: vase_seq_set_draws() failed", round);
     vase_npy_free(exp);
@@ -287,7 +267,7 @@ static int inject_draws(struct replay *rp, uint32_t round, uint32_t n, struct vc
 /* Decodes token t; an eviction it triggers must be the next of evict_steps. */
 static int decode(struct replay *rp, uint32_t t, struct vcase_result *res) {
     uint32_t len = vase_seq_len(rp->seq);
-    bool trigger = len + 1 > rp->budget && (len + 1) % rp->window == 0;
+    bool trigger = len + 1 > rp->c.budget && (len + 1) % rp->c.window == 0;
     char when[64];
     int r;
 
@@ -298,10 +278,10 @@ static int decode(struct replay *rp, uint32_t t, struct vcase_result *res) {
     if (r < 0)
         return r;
     if (trigger) {
-        r = vcase_trace_check_round(&rp->vc, rp->rounds, t, res);
+        r = vcase_trace_check_round(&rp->c.vc, rp->rounds, t, res);
         if (r < 0)
             return r;
-        r = inject_draws(rp, rp->rounds, len + 1 - rp->window, res);
+        r = inject_draws(rp, rp->rounds, len + 1 - rp->c.window, res);
         if (r < 0)
             return r;
     }
@@ -321,16 +301,16 @@ static int decode(struct replay *rp, uint32_t t, struct vcase_result *res) {
     rp->rounds++;
     if (vase_seq_rounds(rp->seq) != rp->rounds)
         return vcase_failf(res, "%s: libvase counts %u rounds", when, vase_seq_rounds(rp->seq));
-    if (vase_seq_len(rp->seq) != rp->budget)
+    if (vase_seq_len(rp->seq) != rp->c.budget)
         return vcase_failf(res, "%s: length %u, want the budget %u", when, vase_seq_len(rp->seq),
-                           rp->budget);
+                           rp->c.budget);
     return identify_slots(rp, when, res);
 }
 
 /* Each case has a client of its own, so that cases cannot affect one another and no number of
  * cases runs into the daemon's per-client model quota. */
 static int run_case(const char *dir, const char *name, uint32_t block, struct vcase_result *res) {
-    struct replay rp = {.window = 0};
+    struct replay rp = {.rounds = 0};
     char model_name[80];
     uint32_t len;
     int r;
@@ -352,9 +332,9 @@ static int run_case(const char *dir, const char *name, uint32_t block, struct vc
                             &(struct vase_geometry){
                                 .name = model_name,
                                 .layers = 1,
-                                .q_heads = rp.vc.hq,
-                                .kv_heads = rp.vc.hkv,
-                                .head_dim = rp.vc.d,
+                                .q_heads = rp.c.vc.hq,
+                                .kv_heads = rp.c.vc.hkv,
+                                .head_dim = rp.c.vc.d,
                                 .dtype = VASE_DTYPE_F32,
                                 .block_tokens = block,
                             },
@@ -362,7 +342,7 @@ static int run_case(const char *dir, const char *name, uint32_t block, struct vc
     if (r < 0) {
         r = fail_call(res, rp.client, r,
                       "vase_model_register(1 layer, %u/%u heads, dim %u, f32, block %u) failed",
-                      rp.vc.hq, rp.vc.hkv, rp.vc.d, block);
+                      rp.c.vc.hq, rp.c.vc.hkv, rp.c.vc.d, block);
         goto out;
     }
     if (block && vase_model_tokens_per_page(rp.model) != block) {
@@ -372,9 +352,9 @@ static int run_case(const char *dir, const char *name, uint32_t block, struct vc
     }
     r = vase_seq_open(rp.client, rp.model,
                       &(struct vase_seq_config){
-                          .policy = rp.policy,
-                          .params = rp.params,
-                          .prompt_len = rp.vc.prompt,
+                          .policy = rp.c.policy,
+                          .params = rp.c.params,
+                          .prompt_len = rp.c.vc.prompt,
                           .mode = VASE_MODE_SYNC,
                           .slack = -1,
                       },
@@ -382,19 +362,19 @@ static int run_case(const char *dir, const char *name, uint32_t block, struct vc
     if (r < 0) {
         r = fail_call(res, rp.client, r,
                       "vase_seq_open(%s, budget %u, window %u, prompt %u) failed",
-                      vase_policy_to_string(rp.policy), rp.budget, rp.window, rp.vc.prompt);
+                      vase_policy_to_string(rp.c.policy), rp.c.budget, rp.c.window, rp.c.vc.prompt);
         goto out;
     }
 
     /* Prefill in one append, as an engine does. Only the last 2 * window queries can still be
      * in the ring afterwards, and only those are written. */
-    for (uint32_t t = 0; t < rp.vc.prompt; t++) {
-        r = write_token(&rp, t, t, rp.vc.prompt - t <= 2 * rp.window, res);
+    for (uint32_t t = 0; t < rp.c.vc.prompt; t++) {
+        r = write_token(&rp, t, t, rp.c.vc.prompt - t <= 2 * rp.c.window, res);
         if (r < 0)
             goto out;
     }
-    if (rp.vc.prompt > 0) {
-        r = vase_seq_append(rp.seq, rp.vc.prompt);
+    if (rp.c.vc.prompt > 0) {
+        r = vase_seq_append(rp.seq, rp.c.vc.prompt);
         if (r != 0) {
             r = r < 0
                     ? fail_call(res, rp.client, r, "the prompt's append failed")
@@ -402,23 +382,23 @@ static int run_case(const char *dir, const char *name, uint32_t block, struct vc
             goto out;
         }
     }
-    for (uint32_t t = rp.vc.prompt; t < rp.vc.T; t++) {
+    for (uint32_t t = rp.c.vc.prompt; t < rp.c.vc.T; t++) {
         r = decode(&rp, t, res);
         if (r < 0)
             goto out;
     }
 
     len = vase_seq_len(rp.seq);
-    r = vcase_trace_check_end(&rp.vc, rp.rounds, len, res);
+    r = vcase_trace_check_end(&rp.c.vc, rp.rounds, len, res);
     if (r < 0)
         goto out;
     r = identify_slots(&rp, "at the end", res);
     if (r < 0)
         goto out;
-    for (uint32_t h = 0; h < rp.vc.hkv; h++)
+    for (uint32_t h = 0; h < rp.c.vc.hkv; h++)
         for (uint32_t s = 0; s < len; s++) {
-            int32_t w = ((const int32_t *)rp.vc.final->data)[(size_t)h * len + s];
-            uint32_t got = rp.pos[(size_t)h * rp.vc.T + s];
+            int32_t w = ((const int32_t *)rp.c.vc.final->data)[(size_t)h * len + s];
+            uint32_t got = rp.pos[(size_t)h * rp.c.vc.T + s];
 
             if (w < 0 || (uint32_t)w != got) {
                 r = vcase_failf(res, "final_pos: head %u slot %u holds token %u, want %d", h, s,
@@ -487,38 +467,13 @@ static int parse_argv(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    unsigned passed = 0, failed = 0;
+    size_t passed, failed;
     int r;
 
     r = parse_argv(argc, argv);
     if (r <= 0)
         return r < 0 ? 2 : 0;
-
-    bool named = arg_n_blocks > 0;
-    if (!named)
-        arg_blocks[arg_n_blocks++] = 0;
-    for (int i = optind; i < argc; i++)
-        for (size_t b = 0; b < arg_n_blocks; b++) {
-            struct vcase_result res = {.msg = ""};
-            char name[NAME_MAX + 1], shown[NAME_MAX + 16];
-
-            vcase_name(argv[i], name, sizeof name);
-            if (named)
-                snprintf(shown, sizeof shown, "%s@%u", name, arg_blocks[b]);
-            else
-                snprintf(shown, sizeof shown, "%s", name);
-            r = run_case(argv[i], name, arg_blocks[b], &res);
-            if (r < 0) {
-                printf("FAIL %s: %s\n", shown, res.msg[0] ? res.msg : vase_strerror(r));
-                failed++;
-            } else {
-                printf("PASS %s\n", shown);
-                passed++;
-            }
-            /* stderr carries the loader's details; keep the two in order on a terminal or a
-             * log. */
-            fflush(stdout);
-        }
-    printf("%u passed, %u failed\n", passed, failed);
+    vcase_run_all(argv + optind, (size_t)(argc - optind), arg_blocks, arg_n_blocks, run_case,
+                  vase_strerror, &passed, &failed);
     return failed == 0 && passed > 0 ? 0 : 1;
 }

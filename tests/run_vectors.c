@@ -358,11 +358,8 @@ out:
 /* ---- trace_*: a whole generation ----------------------------------------------------- */
 
 struct trace {
-    struct vcase_trace vc; /* the case's arrays, T, prompt, Hkv, Hq and D */
-    enum vase_policy policy;
-    unsigned needs;
-    struct vase_params params;
-    uint32_t window, budget, K;
+    struct vcase_replay c; /* the case */
+    uint32_t K;
     uint32_t cap; /* slots per head: never more than T tokens are cached */
 
     struct kv_store kv;        /* K and V of [Hkv][cap] slots */
@@ -384,17 +381,17 @@ static void trace_done(struct trace *tr) {
     free(tr->pos_tmp);
     free(tr->pos);
     store_done(&tr->kv);
-    vcase_trace_done(&tr->vc);
+    vcase_trace_done(&tr->c.vc);
 }
 
 static void append(struct trace *tr, uint32_t t) {
-    for (uint32_t h = 0; h < tr->vc.hkv; h++) {
+    for (uint32_t h = 0; h < tr->c.vc.hkv; h++) {
         memcpy(store_row(&tr->kv, VASE_K, h, tr->len),
-               vcase_stream_row(tr->vc.ks, tr->vc.hkv, tr->vc.d, t, h),
-               (size_t)tr->vc.d * sizeof(float));
+               vcase_stream_row(tr->c.vc.ks, tr->c.vc.hkv, tr->c.vc.d, t, h),
+               (size_t)tr->c.vc.d * sizeof(float));
         memcpy(store_row(&tr->kv, VASE_V, h, tr->len),
-               vcase_stream_row(tr->vc.vs, tr->vc.hkv, tr->vc.d, t, h),
-               (size_t)tr->vc.d * sizeof(float));
+               vcase_stream_row(tr->c.vc.vs, tr->c.vc.hkv, tr->c.vc.d, t, h),
+               (size_t)tr->c.vc.d * sizeof(float));
         tr->pos[(size_t)h * tr->cap + tr->len] = t;
     }
     tr->len++;
@@ -403,7 +400,7 @@ static void append(struct trace *tr, uint32_t t) {
 /* After a compaction, every live slot must hold the K and V rows of the token it claims, read
  * where the runner's own arithmetic puts them (store_row()), and no unused page was written. */
 static int verify_cache(const struct trace *tr, uint32_t round, struct vcase_result *res) {
-    size_t row = (size_t)tr->vc.d * sizeof(float);
+    size_t row = (size_t)tr->c.vc.d * sizeof(float);
     char when[64];
     int r;
 
@@ -412,14 +409,14 @@ static int verify_cache(const struct trace *tr, uint32_t round, struct vcase_res
     r = store_check_guards(&tr->kv, when, res);
     if (r < 0)
         return r;
-    for (uint32_t h = 0; h < tr->vc.hkv; h++)
+    for (uint32_t h = 0; h < tr->c.vc.hkv; h++)
         for (uint32_t s = 0; s < tr->len; s++) {
             uint32_t t = tr->pos[(size_t)h * tr->cap + s];
 
             if (memcmp(store_row(&tr->kv, VASE_K, h, s),
-                       vcase_stream_row(tr->vc.ks, tr->vc.hkv, tr->vc.d, t, h), row) != 0 ||
+                       vcase_stream_row(tr->c.vc.ks, tr->c.vc.hkv, tr->c.vc.d, t, h), row) != 0 ||
                 memcmp(store_row(&tr->kv, VASE_V, h, s),
-                       vcase_stream_row(tr->vc.vs, tr->vc.hkv, tr->vc.d, t, h), row) != 0)
+                       vcase_stream_row(tr->c.vc.vs, tr->c.vc.hkv, tr->c.vc.d, t, h), row) != 0)
                 return vcase_failf(
                     res,
                     "round %u: after vase_compact() head %u slot %u does not hold the "
@@ -431,46 +428,47 @@ static int verify_cache(const struct trace *tr, uint32_t round, struct vcase_res
 
 /* One eviction, triggered by the append of token t. */
 static int evict(struct trace *tr, uint32_t t, struct vcase_result *res) {
-    uint32_t round = tr->rounds, n = tr->len - tr->window, K = tr->K;
+    uint32_t round = tr->rounds, n = tr->len - tr->c.window, K = tr->K;
     struct vase_npy *exp = NULL;
     struct vase_view kview, vview;
     struct vase_plan_input in;
     int r, r2;
 
-    r = vcase_trace_check_round(&tr->vc, round, t, res);
+    r = vcase_trace_check_round(&tr->c.vc, round, t, res);
     if (r < 0)
         return r;
-    r = vcase_trace_round_draws(&tr->vc, tr->needs, tr->params.rank, round, n, &exp, res);
+    r = vcase_trace_round_draws(&tr->c.vc, tr->c.needs, tr->c.params.rank, round, n, &exp, res);
     if (r < 0)
         return r;
 
     /* The window's queries: those of tokens t - W + 1 .. t, prefill ones included. */
-    for (uint32_t h = 0; h < tr->vc.hq; h++)
-        for (uint32_t i = 0; i < tr->window; i++)
-            memcpy(tr->q_win + ((size_t)h * tr->window + i) * tr->vc.d,
-                   vcase_stream_row(tr->vc.qs, tr->vc.hq, tr->vc.d, t - tr->window + 1 + i, h),
-                   (size_t)tr->vc.d * sizeof(float));
+    for (uint32_t h = 0; h < tr->c.vc.hq; h++)
+        for (uint32_t i = 0; i < tr->c.window; i++)
+            memcpy(
+                tr->q_win + ((size_t)h * tr->c.window + i) * tr->c.vc.d,
+                vcase_stream_row(tr->c.vc.qs, tr->c.vc.hq, tr->c.vc.d, t - tr->c.window + 1 + i, h),
+                (size_t)tr->c.vc.d * sizeof(float));
 
     kview = store_view(&tr->kv, VASE_K);
     vview = store_view(&tr->kv, VASE_V);
     in = (struct vase_plan_input){
-        .policy = tr->policy,
-        .params = tr->params,
+        .policy = tr->c.policy,
+        .params = tr->c.params,
         .n = n,
-        .hq = tr->vc.hq,
+        .hq = tr->c.vc.hq,
         .k = kview,
         .v = vview,
-        .q = vase_view_contiguous(tr->q_win, VASE_DTYPE_F32, tr->vc.hq, tr->window, tr->vc.d),
+        .q = vase_view_contiguous(tr->q_win, VASE_DTYPE_F32, tr->c.vc.hq, tr->c.window, tr->c.vc.d),
         .exp_draws = exp ? exp->data : NULL,
-        .gauss = (tr->needs & VASE_NEEDS_GAUSS) ? tr->vc.gauss->data : NULL,
-        .prompt_len = tr->vc.prompt,
+        .gauss = (tr->c.needs & VASE_NEEDS_GAUSS) ? tr->c.vc.gauss->data : NULL,
+        .prompt_len = tr->c.vc.prompt,
     };
     r = backend->plan(&in, &tr->ws, tr->keep);
     vase_npy_free(exp);
     if (r < 0)
         return vcase_failf(res, "round %u (t=%u): %s failed: %s", round, t, backend->plan_name,
                            strerror(-r));
-    r = check_plan(tr->keep, tr->vc.hkv, K, n, tr->seen, res);
+    r = check_plan(tr->keep, tr->c.vc.hkv, K, n, tr->seen, res);
     if (r < 0)
         return r;
 
@@ -484,7 +482,7 @@ static int evict(struct trace *tr, uint32_t t, struct vcase_result *res) {
                            backend->compact_name, r, r2, K + tr->len - n);
 
     /* The compaction rule, applied to the token indices by hand. */
-    for (uint32_t h = 0; h < tr->vc.hkv; h++) {
+    for (uint32_t h = 0; h < tr->c.vc.hkv; h++) {
         uint32_t *pos = tr->pos + (size_t)h * tr->cap;
 
         for (uint32_t i = 0; i < K; i++)
@@ -500,49 +498,31 @@ static int evict(struct trace *tr, uint32_t t, struct vcase_result *res) {
 
 static int trace_setup(struct trace *tr, const char *dir, uint32_t block,
                        struct vcase_result *res) {
-    struct vcase_params p;
     int r;
 
-    r = vcase_read_params(dir, true, &p, &tr->policy, &tr->params, res);
+    r = vcase_replay_load(&tr->c, dir, res);
     if (r < 0)
         return r;
-    tr->needs = vase_policy_needs(tr->policy);
-    r = vcase_check_draws_present(tr->policy, "exp_noise_000.npy",
-                                  vcase_file_exists(dir, "exp_noise_000.npy"), "gauss_000.npy",
-                                  vcase_file_exists(dir, "gauss_000.npy"), res);
-    if (r < 0)
-        return r;
-    r = vase_params_check(&tr->params, tr->policy);
-    if (r < 0)
-        return vcase_failf(res, "vase_params_check() refuses the parameters: %s", strerror(-r));
-    if (p.window == 0 || p.budget <= p.window)
-        return vcase_failf(res, "params.txt: need budget > window > 0");
-    tr->window = p.window;
-    tr->budget = p.budget;
-    tr->K = p.budget - p.window;
-    if (vase_plan_keep_count(&tr->params) != tr->K)
+    tr->K = tr->c.budget - tr->c.window;
+    if (vase_plan_keep_count(&tr->c.params) != tr->K)
         return vcase_failf(res, "vase_plan_keep_count() = %u, want budget - window = %u",
-                           vase_plan_keep_count(&tr->params), tr->K);
-
-    r = vcase_trace_load(&tr->vc, dir, &p, res);
-    if (r < 0)
-        return r;
+                           vase_plan_keep_count(&tr->c.params), tr->K);
 
     /* The cache never holds more than the T tokens of the stream, so every allocation is
      * bounded by the size of k_stream.npy (the paged K and V of --block by STORE_MAX_BYTES
      * too). The eviction buffers are needed only if the sequence outgrows the budget, and then
      * W < budget < T bounds them too. */
-    tr->cap = tr->vc.T;
-    r = store_init(&tr->kv, block, tr->vc.hkv, tr->cap, tr->vc.d, res);
+    tr->cap = tr->c.vc.T;
+    r = store_init(&tr->kv, block, tr->c.vc.hkv, tr->cap, tr->c.vc.d, res);
     if (r < 0)
         return r;
-    tr->pos = alloc_array(tr->vc.hkv, tr->cap, 1, sizeof(uint32_t));
+    tr->pos = alloc_array(tr->c.vc.hkv, tr->cap, 1, sizeof(uint32_t));
     if (!tr->pos)
         return vcase_failf(res, "out of memory");
-    if (tr->vc.T > tr->budget) {
+    if (tr->c.vc.T > tr->c.budget) {
         tr->pos_tmp = alloc_array(tr->cap, 1, 1, sizeof(uint32_t));
-        tr->q_win = alloc_array(tr->vc.hq, tr->window, tr->vc.d, sizeof(float));
-        tr->keep = alloc_array(tr->vc.hkv, tr->K, 1, sizeof(uint32_t));
+        tr->q_win = alloc_array(tr->c.vc.hq, tr->c.window, tr->c.vc.d, sizeof(float));
+        tr->keep = alloc_array(tr->c.vc.hkv, tr->K, 1, sizeof(uint32_t));
         tr->seen = alloc_array(tr->cap, 1, 1, 1);
         if (!tr->pos_tmp || !tr->q_win || !tr->keep || !tr->seen)
             return vcase_failf(res, "out of memory");
@@ -562,20 +542,20 @@ static int run_trace(const char *dir, uint32_t block, struct vcase_result *res) 
         goto out;
 
     /* Prefill never evicts; each decode step may. */
-    for (uint32_t t = 0; t < tr.vc.T; t++) {
+    for (uint32_t t = 0; t < tr.c.vc.T; t++) {
         append(&tr, t);
-        if (t < tr.vc.prompt || tr.len <= tr.budget || tr.len % tr.window != 0)
+        if (t < tr.c.vc.prompt || tr.len <= tr.c.budget || tr.len % tr.c.window != 0)
             continue;
         r = evict(&tr, t, res);
         if (r < 0)
             goto out;
     }
 
-    r = vcase_trace_check_end(&tr.vc, tr.rounds, tr.len, res);
+    r = vcase_trace_check_end(&tr.c.vc, tr.rounds, tr.len, res);
     if (r < 0)
         goto out;
     /* pos is [Hkv][cap]; only the first len slots of each head are live. */
-    r = compare("final_pos", "slot", tr.pos, tr.cap, tr.vc.final->data, tr.vc.hkv, tr.len, res);
+    r = compare("final_pos", "slot", tr.pos, tr.cap, tr.c.vc.final->data, tr.c.vc.hkv, tr.len, res);
 
 out:
     trace_done(&tr);
@@ -585,11 +565,9 @@ out:
 /* ---- driver -------------------------------------------------------------------------- */
 
 /* Picks the kind of the case by its name, else by the files it holds. */
-static int run_case(const char *path, uint32_t block, struct vcase_result *res) {
-    char name[NAME_MAX + 1];
+static int run_case(const char *path, const char *name, uint32_t block, struct vcase_result *res) {
     struct stat st;
 
-    vcase_name(path, name, sizeof name);
     if (stat(path, &st) < 0)
         return vcase_failf(res, "%s", strerror(errno));
     if (!S_ISDIR(st.st_mode))
@@ -662,6 +640,11 @@ free_ents:
     return r;
 }
 
+/* The reason of a case that failed with r and recorded none. */
+static const char *errno_text(int r) {
+    return strerror(-r);
+}
+
 static void help(void) {
     printf("Usage: run_vectors [--cuda] [--block=N[,N...]] [CASE_DIR...]\n"
            "Replays eviction test vectors through the CPU kernels. Without arguments, runs every\n"
@@ -725,7 +708,6 @@ int main(int argc, char **argv) {
     char **listed = NULL;
     size_t ncases = 0, passed = 0, failed = 0;
     const char *root;
-    bool named;
     int r;
 
     r = parse_argv(argc, argv);
@@ -745,35 +727,8 @@ int main(int argc, char **argv) {
         ncases = (size_t)(argc - optind);
 
     /* Without --block, one contiguous run (block 0) under the plain name. */
-    named = arg_n_blocks > 0;
-    if (!named)
-        arg_blocks[arg_n_blocks++] = 0;
-    for (size_t i = 0; i < ncases; i++)
-        for (size_t b = 0; b < arg_n_blocks; b++) {
-            const char *path = listed ? listed[i] : argv[optind + (int)i];
-            struct vcase_result res = {.msg = ""};
-            char name[NAME_MAX + 1], shown[NAME_MAX + 16];
-
-            vcase_name(path, name, sizeof name);
-            if (named)
-                snprintf(shown, sizeof shown, "%s@%u", name, arg_blocks[b]);
-            else
-                snprintf(shown, sizeof shown, "%s", name);
-            r = run_case(path, arg_blocks[b], &res);
-            if (r < 0 && res.msg[0] == '\0')
-                snprintf(res.msg, sizeof res.msg, "%s", strerror(-r));
-            if (r < 0) {
-                printf("FAIL %s: %s\n", shown, res.msg);
-                failed++;
-            } else {
-                printf("PASS %s\n", shown);
-                passed++;
-            }
-            /* stderr carries the loader's details; keep the two in order on a terminal or a
-             * log. */
-            fflush(stdout);
-        }
-    printf("%zu passed, %zu failed\n", passed, failed);
+    vcase_run_all(listed ? listed : argv + optind, ncases, arg_blocks, arg_n_blocks, run_case,
+                  errno_text, &passed, &failed);
     if (backend->done)
         backend->done();
 

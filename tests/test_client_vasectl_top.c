@@ -18,6 +18,7 @@
 #include "../tools/vasectl/vasectl_json.c"
 #include "../tools/vasectl/vasectl_print.c"
 #include "../tools/vasectl/vasectl_top.c"
+#include "../tools/vasectl/vasectl_top_view.c"
 
 /* Two samples two seconds apart: sequence 1 in both, 2 only in the second (just opened), 3
  * only in the first (closed). Sequences 1 and 2 share model "llama" (of two clients), 4 has
@@ -122,7 +123,7 @@ static void test_rates(void **state) {
     struct top_view v = {0};
 
     fixture_init(&f);
-    assert_int_equal(top_view_build(&v, &f.prev, &f.cur), 0);
+    assert_int_equal(vasectl_top_view_build(&v, &f.prev, &f.cur), 0);
     /* (140 - 100) / 2 s; rounds (30 - 10) / 2 s; stalls (4 - 0) / 2 s. */
     assert_true(v.evictions == 20.0);
     assert_int_equal(v.n_seqs, 3);
@@ -145,10 +146,10 @@ static void test_rates(void **state) {
     assert_true(v.models[1].evictions == 10.0);
 
     /* The first sample has no rates at all. */
-    assert_int_equal(top_view_build(&v, NULL, &f.cur), 0);
+    assert_int_equal(vasectl_top_view_build(&v, NULL, &f.cur), 0);
     assert_true(v.evictions < 0);
     assert_true(find(&v, 1)->evictions < 0);
-    top_view_clear(&v);
+    vasectl_top_view_clear(&v);
 }
 
 /* Another daemon (a restart) between the samples, or a counter that went back: no rates. */
@@ -159,16 +160,16 @@ static void test_rates_restart(void **state) {
 
     fixture_init(&f);
     f.status[1].incarnation = 0x5678;
-    assert_int_equal(top_view_build(&v, &f.prev, &f.cur), 0);
+    assert_int_equal(vasectl_top_view_build(&v, &f.prev, &f.cur), 0);
     assert_true(v.evictions < 0);
     assert_true(find(&v, 1)->evictions < 0);
 
     fixture_init(&f);
     f.after[0].rounds = 9;
-    assert_int_equal(top_view_build(&v, &f.prev, &f.cur), 0);
+    assert_int_equal(vasectl_top_view_build(&v, &f.prev, &f.cur), 0);
     assert_true(find(&v, 1)->evictions < 0);
     assert_true(find(&v, 1)->stalls == 2.0);
-    top_view_clear(&v);
+    vasectl_top_view_clear(&v);
 
     assert_true(top_rate(10, 10, 1) == 0);
     assert_true(top_rate(15, 10, 0.5) == 10);
@@ -189,50 +190,50 @@ static void test_sort(void **state) {
     struct top_ui ui = {.sort = COL_EVICT};
 
     fixture_init(&f);
-    assert_int_equal(top_view_build(&v, &f.prev, &f.cur), 0);
+    assert_int_equal(vasectl_top_view_build(&v, &f.prev, &f.cur), 0);
     /* Evictions per second, largest first; the two without a rate by id. */
-    top_sort(&v, &ui);
+    vasectl_top_sort(&v, &ui);
     expect_order(&v, 1, 2, 4);
     assert_true(top_descending(&ui));
-    assert_true(top_key(&ui, 'r'));
+    assert_true(vasectl_top_key(&ui, 'r'));
     assert_false(top_descending(&ui));
-    top_sort(&v, &ui);
+    vasectl_top_sort(&v, &ui);
     expect_order(&v, 2, 4, 1);
 
     /* A column's letter sorts by it in its own first direction. */
-    assert_true(top_key(&ui, 'p'));
+    assert_true(vasectl_top_key(&ui, 'p'));
     assert_int_equal(ui.sort, COL_PLAN);
     assert_false(ui.reverse);
-    top_sort(&v, &ui);
+    vasectl_top_sort(&v, &ui);
     expect_order(&v, 1, 2, 4);
-    assert_true(top_key(&ui, 'm'));
-    top_sort(&v, &ui);
+    assert_true(vasectl_top_key(&ui, 'm'));
+    vasectl_top_sort(&v, &ui);
     expect_order(&v, 4, 1, 2);
-    assert_true(top_key(&ui, 'i'));
+    assert_true(vasectl_top_key(&ui, 'i'));
     assert_false(top_descending(&ui));
-    top_sort(&v, &ui);
+    vasectl_top_sort(&v, &ui);
     expect_order(&v, 1, 2, 4);
-    assert_true(top_key(&ui, 'c'));
-    top_sort(&v, &ui);
+    assert_true(vasectl_top_key(&ui, 'c'));
+    vasectl_top_sort(&v, &ui);
     expect_order(&v, 1, 4, 2);
 
     /* s and S walk the columns and wrap around; other keys change nothing. */
     ui = (struct top_ui){.sort = COL_STATE, .reverse = true};
-    assert_true(top_key(&ui, 's'));
+    assert_true(vasectl_top_key(&ui, 's'));
     assert_int_equal(ui.sort, COL_ID);
     assert_false(ui.reverse);
-    assert_true(top_key(&ui, 'S'));
+    assert_true(vasectl_top_key(&ui, 'S'));
     assert_int_equal(ui.sort, COL_STATE);
-    assert_true(top_key(&ui, 'S'));
+    assert_true(vasectl_top_key(&ui, 'S'));
     assert_int_equal(ui.sort, COL_STALLS);
-    assert_false(top_key(&ui, 'x'));
-    assert_false(top_key(&ui, 0));
+    assert_false(vasectl_top_key(&ui, 'x'));
+    assert_false(vasectl_top_key(&ui, 0));
     assert_int_equal(ui.sort, COL_STALLS);
     /* By model name: "" (the unnamed) before "llama", the two llamas by id. */
     ui = (struct top_ui){.sort = COL_MODEL};
-    top_sort(&v, &ui);
+    vasectl_top_sort(&v, &ui);
     expect_order(&v, 4, 1, 2);
-    top_view_clear(&v);
+    vasectl_top_view_clear(&v);
 }
 
 /* Renders v with ui into a string (the caller frees it). */
@@ -241,7 +242,7 @@ static char *render(const struct top_view *v, const struct top_ui *ui) {
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     assert_non_null(f);
-    assert_int_equal(top_render(f, v, ui), 0);
+    assert_int_equal(vasectl_top_render(f, v, ui), 0);
     assert_int_equal(fclose(f), 0);
     return text;
 }
@@ -253,8 +254,8 @@ static void test_render_plain(void **state) {
     struct top_ui ui = {.sort = COL_EVICT, .interval = 2};
 
     fixture_init(&f);
-    assert_int_equal(top_view_build(&v, &f.prev, &f.cur), 0);
-    top_sort(&v, &ui);
+    assert_int_equal(vasectl_top_view_build(&v, &f.prev, &f.cur), 0);
+    vasectl_top_sort(&v, &ui);
     char *text = render(&v, &ui);
     const char *want =
         "vased 0.1.0, up 1m 02s, clients 2, seqs 3, opens waiting 0, evictions 140 (20.0/s)\n"
@@ -299,7 +300,7 @@ static void test_render_plain(void **state) {
 
     /* Before the first sample came: the header and the error only. */
     struct top_sample none = {0};
-    top_view_clear(&v);
+    vasectl_top_view_clear(&v);
     v.cur = &none;
     ui.max_rows = 0;
     text = render(&v, &ui);
@@ -320,11 +321,11 @@ static void test_json(void **state) {
     size_t len = 0;
 
     fixture_init(&f);
-    assert_int_equal(top_view_build(&v, &f.prev, &f.cur), 0);
-    top_sort(&v, &ui);
+    assert_int_equal(vasectl_top_view_build(&v, &f.prev, &f.cur), 0);
+    vasectl_top_sort(&v, &ui);
     FILE *out = open_memstream(&text, &len);
     assert_non_null(out);
-    top_json(out, &v);
+    vasectl_top_json(out, &v);
     assert_int_equal(fclose(out), 0);
     /* One line, the daemon's own fields and the rates (null where not known). */
     assert_ptr_equal(strchr(text, '\n'), text + len - 1);
@@ -340,7 +341,7 @@ static void test_json(void **state) {
                                  "\"stalls_per_second\":2},{\"seq_id\":2,"));
     assert_non_null(strstr(text, "\"evictions_per_second\":null,\"stalls_per_second\":null}]}\n"));
     free(text);
-    top_view_clear(&v);
+    vasectl_top_view_clear(&v);
 }
 
 /* Lines are cut to the terminal's columns, counting a UTF-8 character as one. */

@@ -634,3 +634,72 @@ void vcase_name(const char *path, char *buf, size_t size) {
         base--;
     snprintf(buf, size, "%.*s", (int)(path + len - base), base);
 }
+
+int vcase_replay_load(struct vcase_replay *c, const char *dir, struct vcase_result *res) {
+    struct vcase_params p;
+    int r;
+
+    r = vcase_read_params(dir, true, &p, &c->policy, &c->params, res);
+    if (r < 0)
+        return r;
+    c->needs = vase_policy_needs(c->policy);
+    r = vcase_check_draws_present(c->policy, "exp_noise_000.npy",
+                                  vcase_file_exists(dir, "exp_noise_000.npy"), "gauss_000.npy",
+                                  vcase_file_exists(dir, "gauss_000.npy"), res);
+    if (r < 0)
+        return r;
+    r = vase_params_check(&c->params, c->policy);
+    if (r < 0)
+        return vcase_failf(res, "vase_params_check() refuses the parameters of %s: %s", p.mode,
+                           strerror(-r));
+    if (p.window == 0 || p.budget <= p.window)
+        return vcase_failf(res, "params.txt: need budget > window > 0");
+    c->window = p.window;
+    c->budget = p.budget;
+    r = vcase_trace_load(&c->vc, dir, &p, res);
+    if (r < 0)
+        return r;
+    if (c->vc.T == 0)
+        return vcase_failf(res, "k_stream.npy: an empty axis");
+    return 0;
+}
+
+/* ---- the driver ---------------------------------------------------------------------- */
+
+void vcase_run_all(char *const *paths, size_t n, const uint32_t *blocks, size_t n_blocks,
+                   vcase_run_fn run, const char *(*strerr)(int r), size_t *ret_passed,
+                   size_t *ret_failed) {
+    static const uint32_t unnamed = 0;
+    bool named = n_blocks > 0;
+    size_t passed = 0, failed = 0;
+
+    if (!named) {
+        blocks = &unnamed;
+        n_blocks = 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < n_blocks; b++) {
+            struct vcase_result res = {.msg = ""};
+            char name[NAME_MAX + 1], shown[NAME_MAX + 16];
+
+            vcase_name(paths[i], name, sizeof name);
+            if (named)
+                snprintf(shown, sizeof shown, "%s@%u", name, blocks[b]);
+            else
+                snprintf(shown, sizeof shown, "%s", name);
+            int r = run(paths[i], name, blocks[b], &res);
+            if (r < 0) {
+                printf("FAIL %s: %s\n", shown, res.msg[0] ? res.msg : strerr(r));
+                failed++;
+            } else {
+                printf("PASS %s\n", shown);
+                passed++;
+            }
+            /* stderr carries the loader's details; keep the two in order on a terminal or a
+             * log. */
+            fflush(stdout);
+        }
+    printf("%zu passed, %zu failed\n", passed, failed);
+    *ret_passed = passed;
+    *ret_failed = failed;
+}

@@ -10,7 +10,8 @@
  *
  * Every function that can fail returns 0 or a negative errno (-EINVAL for a malformed case) and
  * records the first reason in a struct vcase_result; nothing is printed here (the .npy loader
- * writes its own one-line details to stderr).
+ * writes its own one-line details to stderr), but for the driver that runs the cases and prints
+ * their results, the same for both programs.
  */
 
 #include <stdbool.h>
@@ -135,6 +136,23 @@ int vcase_trace_load(struct vcase_trace *c, const char *dir, const struct vcase_
 
 void vcase_trace_done(struct vcase_trace *c);
 
+/* A trace_* case as both replayers take it: its arrays and its policy's settings, checked. */
+struct vcase_replay {
+    struct vcase_trace vc; /* the case's arrays, T, prompt, Hkv, Hq and D */
+    enum vase_policy policy;
+    unsigned needs; /* vase_policy_needs(policy) */
+    struct vase_params params;
+    uint32_t window, budget;
+};
+
+/*
+ * Reads params.txt of the trace_* case at dir and loads its arrays into *c (zero-initialised by
+ * the caller; free with vcase_trace_done(&c->vc), on failure too): the parameters must pass
+ * vase_params_check(), budget > window > 0, the draw files must be those the policy uses, and
+ * the stream must have tokens.
+ */
+int vcase_replay_load(struct vcase_replay *c, const char *dir, struct vcase_result *res);
+
 /* Row t of a [T][heads][d] stream, for head h. */
 const float *vcase_stream_row(const struct vase_npy *s, uint32_t heads, uint32_t d, uint32_t t,
                               uint32_t h);
@@ -162,3 +180,20 @@ int vcase_trace_round_draws(struct vcase_trace *c, unsigned needs, uint32_t rank
 
 /* The name of the case at path: the directory's basename, trailing slashes ignored. */
 void vcase_name(const char *path, char *buf, size_t size);
+
+/* ---- the driver ---------------------------------------------------------------------- */
+
+/* Runs one case: the directory at path, its name, with pages of block tokens (0: as the program
+ * does without --block). 0 if it passed, else -errno with the reason in res. */
+typedef int (*vcase_run_fn)(const char *path, const char *name, uint32_t block,
+                            struct vcase_result *res);
+
+/*
+ * Runs each of the n cases at paths once per block size of blocks (n_blocks of them, each
+ * result named CASE@N), or once with block 0 and named CASE when n_blocks is 0, printing
+ * "PASS <name>" or "FAIL <name>: <reason>" for each on stdout (strerr(r) as the reason when the
+ * case recorded none), then "N passed, N failed". Stores the counts.
+ */
+void vcase_run_all(char *const *paths, size_t n, const uint32_t *blocks, size_t n_blocks,
+                   vcase_run_fn run, const char *(*strerr)(int r), size_t *ret_passed,
+                   size_t *ret_failed);

@@ -142,60 +142,82 @@ static const char header[] =
     "\n"
     "[vased]\n";
 
+/* What keep_entries() keeps: the lines of old for out but s's, and the comment line above the
+ * line being read. */
+struct keep {
+    const char *path;
+    const struct vase_setting *s;
+    struct text *out;
+    const char *comment; /* NULL: the line above is no comment */
+    size_t comment_len;
+};
+
+/* The line l of text, blanks on both ends dropped: *ret_len bytes at the result. */
+static const char *trimmed(const struct vase_ini_line *l, size_t *ret_len) {
+    const char *p = l->text;
+    size_t len = l->len;
+    while (len && (p[len - 1] == '\r' || p[len - 1] == ' ' || p[len - 1] == '\t'))
+        len--;
+    while (len && (*p == ' ' || *p == '\t')) {
+        p++;
+        len--;
+    }
+    *ret_len = len;
+    return p;
+}
+
+/* A line of the old file (vase_config_ini_walk()): a key's line is kept with the comment above
+ * it, unless it is s's; a comment is remembered for the key below it. -EINVAL (logged) for a
+ * section other than [vased] or a key that is no setting. */
+static int keep_line(void *user, const struct vase_ini_line *l) {
+    struct keep *k = user;
+    size_t len;
+    const char *p = trimmed(l, &len);
+
+    if (l->key) {
+        const struct vase_setting *s = vase_setting_find(l->key);
+        if (!s)
+            return log_error_errno(-EINVAL, "%s:%u: unknown setting \"%s\"", k->path, l->no,
+                                   l->key);
+        if (s != k->s) {
+            text_add(k->out, "\n", 1);
+            if (k->comment)
+                text_line(k->out, k->comment, k->comment_len);
+            text_line(k->out, p, len);
+        }
+        return 0;
+    }
+    if (l->section && strcmp(l->section, "vased") != 0)
+        return log_error_errno(-EINVAL, "%s:%u: only [vased] belongs in this file", k->path, l->no);
+    /* The end of a line: a comment is kept for the key below it, anything else ends it. */
+    bool comment = len && (*p == '#' || *p == ';');
+    k->comment = comment ? p : NULL;
+    k->comment_len = comment ? len : 0;
+    return 0;
+}
+
 /*
- * The lines of old (this file as it was) to keep: every "key = value" line of [vased] but
- * s's, each with the comment line right above it. 0, or -EINVAL for text this writer does not
- * write (another section, a line of another kind), logged with its line number.
+ * The lines of old (this file as it was) to keep, read as vased reads a drop-in: every
+ * "key = value" line of [vased] but s's, each with the comment line right above it. 0, or
+ * -EINVAL for text this writer does not write (another section, a line of another kind), logged
+ * with its line number; -ENOMEM.
  */
 static int keep_entries(const char *path, const char *old, const struct vase_setting *s,
                         struct text *out) {
-    const char *comment = NULL;
-    size_t comment_len = 0;
-    unsigned line_no = 0;
-    for (const char *p = old; *p;) {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        const char *next = nl ? nl + 1 : p + len;
-        line_no++;
-        while (len && (p[len - 1] == '\r' || p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
-        while (len && (*p == ' ' || *p == '\t')) {
-            p++;
-            len--;
-        }
-        if (len == 0 || (len == 7 && memcmp(p, "[vased]", 7) == 0)) {
-            comment = NULL;
-        } else if (*p == '#' || *p == ';') {
-            comment = p;
-            comment_len = len;
-        } else if (*p == '[') {
-            return log_error_errno(-EINVAL, "%s:%u: only [vased] belongs in this file", path,
-                                   line_no);
-        } else {
-            const char *eq = memchr(p, '=', len);
-            char key[128];
-            size_t klen = eq ? (size_t)(eq - p) : 0;
-            while (klen && (p[klen - 1] == ' ' || p[klen - 1] == '\t'))
-                klen--;
-            if (!eq || klen == 0 || klen >= sizeof(key))
-                return log_error_errno(-EINVAL, "%s:%u: expected \"key = value\"", path, line_no);
-            memcpy(key, p, klen);
-            key[klen] = '\0';
-            const struct vase_setting *k = vase_setting_find(key);
-            if (!k)
-                return log_error_errno(-EINVAL, "%s:%u: unknown setting \"%s\"", path, line_no,
-                                       key);
-            if (k != s) {
-                text_add(out, "\n", 1);
-                if (comment)
-                    text_line(out, comment, comment_len);
-                text_line(out, p, len);
-            }
-            comment = NULL;
-        }
-        p = next;
+    struct keep k = {.path = path, .s = s, .out = out};
+    unsigned line_no;
+    int r = vase_config_ini_walk(old, keep_line, &k, &line_no);
+
+    if (r == -EBADMSG || r == -E2BIG) {
+        const char *line = old;
+        for (unsigned i = 1; i < line_no && strchr(line, '\n'); i++)
+            line = strchr(line, '\n') + 1;
+        line += strspn(line, " \t");
+        return log_error_errno(-EINVAL, "%s:%u: %s", path, line_no,
+                               *line == '[' ? "only [vased] belongs in this file"
+                                            : "expected \"key = value\"");
     }
-    return 0;
+    return r == -ENOMEM ? log_oom() : r;
 }
 
 /* Writes the whole of t to fd. 0 or -errno. */

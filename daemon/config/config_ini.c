@@ -6,7 +6,8 @@
  * descriptor, never on the path before it), reading it (size-limited, no NUL bytes), parsing
  * it through libinih into a struct vase_config with line numbers in every refusal, the [arena
  * NAME] sections, and --dump-config, which writes a file this parser reads back into the same
- * values. Invariants: the parse stops at the first bad line; [vased] keys go through
+ * values. The lines come from config_lines.c, which reads the text through libinih and has the
+ * format. Invariants: the parse stops at the first bad line; [vased] keys go through
  * vase_config_set() one by one, so those before the bad line stay applied; an [arena NAME]
  * section is added to the struct whole, every field filled, or not at all, and none is added
  * when the parse fails. Each arena key borrows the parser and bounds of a [vased] row of the
@@ -19,7 +20,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -28,42 +28,12 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <ini.h>
-
 #include "config.h"
 #include "config_internal.h"
 #include "core/log.h"
 
-/*
- * The format is libinih's: lines starting with '#' or ';' are comments; "[vased]" opens the
- * daemon's section and "[arena NAME]" one more arena; "key = value" (libinih also takes
- * "key: value") sets a key of the section above it. Blanks around keys, values and names are
- * dropped, a CR before the newline too, and a ';' after a blank starts a comment. Multi-line
- * values are off: an indented line is a line like any other, not the continuation of the
- * value above it.
- *
- * An operator's slips are refused with the line they are on rather than half applied: a key
- * before any section, a key or section given twice (both lines named), a line that is none of
- * the above, text after a section's ']'. libinih stops at the first bad line. Its handler is
- * told neither line numbers nor section lines (Debian's build does not call it for a new
- * section), so the reader that hands it the text line by line counts the lines, and after each
- * one hands it two lines of its own: "=", a key whose handler call (recognised by the reader's
- * flag) reports the section libinih holds after that line, and "[\n]", a section no line of a
- * text can name, so that the next report tells whether the line in between opened a section.
- * That is how an empty section, or one given twice, is seen. libinih looks for a UTF-8 byte
- * order mark on its first line only, which is the reader's "[\n]": the reader drops the mark.
- *
- * libinih's switches are process-wide globals. They are set once, in ini_setup(); nothing else
- * in vased parses INI text, and code that does must want the same settings.
- */
-
 #define AOFF(f) offsetof(struct vase_arena_config, f)
 #define CONFIG_FILE_MAX (1u << 20)
-/* The longest line, '\n' excluded: room for a string value of PATH_MAX bytes, its key and
- * blanks. */
-#define CONFIG_LINE_MAX (4 * PATH_MAX)
-/* The section the reader sets between two lines of the text. */
-#define NO_SECTION "\n"
 
 /* The keys of an [arena NAME] section, each parsed and bounded by a row of the table. What a
  * section leaves out is the [vased] value for the arena's shape, and empty for who may use it:
@@ -91,23 +61,16 @@ struct arena_section {
 
 enum section { SECTION_NONE, SECTION_VASED, SECTION_ARENA };
 
-/* What libinih is handed next: the reader's "[\n]", a line of the text, the reader's "=". */
-enum feed { FEED_RESET, FEED_LINE, FEED_REPORT };
-
-/* One parse: the reader's position in the text and the handler's view of it. */
+/* One parse: the line being read and what the text gave so far. */
 struct ini_parse {
     struct vase_config *c;
     const char *source;
 
-    const char *next; /* the rest of the text; NULL: all of it handed out */
-    const char *line; /* the line libinih parses (not NUL-terminated), its length */
+    const char *line; /* the line being read (not NUL-terminated), its length and number */
     size_t line_len;
-    unsigned line_no; /* of line; 0 before the first */
-    enum feed feed;
-    bool reporting; /* the handler's next call is for the reader's "=" */
-    bool too_long;  /* the reader stopped at a line longer than libinih's buffer */
+    unsigned line_no;
 
-    int r; /* the handler's failure (logged), or 0 */
+    int r; /* the failure of a line (logged), or 0 */
     enum section section;
     unsigned vased_line;                /* of the [vased] line; 0: none yet */
     unsigned key_line[VASE_SETTINGS_N]; /* where each [vased] key was given; 0: not given */
@@ -125,69 +88,6 @@ static int bad_line(const struct ini_parse *p, int r, const char *fmt, ...) {
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
     return log_error_errno(r, "%s:%u: %s", p->source, p->line_no, what);
-}
-
-static void ini_setup_once(void) {
-    static char comment_prefixes[] = ";#", inline_comment_prefixes[] = ";";
-    ini_allow_multiline = false; /* the reader's "[\n]" before each line also ends one */
-    ini_allow_bom = false;       /* the reader drops it */
-    ini_start_comment_prefixes = comment_prefixes;
-    ini_allow_inline_comments = true;
-    ini_inline_comment_prefixes = inline_comment_prefixes;
-    /* One buffer of CONFIG_LINE_MAX + 1 bytes on the heap, never grown: the reader refuses
-     * longer lines rather than have libinih read their rest as lines of their own. */
-    ini_use_stack = false;
-    ini_allow_realloc = false;
-    ini_initial_alloc = CONFIG_LINE_MAX + 1;
-    ini_max_line = CONFIG_LINE_MAX + 1;
-    ini_stop_on_first_error = true;
-    ini_allow_no_value = false;
-}
-
-static void ini_setup(void) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, ini_setup_once);
-}
-
-/* libinih's ini_reader: the next line into buf (size bytes, room for the NUL included), NULL
- * at the end. See the comment at the top of this part for the lines between the text's. */
-static char *read_line(char *buf, int size, void *stream) {
-    struct ini_parse *p = stream;
-    const char *text;
-    size_t len;
-
-    switch (p->feed) {
-    case FEED_RESET:
-        if (!p->next)
-            return NULL;
-        text = "[" NO_SECTION "]";
-        len = strlen(text);
-        p->feed = FEED_LINE;
-        break;
-    case FEED_LINE: {
-        const char *nl = strchr(p->next, '\n');
-        text = p->line = p->next;
-        len = p->line_len = nl ? (size_t)(nl - p->next) : strlen(p->next);
-        p->line_no++;
-        p->next = nl && nl[1] ? nl + 1 : NULL;
-        p->feed = FEED_REPORT;
-        break;
-    }
-    case FEED_REPORT:
-    default:
-        text = "=";
-        len = 1;
-        p->reporting = true;
-        p->feed = FEED_RESET;
-        break;
-    }
-    if (len >= (size_t)size) {
-        p->too_long = true;
-        return NULL;
-    }
-    memcpy(buf, text, len);
-    buf[len] = '\0';
-    return buf;
 }
 
 static char *trim(char *s) {
@@ -333,21 +233,22 @@ static int set_key(struct ini_parse *p, const char *key, const char *value) {
     return bad_line(p, -EINVAL, "\"%s\" comes before any section (settings go under [vased])", key);
 }
 
-/* libinih's ini_handler: a key of the text, or the reader's report after a line. Nonzero to go
- * on; on failure the error (logged) is kept in p->r. */
-static int handle_ini(void *user, const char *section, const char *name, const char *value) {
+/* One line of the text (vase_config_ini_walk()): a key, or the end of a line, which may have
+ * opened a section. On failure the error (logged) is kept in p->r. */
+static int take_line(void *user, const struct vase_ini_line *l) {
     struct ini_parse *p = user;
     int r = 0;
 
-    if (p->reporting) {
-        p->reporting = false;
-        if (strcmp(section, NO_SECTION) != 0)
-            r = open_section(p, section);
-    } else
-        r = set_key(p, name, value);
+    p->line = l->text;
+    p->line_len = l->len;
+    p->line_no = l->no;
+    if (l->key)
+        r = set_key(p, l->key, l->value);
+    else if (l->section)
+        r = open_section(p, l->section);
     if (r < 0)
         p->r = r;
-    return r >= 0;
+    return r;
 }
 
 /* Fills in what each arena section left out, checks the result and hands the sections to the
@@ -399,22 +300,17 @@ static int finish_arenas(struct ini_parse *p) {
  * vase_config_parse_path()'s. */
 static int parse_text(struct vase_config *c, const char *source, const char *text,
                       bool *ret_given) {
-    struct ini_parse p = {.c = c, .source = source, .next = text};
+    struct ini_parse p = {.c = c, .source = source};
     int r;
 
-    ini_setup();
-    if (strncmp(p.next, "\xEF\xBB\xBF", 3) == 0)
-        p.next += 3; /* a UTF-8 byte order mark */
-    if (!*p.next)
-        p.next = NULL;
-    int e = ini_parse_stream(read_line, &p, handle_ini, &p);
+    int e = vase_config_ini_walk(text, take_line, &p, &p.line_no);
     if (p.r < 0)
         r = p.r;
-    else if (e < 0) /* -2: libinih could not allocate its line buffer */
+    else if (e == -ENOMEM)
         r = log_oom();
-    else if (p.too_long)
-        r = bad_line(&p, -EINVAL, "a line longer than %d bytes", CONFIG_LINE_MAX);
-    else if (e > 0)
+    else if (e == -E2BIG)
+        r = bad_line(&p, -EINVAL, "a line longer than %d bytes", VASE_CONFIG_LINE_MAX);
+    else if (e < 0)
         r = bad_line(&p, -EINVAL, "expected \"key = value\", \"[section]\" or a comment");
     else
         r = finish_arenas(&p);

@@ -2,10 +2,12 @@
 #pragma once
 
 /*
- * What config.c, config_ini.c and config_cmdline.c share and nothing else of vased uses: the
- * table's rows as parsers, and the reading of a configuration file for vase_config_load().
+ * What config.c, config_ini.c, config_lines.c, config_dropin.c and config_cmdline.c share and
+ * nothing else of vased uses: the table's rows as parsers, the reading of a configuration file
+ * for vase_config_load(), and INI text line by line.
  */
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -67,6 +69,33 @@ int vase_config_open(const char *path, enum vase_config_kind kind, struct stat *
  * entries), is set true for each [vased] key the file gives. */
 int vase_config_parse_path(struct vase_config *c, const char *path, enum vase_config_kind kind,
                            bool *ret_read, bool *ret_given);
+
+/* The longest line of INI text, '\n' excluded: room for a string value of PATH_MAX bytes, its
+ * key and blanks. */
+#define VASE_CONFIG_LINE_MAX (4 * PATH_MAX)
+
+/* A line of INI text as vase_config_ini_walk() hands it on: a key (key and value set), or the
+ * end of a line (neither), with section set when that line opened one (its name as libinih read
+ * it, blanks kept). text is the whole line as written, not NUL-terminated. */
+struct vase_ini_line {
+    unsigned no; /* from 1 */
+    const char *text;
+    size_t len;
+    const char *section;
+    const char *key, *value;
+};
+
+/*
+ * Reads NUL-terminated INI text through libinih (config_lines.c: the format) and calls take for
+ * each key and at the end of each line, in order; a UTF-8 byte order mark at its start is
+ * dropped. take returns 0 to go on, or -errno to stop the walk with it. Returns 0 when every line
+ * was read; take's error; -EBADMSG at a line that is none of a key, a section, a comment or
+ * blank; -E2BIG at a line longer than VASE_CONFIG_LINE_MAX; -ENOMEM. *ret_line_no is the number
+ * of the last line read (where it stopped). Nothing is logged.
+ */
+int vase_config_ini_walk(const char *text,
+                         int (*take)(void *user, const struct vase_ini_line *line), void *user,
+                         unsigned *ret_line_no);
 
 /* Reads a whole configuration file (at most 1 MiB), opened by vase_config_open() as kind, into
  * a NUL-terminated buffer (*ret, the caller's). 0, or 1 for /dev/null (*ret empty); the errors

@@ -102,14 +102,7 @@ static int handle_list_clients(struct vased *d, const struct vase_reply_to *p,
     for (struct vased_client *c = d->reg->draining; c && i < n; c = c->next)
         if (vase_access_client_visible(who, c))
             vase_publish_client_info(d, c, (Vase__ClientInfo *)entries[i++]);
-    Vase__ClientsReply cr = VASE__CLIENTS_REPLY__INIT;
-    Vase__Envelope e = VASE__ENVELOPE__INIT;
-    cr.n_clients = i;
-    cr.clients = (Vase__ClientInfo **)entries;
-    e.body_case = VASE__ENVELOPE__BODY_CLIENTS_REPLY;
-    e.clients_reply = &cr;
-    vase_reply_send(d, p, &e);
-    free(entries);
+    vase_reply_listing(d, p, VASE__ENVELOPE__BODY_CLIENTS_REPLY, entries, i);
     return 0;
 }
 
@@ -134,14 +127,7 @@ static int handle_list_seqs(struct vased *d, const struct vase_reply_to *p,
             for (struct vased_seq *s = c->seqs; s && i < n; s = s->next)
                 if (vase_access_seq_visible(who, s))
                     vase_publish_seq_info(s, (Vase__SeqInfo *)entries[i++]);
-    Vase__SeqsReply sr = VASE__SEQS_REPLY__INIT;
-    Vase__Envelope e = VASE__ENVELOPE__INIT;
-    sr.n_seqs = i;
-    sr.seqs = (Vase__SeqInfo **)entries;
-    e.body_case = VASE__ENVELOPE__BODY_SEQS_REPLY;
-    e.seqs_reply = &sr;
-    vase_reply_send(d, p, &e);
-    free(entries);
+    vase_reply_listing(d, p, VASE__ENVELOPE__BODY_SEQS_REPLY, entries, i);
     return 0;
 }
 
@@ -195,14 +181,7 @@ static int reply_config(struct vased *d, const struct vase_reply_to *p,
     for (size_t i = 0; i < n; i++)
         config_entry(d, only ? only : &vase_settings[i], texts + i * each,
                      (Vase__ConfigEntry *)entries[i]);
-    Vase__ConfigReply cr = VASE__CONFIG_REPLY__INIT;
-    Vase__Envelope e = VASE__ENVELOPE__INIT;
-    cr.n_entries = n;
-    cr.entries = (Vase__ConfigEntry **)entries;
-    e.body_case = VASE__ENVELOPE__BODY_CONFIG_REPLY;
-    e.config_reply = &cr;
-    vase_reply_send(d, p, &e);
-    free(entries);
+    vase_reply_listing(d, p, VASE__ENVELOPE__BODY_CONFIG_REPLY, entries, n);
     free(texts);
     return 0;
 }

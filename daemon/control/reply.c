@@ -6,8 +6,10 @@
  * and the socket has a bounded send timeout), so a peer that vanished or stopped reading costs a
  * dropped reply, nothing more. Error replies are counted: those to administrative requests in
  * admin_errors_total (an operator's typo is not an engine failure), the rest in errors_total.
+ * Listings (clients, sequences, settings) are sent by one function whatever their message.
  */
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -113,6 +115,30 @@ ProtobufCMessage **vase_reply_repeated_new(size_t n, size_t size) {
     for (size_t i = 0; i < n; i++)
         ptrs[i] = (ProtobufCMessage *)((char *)ptrs + head + i * size);
     return ptrs;
+}
+
+int vase_reply_listing(struct vased *d, const struct vase_reply_to *to,
+                       Vase__Envelope__BodyCase body, ProtobufCMessage **entries, size_t n) {
+    /* The body's message, found by its field in the envelope: one repeated field of messages,
+     * set through the descriptor's offsets as protobuf-c itself sets it when it unpacks. */
+    const ProtobufCFieldDescriptor *bf =
+        protobuf_c_message_descriptor_get_field(&vase__envelope__descriptor, (unsigned)body);
+    const ProtobufCMessageDescriptor *md = bf->descriptor;
+    _Alignas(max_align_t) unsigned char storage[64];
+    ProtobufCMessage *m = (ProtobufCMessage *)storage;
+    Vase__Envelope e = VASE__ENVELOPE__INIT;
+
+    assert(bf->type == PROTOBUF_C_TYPE_MESSAGE && md->sizeof_message <= sizeof(storage));
+    assert(md->n_fields == 1 && md->fields[0].label == PROTOBUF_C_LABEL_REPEATED &&
+           md->fields[0].type == PROTOBUF_C_TYPE_MESSAGE);
+    protobuf_c_message_init(md, m);
+    *(size_t *)((char *)m + md->fields[0].quantifier_offset) = n;
+    *(ProtobufCMessage ***)((char *)m + md->fields[0].offset) = entries;
+    e.body_case = body;
+    *(ProtobufCMessage **)((char *)&e + bf->offset) = m;
+    int r = vase_reply_send(d, to, &e);
+    free(entries);
+    return r;
 }
 
 int vase_reply_ok(struct vased *d, const struct vase_reply_to *p) {

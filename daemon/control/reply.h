@@ -50,6 +50,15 @@ int vase_reply_ok(struct vased *d, const struct vase_reply_to *to);
  */
 ProtobufCMessage **vase_reply_repeated_new(size_t n, size_t size);
 
+/*
+ * Sends a listing: the envelope's body is the reply message of body (ClientsReply, SeqsReply,
+ * ConfigReply: one repeated field of messages), whose field holds the n entries of entries (made
+ * by vase_reply_repeated_new()). Frees entries (not what the messages point to). 0, or -ENOMEM
+ * (logged).
+ */
+int vase_reply_listing(struct vased *d, const struct vase_reply_to *to,
+                       Vase__Envelope__BodyCase body, ProtobufCMessage **entries, size_t n);
+
 /* Client c's sequence id, or NULL after replying ENOENT (no such sequence) or EPERM (another
  * client's) itself. */
 struct vased_seq *vase_reply_own_seq(struct vased *d, struct vased_client *c,

@@ -8,7 +8,8 @@
  * ever written into pages someone else owns. An orphan held by a draining client (its holder,
  * on the draining list, still charged) is freed only when that client is released, so no dead
  * process's GPU work lands in pages someone else owns either. All page movement goes through
- * the allocator's all-or-nothing calls.
+ * the allocator's all-or-nothing calls. Sequences kept across a restart are
+ * registry_restore.c's.
  */
 
 #include <errno.h>
@@ -20,6 +21,7 @@
 
 #include "alloc.h"
 #include "registry.h"
+#include "registry_internal.h"
 
 int vase_registry_new(struct vase_plan_run *(*free_run)(struct vase_plan_run *run),
                       struct vase_registry **ret) {
@@ -38,7 +40,7 @@ int vase_registry_new(struct vase_plan_run *(*free_run)(struct vase_plan_run *ru
     return 0;
 }
 
-static void seq_free(const struct vase_registry *reg, struct vased_seq *s) {
+void vase_registry_seq_free(const struct vase_registry *reg, struct vased_seq *s) {
     if (!s)
         return;
     vase_registry_drop_scores(s);
@@ -66,7 +68,7 @@ static void client_free(const struct vase_registry *reg, struct vased_client *c)
     while (c->seqs) {
         struct vased_seq *s = c->seqs;
         c->seqs = s->next;
-        seq_free(reg, s);
+        vase_registry_seq_free(reg, s);
     }
     while (c->models) {
         struct vased_model *m = c->models;
@@ -97,12 +99,12 @@ struct vase_registry *vase_registry_free(struct vase_registry *reg) {
     while (reg->orphans) {
         struct vased_seq *s = reg->orphans;
         reg->orphans = s->next;
-        seq_free(reg, s);
+        vase_registry_seq_free(reg, s);
     }
     while (reg->restored) {
         struct vased_seq *s = reg->restored;
         reg->restored = s->next;
-        seq_free(reg, s);
+        vase_registry_seq_free(reg, s);
     }
     free(reg->seq_table);
     free(reg);
@@ -222,6 +224,17 @@ static void seq_table_remove(struct vase_registry *reg, struct vased_seq *s) {
         }
 }
 
+void vase_registry_seq_link(struct vase_registry *reg, struct vased_client *c,
+                            struct vased_seq *s) {
+    s->next = c->seqs;
+    c->seqs = s;
+    c->n_seqs++;
+    uint32_t slot = seq_slot(reg, s->id);
+    s->hash_next = reg->seq_table[slot];
+    reg->seq_table[slot] = s;
+    reg->n_seqs++;
+}
+
 struct vased_seq *vase_registry_find_seq(const struct vase_registry *reg, uint32_t id) {
     for (struct vased_seq *s = reg->seq_table[seq_slot(reg, id)]; s; s = s->hash_next)
         if (s->id == id)
@@ -266,6 +279,53 @@ uint64_t vase_registry_seq_bytes(const struct vased_seq *s) {
     return (uint64_t)s->n_pages * s->layout.page_bytes +
            (uint64_t)s->n_ring_pages * s->layout.ring_page_bytes +
            (uint64_t)s->n_plan_pages * s->plan.plan_page_bytes;
+}
+
+struct vased_seq *vase_registry_seq_new(const struct vase_registry *reg,
+                                        const struct vase_layout *l,
+                                        const struct vased_seq_footprint *most) {
+    struct vased_seq *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->pages = malloc((size_t)most->kv_pages * sizeof(uint32_t));
+    s->ring_pages = malloc((size_t)(most->ring_pages ? most->ring_pages : 1) * sizeof(uint32_t));
+    s->plan_pages =
+        malloc((size_t)(most->plan.plan_pages ? most->plan.plan_pages : 1) * sizeof(uint32_t));
+    s->scores = calloc(l->layers, sizeof(float *));
+    s->scores_len = calloc(l->layers, sizeof(uint32_t));
+    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
+        vase_registry_seq_free(reg, s);
+        return NULL;
+    }
+    return s;
+}
+
+void vase_registry_seq_init(struct vased_seq *s, const struct vase_layout *l,
+                            const struct vased_seq_request *req, uint32_t budget,
+                            const struct vased_seq_footprint *most,
+                            const struct vased_seq_footprint *fp) {
+    s->layers = l->layers;
+    s->kv_heads = l->kv_heads;
+    s->policy = req->policy;
+    s->max_params = req->params;
+    s->params = vase_params_at_budget(&req->params, budget);
+    s->keep = vase_plan_keep_count(&s->params);
+    s->max_budget = s->cap_budget = s->target_budget = req->params.budget;
+    s->min_budget = req->min_budget ? req->min_budget : req->params.budget;
+    s->weight = req->weight ? req->weight : 1;
+    s->mode = req->mode;
+    s->slack = req->slack;
+    s->prompt_len = req->prompt_len;
+    s->seed = req->seed;
+    s->layout = *l;
+    s->plan = fp->plan;
+    s->n_pages = fp->kv_pages;
+    s->max_pages = most->kv_pages;
+    s->n_ring_pages = fp->ring_pages;
+    s->n_plan_pages = fp->plan.plan_pages;
+    s->capacity = fp->kv_pages * l->block_tokens;
+    s->acc_stride = most->kv_pages * l->block_tokens;
+    s->state = VASED_SEQ_IDLE;
 }
 
 /* One all-or-nothing reservation of a sequence's pages at budget: its KV pages for that
@@ -328,21 +388,12 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
         return -ENOSPC;
     }
 
-    struct vased_seq *s = calloc(1, sizeof(*s));
+    struct vased_seq *s = vase_registry_seq_new(reg, &m->layout, &most);
     if (!s)
         return -ENOMEM;
     if (getrandom(s->resume_token, sizeof(s->resume_token), 0) !=
         (ssize_t)sizeof(s->resume_token)) {
         r = errno ? -errno : -EIO;
-        goto free_seq;
-    }
-    s->pages = malloc((size_t)most.kv_pages * sizeof(uint32_t));
-    s->ring_pages = malloc((size_t)(most.ring_pages ? most.ring_pages : 1) * sizeof(uint32_t));
-    s->plan_pages = malloc((size_t)most.plan.plan_pages * sizeof(uint32_t));
-    s->scores = calloc(m->layout.layers, sizeof(float *));
-    s->scores_len = calloc(m->layout.layers, sizeof(uint32_t));
-    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
-        r = -ENOMEM;
         goto free_seq;
     }
 
@@ -362,224 +413,23 @@ int vase_registry_open_seq(struct vase_registry *reg, struct vase_alloc *alloc,
         goto free_seq;
     msg[0] = '\0';
 
+    vase_registry_seq_init(s, &m->layout, req, budget, &most, &fp);
     s->id = reg->next_seq_id++;
     s->client = c;
     s->owner_uid = c->uid;
     s->model = m;
     s->arena_id = m->arena_id;
-    s->layers = m->layout.layers;
-    s->kv_heads = m->layout.kv_heads;
-    s->policy = req->policy;
-    s->max_params = req->params;
-    s->params = vase_params_at_budget(&req->params, budget);
-    s->keep = vase_plan_keep_count(&s->params);
-    s->max_budget = s->cap_budget = s->target_budget = req->params.budget;
-    s->min_budget = req->min_budget ? req->min_budget : req->params.budget;
-    s->weight = req->weight ? req->weight : 1;
-    s->mode = req->mode;
-    s->slack = req->slack;
-    s->prompt_len = req->prompt_len;
-    s->seed = req->seed;
-    s->layout = m->layout;
-    s->plan = fp.plan;
-    s->n_pages = fp.kv_pages;
-    s->max_pages = most.kv_pages;
-    s->n_ring_pages = fp.ring_pages;
-    s->n_plan_pages = fp.plan.plan_pages;
-    s->capacity = fp.kv_pages * m->layout.block_tokens;
-    s->acc_stride = most.kv_pages * m->layout.block_tokens;
-    s->state = VASED_SEQ_IDLE;
-
-    s->next = c->seqs;
-    c->seqs = s;
-    c->n_seqs++;
-    uint32_t slot = seq_slot(reg, s->id);
-    s->hash_next = reg->seq_table[slot];
-    reg->seq_table[slot] = s;
-    reg->n_seqs++;
+    vase_registry_seq_link(reg, c, s);
     *ret = s;
     return 0;
 
 free_seq:
-    seq_free(reg, s);
+    vase_registry_seq_free(reg, s);
     return r;
 }
 
-/* ---- sequences kept across a restart ---- */
-
-static void seq_release_pages(struct vased_seq *s, struct vase_alloc *alloc,
-                              uint64_t *client_bytes);
-
-/* The budget range of a saved sequence: what elastic_from() and the elastic module keep. */
-static bool saved_budgets_valid(const struct vased_seq_saved *sv) {
-    uint32_t W = sv->req.params.window, max = sv->req.params.budget, min = sv->req.min_budget;
-    return W > 0 && min > W && min % W == 0 && min <= max && sv->budget >= min &&
-           sv->budget <= max && sv->budget % W == 0 && sv->target_budget >= min &&
-           sv->target_budget <= sv->cap_budget && sv->cap_budget <= max && sv->req.weight >= 1;
-}
-
-/* A protected prompt fits every budget the sequence may have: as elastic_from() requires. */
-static bool saved_prompt_fits(const struct vased_seq_saved *sv) {
-    struct vase_params at_min = vase_params_at_budget(&sv->req.params, sv->req.min_budget);
-    return vase_params_explain_prompt(&at_min, sv->req.policy, sv->req.prompt_len, NULL, 0) == 0;
-}
-
-/* Takes the saved pages of its three sizes, all or none. */
-static int claim_saved(struct vase_alloc *alloc, const struct vased_seq_saved *sv,
-                       const struct vase_plan_layout *plan) {
-    const struct vase_layout *l = &sv->layout;
-    int r = vase_alloc_claim(alloc, l->page_bytes, sv->pages, sv->n_pages, NULL);
-    if (r < 0)
-        return r;
-    r = vase_alloc_claim(alloc, l->ring_page_bytes, sv->ring_pages, sv->n_ring_pages, NULL);
-    if (r < 0) {
-        vase_alloc_release(alloc, l->page_bytes, sv->pages, sv->n_pages, NULL);
-        return r;
-    }
-    r = vase_alloc_claim(alloc, plan->plan_page_bytes, sv->plan_pages, sv->n_plan_pages, NULL);
-    if (r < 0) {
-        vase_alloc_release(alloc, l->page_bytes, sv->pages, sv->n_pages, NULL);
-        vase_alloc_release(alloc, l->ring_page_bytes, sv->ring_pages, sv->n_ring_pages, NULL);
-    }
-    return r;
-}
-
-int vase_registry_restore_seq(struct vase_registry *reg, struct vase_alloc *alloc,
-                              const struct vased_seq_saved *sv, char *msg, size_t msg_size) {
-    struct vased_seq_footprint most, fp;
-    const struct vase_layout *l = &sv->layout;
-    int r;
-
-    msg[0] = '\0';
-    if (sv->id == 0 || vase_registry_find_restored(reg, sv->id)) {
-        snprintf(msg, msg_size, "sequence id %u is 0 or given twice", sv->id);
-        return -EINVAL;
-    }
-    /* In this order: the budgets must be valid before the prompt is checked at min_budget. */
-    if (vase_params_check(&sv->req.params, sv->req.policy) < 0 || !saved_budgets_valid(sv) ||
-        !saved_prompt_fits(sv)) {
-        snprintf(msg, msg_size, "sequence %u: its parameters or budgets are not valid", sv->id);
-        return -EINVAL;
-    }
-    if ((r = vase_registry_footprint(l, &sv->req, &most, msg, msg_size)) < 0 ||
-        (r = vase_registry_footprint_at(l, &sv->req, sv->budget, &fp, msg, msg_size)) < 0)
-        return r;
-    if (sv->n_pages == 0 || sv->n_pages > most.kv_pages || sv->n_ring_pages != fp.ring_pages ||
-        sv->n_plan_pages != fp.plan.plan_pages ||
-        sv->len > (uint64_t)sv->n_pages * l->block_tokens) {
-        snprintf(msg, msg_size,
-                 "sequence %u: %u KV, %u ring and %u plan pages and len %u do not fit its "
-                 "request (at most %u KV, %u ring, %u plan pages)",
-                 sv->id, sv->n_pages, sv->n_ring_pages, sv->n_plan_pages, sv->len, most.kv_pages,
-                 fp.ring_pages, fp.plan.plan_pages);
-        return -EINVAL;
-    }
-
-    struct vased_seq *s = calloc(1, sizeof(*s));
-    if (!s)
-        return -ENOMEM;
-    s->pages = malloc((size_t)most.kv_pages * sizeof(uint32_t));
-    s->ring_pages = malloc((size_t)(fp.ring_pages ? fp.ring_pages : 1) * sizeof(uint32_t));
-    s->plan_pages =
-        malloc((size_t)(fp.plan.plan_pages ? fp.plan.plan_pages : 1) * sizeof(uint32_t));
-    s->scores = calloc(l->layers, sizeof(float *));
-    s->scores_len = calloc(l->layers, sizeof(uint32_t));
-    if (!s->pages || !s->ring_pages || !s->plan_pages || !s->scores || !s->scores_len) {
-        seq_free(reg, s);
-        return -ENOMEM;
-    }
-    r = claim_saved(alloc, sv, &fp.plan);
-    if (r < 0) {
-        seq_free(reg, s);
-        if (r == -EEXIST)
-            snprintf(msg, msg_size,
-                     "sequence %u: a page lies outside the arena or is another's too", sv->id);
-        return r;
-    }
-    memcpy(s->pages, sv->pages, (size_t)sv->n_pages * sizeof(uint32_t));
-    memcpy(s->ring_pages, sv->ring_pages, (size_t)sv->n_ring_pages * sizeof(uint32_t));
-    memcpy(s->plan_pages, sv->plan_pages, (size_t)sv->n_plan_pages * sizeof(uint32_t));
-    s->id = sv->id;
-    s->owner_uid = sv->uid;
-    memcpy(s->resume_token, sv->token, sizeof(s->resume_token));
-    s->arena_id = sv->arena_id;
-    s->layers = l->layers;
-    s->kv_heads = l->kv_heads;
-    s->policy = sv->req.policy;
-    s->max_params = sv->req.params;
-    s->params = vase_params_at_budget(&sv->req.params, sv->budget);
-    s->keep = vase_plan_keep_count(&s->params);
-    s->max_budget = sv->req.params.budget;
-    s->cap_budget = sv->cap_budget;
-    s->target_budget = sv->target_budget;
-    s->min_budget = sv->req.min_budget;
-    s->weight = sv->req.weight;
-    s->budget_changes = sv->budget_changes;
-    s->mode = sv->req.mode;
-    s->slack = sv->req.slack;
-    s->prompt_len = sv->req.prompt_len;
-    s->seed = sv->req.seed;
-    s->layout = *l;
-    s->plan = fp.plan;
-    s->n_pages = sv->n_pages;
-    s->max_pages = most.kv_pages;
-    s->n_ring_pages = sv->n_ring_pages;
-    s->n_plan_pages = sv->n_plan_pages;
-    s->capacity = sv->n_pages * l->block_tokens;
-    s->acc_stride = most.kv_pages * l->block_tokens;
-    s->len = sv->len;
-    s->position = sv->position;
-    s->rounds = sv->rounds;
-    s->state = VASED_SEQ_IDLE;
-    s->next = reg->restored;
-    reg->restored = s;
-    reg->n_restored++;
-    if (reg->next_seq_id <= s->id)
-        reg->next_seq_id = s->id + 1;
-    return 0;
-}
-
-struct vased_seq *vase_registry_find_restored(const struct vase_registry *reg, uint32_t id) {
-    for (struct vased_seq *s = reg->restored; s; s = s->next)
-        if (s->id == id)
-            return s;
-    return NULL;
-}
-
-static void restored_unlink(struct vase_registry *reg, struct vased_seq *s) {
-    for (struct vased_seq **p = &reg->restored; *p; p = &(*p)->next)
-        if (*p == s) {
-            *p = s->next;
-            reg->n_restored--;
-            break;
-        }
-    s->next = NULL;
-}
-
-void vase_registry_adopt_restored(struct vase_registry *reg, struct vased_client *c,
-                                  struct vased_model *m, struct vased_seq *s) {
-    restored_unlink(reg, s);
-    s->client = c;
-    s->model = m;
-    s->next = c->seqs;
-    c->seqs = s;
-    c->n_seqs++;
-    c->bytes += vase_registry_seq_bytes(s);
-    uint32_t slot = seq_slot(reg, s->id);
-    s->hash_next = reg->seq_table[slot];
-    reg->seq_table[slot] = s;
-    reg->n_seqs++;
-}
-
-void vase_registry_drop_restored(struct vase_registry *reg, struct vase_alloc *alloc,
-                                 struct vased_seq *s) {
-    restored_unlink(reg, s);
-    seq_release_pages(s, alloc, NULL);
-    seq_free(reg, s);
-}
-
-static void seq_release_pages(struct vased_seq *s, struct vase_alloc *alloc,
-                              uint64_t *client_bytes) {
+void vase_registry_seq_release_pages(struct vased_seq *s, struct vase_alloc *alloc,
+                                     uint64_t *client_bytes) {
     /* Cannot fail: these pages were reserved for this sequence and nothing else frees them. */
     vase_alloc_release(alloc, s->layout.page_bytes, s->pages, s->n_pages, client_bytes);
     vase_alloc_release(alloc, s->layout.ring_page_bytes, s->ring_pages, s->n_ring_pages,
@@ -638,8 +488,8 @@ int vase_registry_close_seq(struct vase_registry *reg, struct vase_alloc *alloc,
         seq_orphan(reg, s);
         return 1;
     }
-    seq_release_pages(s, alloc, &c->bytes);
-    seq_free(reg, s);
+    vase_registry_seq_release_pages(s, alloc, &c->bytes);
+    vase_registry_seq_free(reg, s);
     return 0;
 }
 
@@ -653,8 +503,8 @@ void vase_registry_reap(struct vase_registry *reg, struct vase_alloc *alloc, str
         return;
     }
     orphan_unlink(reg, s);
-    seq_release_pages(s, alloc, NULL);
-    seq_free(reg, s);
+    vase_registry_seq_release_pages(s, alloc, NULL);
+    vase_registry_seq_free(reg, s);
 }
 
 void vase_registry_hold_seq(struct vase_registry *reg, struct vased_seq *s) {
@@ -700,8 +550,8 @@ uint64_t vase_registry_release_client(struct vase_registry *reg, struct vase_all
         }
         released += vase_registry_seq_bytes(s);
         orphan_unlink(reg, s);
-        seq_release_pages(s, allocs[s->arena_id], &c->bytes);
-        seq_free(reg, s);
+        vase_registry_seq_release_pages(s, allocs[s->arena_id], &c->bytes);
+        vase_registry_seq_free(reg, s);
     }
     for (struct vased_client **p = &reg->draining; *p; p = &(*p)->next)
         if (*p == c) {

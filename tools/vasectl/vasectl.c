@@ -5,12 +5,12 @@
  * (PROTOCOL.md: Ping, Status, ListClients, ListSeqs, GetSeq, ConfigGet, ConfigSet) and follows
  * the event stream, all through libvase's administrative API (vase_admin.h), the one a
  * monitoring tool would use. It holds no session and maps no memory: access to the socket files
- * is the permission. This file parses the command line and runs the commands; the output is
- * vasectl_print.c's (tables for people) and vasectl_json.c's (--json: one JSON document per
- * command, one per line for events, produced from the protobuf descriptors). Its errors go to
- * stderr, as "vasectl: MESSAGE" lines, or under --json as one JSON object each,
- * {"error":"MESSAGE","errno":N} (N the positive errno or vase code). `vasectl top`, the live
- * view, is vasectl_top.c's.
+ * is the permission. This file parses the command line and runs the commands; those that show
+ * the daemon's answers are vasectl_show.c's, the output is vasectl_print.c's (tables for people)
+ * and vasectl_json.c's (--json: one JSON document per command, one per line for events, produced
+ * from the protobuf descriptors). Its errors go to stderr, as "vasectl: MESSAGE" lines, or
+ * under --json as one JSON object each, {"error":"MESSAGE","errno":N} (N the positive errno or
+ * vase code). `vasectl top`, the live view, is vasectl_top.c's.
  */
 
 #include <errno.h>
@@ -79,10 +79,7 @@ static int parse_ll(const char *s, long long min, long long max, long long *ret)
     return 0;
 }
 
-/* Reports an error on stderr: a "vasectl: " line, or under --json one JSON object. Returns
- * -abs(error), so that callers can return it. */
-static int fail(int error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int error, const char *fmt, ...) {
+int vasectl_fail(int error, const char *fmt, ...) {
     int e = error < 0 ? -error : error;
     char msg[1024];
     va_list ap;
@@ -220,7 +217,7 @@ static int parse_argv(int argc, char *argv[]) {
             return 0;
         case ARG_RUNTIME_DIR:
             if (!*optarg) {
-                return fail(-EINVAL, "--runtime-dir must not be empty");
+                return vasectl_fail(-EINVAL, "--runtime-dir must not be empty");
             }
             arg_runtime_dir = optarg;
             break;
@@ -229,14 +226,16 @@ static int parse_argv(int argc, char *argv[]) {
             break;
         case ARG_TIMEOUT:
             if (parse_ll(optarg, 1, INT_MAX, &v) < 0) {
-                return fail(-EINVAL, "invalid --timeout '%s': expected milliseconds, 1 .. %d",
-                            optarg, INT_MAX);
+                return vasectl_fail(-EINVAL,
+                                    "invalid --timeout '%s': expected milliseconds, 1 .. %d",
+                                    optarg, INT_MAX);
             }
             arg_timeout_ms = (int)v;
             break;
         case ARG_COUNT:
             if (parse_ll(optarg, 0, LLONG_MAX, &v) < 0) {
-                return fail(-EINVAL, "invalid --count '%s': expected a number >= 0", optarg);
+                return vasectl_fail(-EINVAL, "invalid --count '%s': expected a number >= 0",
+                                    optarg);
             }
             arg_count = v;
             break;
@@ -245,48 +244,48 @@ static int parse_argv(int argc, char *argv[]) {
             break;
         case ARG_INTERVAL:
             if (parse_double(optarg, MIN_INTERVAL, MAX_INTERVAL, &arg_interval) < 0) {
-                return fail(-EINVAL, "invalid --interval '%s': expected seconds, %g .. %g", optarg,
-                            MIN_INTERVAL, MAX_INTERVAL);
+                return vasectl_fail(-EINVAL, "invalid --interval '%s': expected seconds, %g .. %g",
+                                    optarg, MIN_INTERVAL, MAX_INTERVAL);
             }
             break;
         case 'n':
             if (parse_ll(optarg, 1, LLONG_MAX, &v) < 0) {
-                return fail(-EINVAL, "invalid --iterations '%s': expected a number >= 1", optarg);
+                return vasectl_fail(-EINVAL, "invalid --iterations '%s': expected a number >= 1",
+                                    optarg);
             }
             arg_iterations = v;
             break;
         case ':':
-            return fail(-EINVAL, "option '%s' needs a value " HINT, argv[at]);
+            return vasectl_fail(-EINVAL, "option '%s' needs a value " HINT, argv[at]);
         case '?':
             /* argv[at] is the argument getopt was reading: "--name[=value]" or "-xyz". */
             if (strncmp(argv[at], "--", 2) != 0)
-                return fail(-EINVAL, "unknown option '-%c' " HINT, optopt);
+                return vasectl_fail(-EINVAL, "unknown option '-%c' " HINT, optopt);
             if (optopt)
-                return fail(-EINVAL, "option '%.*s' takes no value " HINT,
-                            (int)strcspn(argv[at], "="), argv[at]);
-            return fail(-EINVAL, "unknown option '%s' " HINT, argv[at]);
+                return vasectl_fail(-EINVAL, "option '%.*s' takes no value " HINT,
+                                    (int)strcspn(argv[at], "="), argv[at]);
+            return vasectl_fail(-EINVAL, "unknown option '%s' " HINT, argv[at]);
         default:
             return -EINVAL;
         }
     }
     if (arg_n_command == 0) {
-        return fail(-EINVAL, "no command given " HINT);
+        return vasectl_fail(-EINVAL, "no command given " HINT);
     }
     return 1;
 }
 
 /* ---- talking to the daemon ---- */
 
-/* Reports a failed call: the daemon's own words when it gave some. */
-static int report(struct vase_admin *a, const char *what, int r) {
+int vasectl_report(struct vase_admin *a, const char *what, int r) {
     const char *why = vase_admin_last_error(a);
 
     if (r == -ETIMEDOUT)
-        return fail(r, "cannot reach vased at %s: no reply within %d ms", vase_admin_path(a),
-                    vase_admin_timeout(a));
+        return vasectl_fail(r, "cannot reach vased at %s: no reply within %d ms",
+                            vase_admin_path(a), vase_admin_timeout(a));
     if (*why)
-        return fail(r, "%s: %s (%s)", what, why, vase_strerror(r));
-    return fail(r, "%s: %s", what, vase_strerror(r));
+        return vasectl_fail(r, "%s: %s (%s)", what, why, vase_strerror(r));
+    return vasectl_fail(r, "%s: %s", what, vase_strerror(r));
 }
 
 static int ctl_open(struct vase_admin **ret) {
@@ -297,13 +296,13 @@ static int ctl_open(struct vase_admin **ret) {
         &(struct vase_admin_options){.runtime_dir = arg_runtime_dir, .timeout_ms = arg_timeout_ms},
         &a);
     if (r < 0) {
-        fail(r, "runtime directory name too long");
+        vasectl_fail(r, "runtime directory name too long");
         return r;
     }
     r = vase_admin_connect(a);
     if (r < 0) {
-        fail(r, "cannot reach vased at %s: %s", vase_admin_path(a),
-             r == -ENOTSOCK ? "not a socket" : vase_strerror(r));
+        vasectl_fail(r, "cannot reach vased at %s: %s", vase_admin_path(a),
+                     r == -ENOTSOCK ? "not a socket" : vase_strerror(r));
         vase_admin_free(a);
         return r;
     }
@@ -320,7 +319,7 @@ static int cmd_ping(struct vase_admin *a) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int r = vase_admin_ping(a, &incarnation);
     if (r < 0)
-        return report(a, "ping", r);
+        return vasectl_report(a, "ping", r);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     if (arg_json)
@@ -332,303 +331,6 @@ static int cmd_ping(struct vase_admin *a) {
     return 0;
 }
 
-static int add_arena_row(struct table *t, const Vase__ArenaStatus *a) {
-    char b1[32], b2[32], b3[32], b4[32];
-    double used = a->bytes_total
-                      ? 100.0 * (double)(a->bytes_total - a->bytes_free) / (double)a->bytes_total
-                      : 0.0;
-    int r;
-
-    if ((r = vasectl_table_add(t, "%" PRIu32, a->id)) < 0 ||
-        (r = vasectl_table_add(t, "%s", a->name)) < 0 ||
-        (r = vasectl_table_add(t, "%s", a->kind)) < 0 ||
-        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(a->bytes_total, b1, sizeof(b1)))) < 0 ||
-        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(a->bytes_free, b2, sizeof(b2)))) < 0 ||
-        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(a->bytes_pages, b3, sizeof(b3)))) < 0 ||
-        (r = vasectl_table_add(t, "%.1f%%", used)) < 0)
-        return r;
-    return vasectl_table_add(t, "%s", vasectl_fmt_bytes(a->granule_bytes, b4, sizeof(b4)));
-}
-
-static int cmd_status(struct vase_admin *a) {
-    Vase__StatusReply *s;
-    struct table t = {
-        .ncols = 8,
-        .headers = {">ARENA", "NAME", "KIND", ">SIZE", ">FREE", ">IN PAGES", ">USED", ">GRANULE"}};
-    char b1[32], b2[32];
-    int r;
-
-    r = vase_admin_status(a, &s);
-    if (r < 0)
-        return report(a, "status", r);
-    if (arg_json) {
-        vasectl_json_line(&s->base);
-        goto out;
-    }
-    printf("vased %s, incarnation %016" PRIx64 ", up %s\n", s->version, s->incarnation,
-           vasectl_fmt_duration(s->uptime_seconds, b1, sizeof(b1)));
-    printf("clients %" PRIu32 ", sequences %" PRIu32 ", evictions %s (%" PRIu32 " in flight)\n",
-           s->clients, s->seqs, vasectl_fmt_count(s->evictions_total, b2, sizeof(b2)),
-           s->evictions_in_flight);
-    if (s->clients_draining)
-        printf("draining %" PRIu32 " dead clients, holding %s until their processes are gone\n",
-               s->clients_draining, vasectl_fmt_bytes(s->bytes_draining, b2, sizeof(b2)));
-    if (s->opens_waiting)
-        printf("opens waiting for room %" PRIu32 " (admitted in arrival order as memory frees)\n",
-               s->opens_waiting);
-    if (s->seqs_restored)
-        printf("kept across the restart: %" PRIu32 " sequences (%s) waiting for their engines to "
-               "reopen them (restore_grace)\n",
-               s->seqs_restored, vasectl_fmt_bytes(s->bytes_restored, b2, sizeof(b2)));
-    if (s->seqs_shrunk || s->bytes_reclaiming || s->budget_shrinks_total)
-        printf("elastic budgets: %" PRIu32 " sequences below their budget, %s to be released at "
-               "their next commit; %" PRIu64 " shrinks, %" PRIu64 " grows\n",
-               s->seqs_shrunk, vasectl_fmt_bytes(s->bytes_reclaiming, b2, sizeof(b2)),
-               s->budget_shrinks_total, s->budget_grows_total);
-    printf("plans queued %" PRIu32 " (%" PRIu32 " clients waiting, served in turn), "
-           "running %" PRIu32 "\n",
-           s->plans_queued, s->clients_waiting, s->plans_running);
-    if (s->metrics_address && *s->metrics_address)
-        printf("metrics http://%s/metrics\n", s->metrics_address);
-    if (s->metrics_unavailable && *s->metrics_unavailable) {
-        char why[4 * 160 + 1];
-        vase_admin_escape(s->metrics_unavailable, why, sizeof(why));
-        printf("metrics NOT SERVED: %s\n", why);
-    }
-    char n1[32], n2[32], n3[32], n4[32];
-    printf("requests %s, errors %s (engines) and %s (administrative), stats messages %s\n\n",
-           vasectl_fmt_count(s->requests_total, n1, sizeof(n1)),
-           vasectl_fmt_count(s->errors_total, n2, sizeof(n2)),
-           vasectl_fmt_count(s->admin_errors_total, n3, sizeof(n3)),
-           vasectl_fmt_count(s->stats_messages_total, n4, sizeof(n4)));
-    for (size_t i = 0; i < s->n_arenas && r == 0; i++)
-        r = add_arena_row(&t, s->arenas[i]);
-    if (r == 0 && s->n_arenas)
-        vasectl_table_print(&t);
-    else if (r == 0)
-        printf("no arena is open to this uid\n");
-out:
-    vasectl_table_free(&t);
-    protobuf_c_message_free_unpacked(&s->base, NULL);
-    if (r < 0)
-        fail(r, "status: %s", vase_strerror(r));
-    return r;
-}
-
-static int add_client_row(struct table *t, const Vase__ClientInfo *c) {
-    char b[32], b2[32], name[4 * 256 + 1];
-    int r;
-
-    /* A client chose its name: no terminal control sequences from it. */
-    vase_admin_escape(c->name, name, sizeof(name));
-    if ((r = vasectl_table_add(t, "%" PRIu32, c->client_id)) < 0 ||
-        (r = vasectl_table_add(t, "%s", name)) < 0 ||
-        (r = vasectl_table_add(t, "%s", c->state[0] ? c->state : "connected")) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, c->pid)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, c->uid)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, c->gid)) < 0 ||
-        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(c->bytes, b2, sizeof(b2)))) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, c->seqs)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, c->models)) < 0)
-        return r;
-    return vasectl_table_add(t, "%s", vasectl_fmt_duration(c->connected_seconds, b, sizeof(b)));
-}
-
-static int cmd_clients(struct vase_admin *a) {
-    Vase__ClientsReply *cr;
-    struct table t = {.ncols = 10,
-                      .headers = {">ID", "NAME", "STATE", ">PID", ">UID", ">GID", ">MEMORY",
-                                  ">SEQS", ">MODELS", "CONNECTED"}};
-    int r;
-
-    r = vase_admin_clients(a, &cr);
-    if (r < 0)
-        return report(a, "clients", r);
-    if (arg_json) {
-        vasectl_json_line(&cr->base);
-        goto out;
-    }
-    for (size_t i = 0; i < cr->n_clients && r == 0; i++)
-        r = add_client_row(&t, cr->clients[i]);
-    if (r == 0) {
-        if (cr->n_clients)
-            vasectl_table_print(&t);
-        else
-            printf("no clients\n");
-    }
-out:
-    vasectl_table_free(&t);
-    protobuf_c_message_free_unpacked(&cr->base, NULL);
-    if (r < 0)
-        fail(r, "clients: %s", vase_strerror(r));
-    return r;
-}
-
-/* The budget now; an elastic sequence's with its range, "640 (320..704)", and an arrow to
- * the target it is heading for, "704 (320..704) -> 512". */
-static int add_budget(struct table *t, const Vase__SeqInfo *s) {
-    char range[48] = "", target[24] = "";
-    if (s->min_budget && s->min_budget < s->max_budget)
-        snprintf(range, sizeof(range), " (%" PRIu32 "..%" PRIu32 ")", s->min_budget, s->max_budget);
-    if (s->target_budget && s->target_budget != s->budget)
-        snprintf(target, sizeof(target), " -> %" PRIu32, s->target_budget);
-    return vasectl_table_add(t, "%" PRIu32 "%s%s", s->budget, range, target);
-}
-
-/* A sequence's model for people: "NAME (ID)", or the id alone when it has no name (an orphan's
- * model is gone). A client chose the name: no terminal control sequences from it. */
-static const char *model_label(const Vase__SeqInfo *s, char *buf, size_t size) {
-    char name[4 * 256 + 1];
-    if (!s->model_name || !*s->model_name)
-        snprintf(buf, size, "%" PRIu32, s->model_id);
-    else {
-        vase_admin_escape(s->model_name, name, sizeof(name));
-        snprintf(buf, size, "%s (%" PRIu32 ")", name, s->model_id);
-    }
-    return buf;
-}
-
-static int add_seq_row(struct table *t, const Vase__SeqInfo *s) {
-    char b[32], n1[32], n2[32], model[4 * 256 + 32];
-    int r;
-
-    if ((r = vasectl_table_add(t, "%" PRIu32, s->seq_id)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, s->client_id)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, s->arena_id)) < 0 ||
-        (r = vasectl_table_add(t, "%s", model_label(s, model, sizeof(model)))) < 0 ||
-        (r = vasectl_table_add(t, "%s", s->policy)) < 0 ||
-        (r = vasectl_table_add(t, "%s", vasectl_mode_name(s->mode))) < 0 ||
-        (r = add_budget(t, s)) < 0 || (r = vasectl_table_add(t, "%" PRIu32, s->window)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, s->len)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, s->capacity)) < 0 ||
-        (r = vasectl_table_add(t, "%" PRIu32, s->pages)) < 0 ||
-        (r = vasectl_table_add(t, "%s", vasectl_fmt_bytes(s->bytes, b, sizeof(b)))) < 0 ||
-        (r = vasectl_table_add(t, "%s", vasectl_fmt_count(s->rounds, n1, sizeof(n1)))) < 0 ||
-        (r = vasectl_table_add(t, "%s", vasectl_fmt_count(s->position, n2, sizeof(n2)))) < 0 ||
-        (r = vasectl_table_add(t, "%s", s->state)) < 0)
-        return r;
-    return vasectl_table_add(t, "%s", vasectl_fmt_ms(s->last_plan_seconds, b, sizeof(b)));
-}
-
-static int cmd_seqs(struct vase_admin *a, uint32_t client_id) {
-    Vase__SeqsReply *sr;
-    struct table t = {.ncols = 16,
-                      .headers = {">ID", ">CLIENT", ">ARENA", "MODEL", "POLICY", "MODE", ">BUDGET",
-                                  ">WINDOW", ">LEN", ">CAPACITY", ">PAGES", ">MEMORY", ">ROUNDS",
-                                  ">POSITION", "STATE", ">LAST PLAN"}};
-    int r;
-
-    r = vase_admin_seqs(a, client_id, &sr);
-    if (r < 0)
-        return report(a, "seqs", r);
-    if (arg_json) {
-        vasectl_json_line(&sr->base);
-        goto out;
-    }
-    for (size_t i = 0; i < sr->n_seqs && r == 0; i++)
-        r = add_seq_row(&t, sr->seqs[i]);
-    if (r == 0) {
-        if (sr->n_seqs)
-            vasectl_table_print(&t);
-        else
-            printf("no sequences\n");
-    }
-out:
-    vasectl_table_free(&t);
-    protobuf_c_message_free_unpacked(&sr->base, NULL);
-    if (r < 0)
-        fail(r, "seqs: %s", vase_strerror(r));
-    return r;
-}
-
-static int cmd_seq(struct vase_admin *a, uint32_t id) {
-    Vase__SeqInfo *s;
-    char what[32];
-
-    snprintf(what, sizeof(what), "seq %" PRIu32, id);
-    int r = vase_admin_seq(a, id, &s);
-    if (r < 0)
-        return report(a, what, r);
-    if (arg_json)
-        vasectl_json_line(&s->base);
-    else {
-        printf("sequence    %" PRIu32 "\n", s->seq_id);
-        printf("client      %" PRIu32 "\n", s->client_id);
-        char model[4 * 256 + 32];
-        printf("model       %s\n", model_label(s, model, sizeof(model)));
-        printf("policy      %s (%s)\n", s->policy, vasectl_mode_name(s->mode));
-        printf("budget      %" PRIu32 ", window %" PRIu32 "\n", s->budget, s->window);
-        printf("prompt      %" PRIu32 " tokens%s\n", s->prompt_len,
-               s->protect_prompt ? ", protected (never evicted)" : "");
-        if (s->min_budget && s->min_budget < s->max_budget)
-            printf("elastic     %" PRIu32 " .. %" PRIu32 ", weight %" PRIu32 ", cap %" PRIu32
-                   ", target %" PRIu32 ", changed %" PRIu32 " times\n",
-                   s->min_budget, s->max_budget, s->weight, s->cap_budget, s->target_budget,
-                   s->budget_changes);
-        char b[32];
-        printf("len         %" PRIu32 " of %" PRIu32 " slots (%" PRIu32 " pages of %" PRIu32
-               " tokens)\n",
-               s->len, s->capacity, s->pages, s->block_tokens);
-        printf("memory      %s (KV, query ring and plan pages)\n",
-               vasectl_fmt_bytes(s->bytes, b, sizeof(b)));
-        printf("position    %" PRIu64 "\n", s->position);
-        printf("rounds      %" PRIu32 ", last plan %.3f ms\n", s->rounds,
-               s->last_plan_seconds * 1e3);
-        printf("engine      %" PRIu64 " stalls (%.3f s waiting for plans), %.3f s compacting\n",
-               s->stalls, s->stall_seconds, s->compact_seconds);
-        printf("state       %s\n", s->state);
-    }
-    protobuf_c_message_free_unpacked(&s->base, NULL);
-    return 0;
-}
-
-static int print_config(const Vase__ConfigReply *cr, bool single) {
-    struct table t = {.ncols = 6,
-                      .headers = {"KEY", "VALUE", "SOURCE", "DEFAULT", "RUNTIME", "DESCRIPTION"}};
-    int r = 0;
-
-    if (arg_json) {
-        vasectl_json_line(&cr->base);
-        return 0;
-    }
-    /* One setting asked for by name: its bare value, for scripts. */
-    if (single && cr->n_entries == 1) {
-        printf("%s\n", cr->entries[0]->value);
-        return 0;
-    }
-    for (size_t i = 0; i < cr->n_entries && r == 0; i++) {
-        const Vase__ConfigEntry *c = cr->entries[i];
-        if ((r = vasectl_table_add(&t, "%s", c->key)) < 0 ||
-            (r = c->pending && c->pending[0]
-                     ? vasectl_table_add(&t, "%s (restart pending: %s)", c->value, c->pending)
-                     : vasectl_table_add(&t, "%s", c->value)) < 0 ||
-            (r = vasectl_table_add(&t, "%s", c->source[0] ? c->source : "-")) < 0 ||
-            (r = vasectl_table_add(&t, "%s", c->default_value)) < 0 ||
-            (r = vasectl_table_add(&t, "%s", c->runtime ? "yes" : "no")) < 0 ||
-            (r = vasectl_table_add(&t, "%s", c->description)) < 0)
-            break;
-    }
-    if (r == 0)
-        vasectl_table_print(&t);
-    else
-        fail(r, "config: %s", vase_strerror(r));
-    vasectl_table_free(&t);
-    return r;
-}
-
-static int cmd_config_get(struct vase_admin *a, const char *key) {
-    Vase__ConfigReply *cr;
-    char what[300];
-
-    snprintf(what, sizeof(what), "config get%s%.256s", key ? " " : "", key ? key : "");
-    int r = vase_admin_config_get(a, key, &cr);
-    if (r < 0)
-        return report(a, what, r);
-    r = print_config(cr, key != NULL);
-    protobuf_c_message_free_unpacked(&cr->base, NULL);
-    return r;
-}
-
 static int cmd_config_set(struct vase_admin *a, const char *key, const char *value) {
     Vase__ConfigReply *cr;
     char what[300];
@@ -637,7 +339,7 @@ static int cmd_config_set(struct vase_admin *a, const char *key, const char *val
     int r = arg_persist ? vase_admin_config_persist(a, key, value, &cr)
                         : vase_admin_config_set(a, key, value, &cr);
     if (r < 0)
-        return report(a, what, r);
+        return vasectl_report(a, what, r);
     if (arg_json)
         vasectl_json_line(&cr->base);
     else
@@ -661,11 +363,12 @@ static int cmd_events(struct vase_admin *a) {
 
     r = vase_admin_events_subscribe(a, &ev);
     if (r == -ENOENT || r == -EACCES || r == -ENOTSOCK) {
-        return fail(r, "cannot reach vased at %s/events.sock: %s", vase_admin_runtime_dir(a),
-                    r == -ENOTSOCK ? "not a socket" : vase_strerror(r));
+        return vasectl_fail(r, "cannot reach vased at %s/events.sock: %s",
+                            vase_admin_runtime_dir(a),
+                            r == -ENOTSOCK ? "not a socket" : vase_strerror(r));
     }
     if (r < 0)
-        return report(a, "events", r);
+        return vasectl_report(a, "events", r);
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -679,11 +382,11 @@ static int cmd_events(struct vase_admin *a) {
         if (k == -EINTR || k == 0)
             continue;
         if (k == -EBADMSG) {
-            fail(k, "events: dropped a malformed event");
+            vasectl_fail(k, "events: dropped a malformed event");
             continue;
         }
         if (k < 0) {
-            r = report(a, "events", k);
+            r = vasectl_report(a, "events", k);
             break;
         }
         vasectl_print_event(topic, e, arg_json);
@@ -697,9 +400,47 @@ static int cmd_events(struct vase_admin *a) {
 static int parse_id(const char *what, const char *s, uint32_t *ret) {
     long long v;
     if (parse_ll(s, 0, UINT32_MAX, &v) < 0) {
-        return fail(-EINVAL, "invalid %s '%s': expected a number 0 .. %u", what, s, UINT32_MAX);
+        return vasectl_fail(-EINVAL, "invalid %s '%s': expected a number 0 .. %u", what, s,
+                            UINT32_MAX);
     }
     *ret = (uint32_t)v;
+    return 0;
+}
+
+/* Whether the n words after command cmd (args) are right for it; seq and seqs put their id in
+ * *ret_id. 1 or 0; -EINVAL after saying what is wrong with an id; -ENOENT: no such command. */
+static int words_fit(const char *cmd, int n, char **args, uint32_t *ret_id) {
+    if (strcmp(cmd, "status") == 0 || strcmp(cmd, "clients") == 0 || strcmp(cmd, "ping") == 0 ||
+        strcmp(cmd, "events") == 0 || strcmp(cmd, "top") == 0)
+        return n == 0;
+    if (strcmp(cmd, "seqs") == 0 || strcmp(cmd, "seq") == 0) {
+        bool one = strcmp(cmd, "seq") == 0;
+        if (one ? n != 1 : n > 1)
+            return 0;
+        /* A bad number has its own message; it is still a usage error. */
+        if (n == 1 && parse_id(one ? "sequence id" : "client id", args[0], ret_id) < 0)
+            return -EINVAL;
+        return 1;
+    }
+    if (strcmp(cmd, "config") == 0)
+        return (n >= 1 && strcmp(args[0], "get") == 0 && n <= 2) ||
+               (n == 3 && strcmp(args[0], "set") == 0);
+    if (strcmp(cmd, "size") == 0)
+        return n >= 1 && n < MAX_WORDS;
+    if (strcmp(cmd, "reload") == 0)
+        return n <= 1;
+    return -ENOENT;
+}
+
+/* Whether the options given apply to command cmd (its words args). 0, or -EINVAL after saying
+ * which does not. */
+static int options_fit(const char *cmd, char **args) {
+    if (arg_count >= 0 && strcmp(cmd, "events") != 0)
+        return vasectl_fail(-EINVAL, "--count applies to 'events' only");
+    if (arg_persist && !(strcmp(cmd, "config") == 0 && strcmp(args[0], "set") == 0))
+        return vasectl_fail(-EINVAL, "--persist applies to 'config set' only");
+    if ((arg_iterations >= 0 || arg_interval > 0) && strcmp(cmd, "top") != 0)
+        return vasectl_fail(-EINVAL, "--interval and --iterations apply to 'top' only");
     return 0;
 }
 
@@ -707,41 +448,15 @@ static int parse_id(const char *what, const char *s, uint32_t *ret) {
  * errors. 0 (and the id of seq or seqs in *ret_id), or -EINVAL after saying what is wrong. */
 static int check_words(uint32_t *ret_id) {
     const char *cmd = arg_command[0];
-    int n = arg_n_command - 1;
-    char **args = arg_command + 1;
-    bool ok;
+    int ok = words_fit(cmd, arg_n_command - 1, arg_command + 1, ret_id);
 
-    if (strcmp(cmd, "status") == 0 || strcmp(cmd, "clients") == 0 || strcmp(cmd, "ping") == 0 ||
-        strcmp(cmd, "events") == 0 || strcmp(cmd, "top") == 0)
-        ok = n == 0;
-    else if (strcmp(cmd, "seqs") == 0 || strcmp(cmd, "seq") == 0) {
-        bool one = strcmp(cmd, "seq") == 0;
-        ok = one ? n == 1 : n <= 1;
-        /* A bad number has its own message; it is still a usage error. */
-        if (ok && n == 1 && parse_id(one ? "sequence id" : "client id", args[0], ret_id) < 0)
-            return -EINVAL;
-    } else if (strcmp(cmd, "config") == 0)
-        ok = (n >= 1 && strcmp(args[0], "get") == 0 && n <= 2) ||
-             (n == 3 && strcmp(args[0], "set") == 0);
-    else if (strcmp(cmd, "size") == 0)
-        ok = n >= 1 && n < MAX_WORDS;
-    else if (strcmp(cmd, "reload") == 0)
-        ok = n <= 1;
-    else {
-        return fail(-EINVAL, "unknown command '%s' " HINT, cmd);
-    }
-    if (!ok) {
-        return fail(-EINVAL, "wrong arguments for '%s' " HINT, cmd);
-    }
-    if (arg_count >= 0 && strcmp(cmd, "events") != 0) {
-        return fail(-EINVAL, "--count applies to 'events' only");
-    }
-    if (arg_persist && !(strcmp(cmd, "config") == 0 && strcmp(args[0], "set") == 0))
-        return fail(-EINVAL, "--persist applies to 'config set' only");
-    if ((arg_iterations >= 0 || arg_interval > 0) && strcmp(cmd, "top") != 0) {
-        return fail(-EINVAL, "--interval and --iterations apply to 'top' only");
-    }
-    return 0;
+    if (ok == -ENOENT)
+        return vasectl_fail(-EINVAL, "unknown command '%s' " HINT, cmd);
+    if (ok < 0)
+        return ok;
+    if (!ok)
+        return vasectl_fail(-EINVAL, "wrong arguments for '%s' " HINT, cmd);
+    return options_fit(cmd, arg_command + 1);
 }
 
 /* The live view, or snapshots when stdout is not a terminal (vasectl_top.c). It may replace
@@ -757,7 +472,7 @@ static int cmd_top(struct vase_admin **a) {
 
     int r = vasectl_top(a, &o, err, sizeof(err));
     if (r < 0)
-        return fail(r, "%s", err);
+        return vasectl_fail(r, "%s", err);
     return 0;
 }
 
@@ -769,13 +484,13 @@ static int dispatch(struct vase_admin **ap, uint32_t id) {
     char **args = arg_command + 1;
 
     if (strcmp(cmd, "status") == 0)
-        return cmd_status(a);
+        return vasectl_show_status(a, arg_json);
     if (strcmp(cmd, "clients") == 0)
-        return cmd_clients(a);
+        return vasectl_show_clients(a, arg_json);
     if (strcmp(cmd, "seqs") == 0)
-        return cmd_seqs(a, id);
+        return vasectl_show_seqs(a, id, arg_json);
     if (strcmp(cmd, "seq") == 0)
-        return cmd_seq(a, id);
+        return vasectl_show_seq(a, id, arg_json);
     if (strcmp(cmd, "ping") == 0)
         return cmd_ping(a);
     if (strcmp(cmd, "events") == 0)
@@ -783,7 +498,7 @@ static int dispatch(struct vase_admin **ap, uint32_t id) {
     if (strcmp(cmd, "top") == 0)
         return cmd_top(ap);
     if (strcmp(args[0], "get") == 0)
-        return cmd_config_get(a, n == 2 ? args[1] : NULL);
+        return vasectl_show_config(a, n == 2 ? args[1] : NULL, arg_json);
     return cmd_config_set(a, args[1], args[2]);
 }
 
@@ -793,31 +508,32 @@ static int dispatch(struct vase_admin **ap, uint32_t id) {
 static int cmd_reload(const char *word) {
     const char *text = word ? word : getenv("MAINPID");
     if (!text || !text[0])
-        return fail(-EINVAL,
-                    "reload: give vased's pid (systemd sets $MAINPID for ExecReload=) " HINT);
+        return vasectl_fail(
+            -EINVAL, "reload: give vased's pid (systemd sets $MAINPID for ExecReload=) " HINT);
     char *end;
     errno = 0;
     long pid = strtol(text, &end, 10);
     if (errno || *end || end == text || pid <= 0 || pid > INT_MAX)
-        return fail(-EINVAL, "reload: '%.64s' is not a pid " HINT, text);
+        return vasectl_fail(-EINVAL, "reload: '%.64s' is not a pid " HINT, text);
     char path[64], comm[32] = "";
     snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
     FILE *f = fopen(path, "re");
     if (!f)
-        return fail(-errno, "reload: no process %ld: %s", pid, strerror(errno));
+        return vasectl_fail(-errno, "reload: no process %ld: %s", pid, strerror(errno));
     if (!fgets(comm, sizeof(comm), f))
         comm[0] = '\0';
     fclose(f);
     comm[strcspn(comm, "\n")] = '\0';
     if (strcmp(comm, "vased") != 0)
-        return fail(-ESRCH, "reload: process %ld is not vased (it is '%s')", pid, comm);
+        return vasectl_fail(-ESRCH, "reload: process %ld is not vased (it is '%s')", pid, comm);
     union sigval v = {.sival_int = VASE_RELOAD_SIGVAL};
     /* systemd sets INVOCATION_ID in the environment of the unit's processes. */
     const char *inv = getenv("INVOCATION_ID");
     if (inv && inv[0])
         v.sival_int |= VASE_RELOAD_FROM_UNIT;
     if (sigqueue((pid_t)pid, SIGHUP, v) < 0)
-        return fail(-errno, "reload: cannot signal vased (pid %ld): %s", pid, strerror(errno));
+        return vasectl_fail(-errno, "reload: cannot signal vased (pid %ld): %s", pid,
+                            strerror(errno));
     return 0;
 }
 
@@ -835,7 +551,7 @@ static int run(void) {
         char err[512];
         r = vasectl_size(arg_command + 1, arg_n_command - 1, arg_json, err, sizeof(err));
         if (r < 0) {
-            fail(r, "%s", err);
+            vasectl_fail(r, "%s", err);
             return r == -EINVAL ? 2 : 1;
         }
         return fflush(stdout) == 0 ? 0 : 1;
@@ -851,7 +567,7 @@ static int run(void) {
     vase_admin_free(a);
     if (fflush(stdout) != 0 && r == 0) {
         int e = errno ? errno : EIO;
-        r = fail(-e, "cannot write output: %s", strerror(e));
+        r = vasectl_fail(-e, "cannot write output: %s", strerror(e));
     }
     return r < 0 ? 1 : 0;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-/* The pieces of vasectl shared by its files: JSON output (vasectl_json.c) and the output for
- * people (vasectl_print.c). vasectl sees libvase only through its public headers. */
+/* The pieces of vasectl shared by its files: JSON output (vasectl_json.c), the output for
+ * people (vasectl_print.c), errors (vasectl.c) and the commands that show the daemon's answers
+ * (vasectl_show.c). vasectl sees libvase only through its public headers. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -47,6 +48,24 @@ const char *vasectl_fmt_count(uint64_t n, char *buf, size_t size);
 const char *vasectl_fmt_ms(double s, char *buf, size_t size);
 /* "sync" or "async". */
 const char *vasectl_mode_name(Vase__Mode m);
+
+/* Reports an error on stderr: a "vasectl: " line, or under --json one JSON object (vasectl.c).
+ * Returns -abs(error), so that callers can return it. */
+int vasectl_fail(int error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports failed call what (vasectl_fail()): the daemon's own words when it gave some. Returns
+ * -abs(r). */
+int vasectl_report(struct vase_admin *a, const char *what, int r);
+
+/*
+ * The commands that show what the daemon says (vasectl_show.c): `status`, `clients`, `seqs
+ * [CLIENT_ID]` (0: every client's), `seq ID`, `config get [KEY]` (NULL: every setting), as
+ * tables for people or, with json, one JSON document. 0, or -errno after reporting it.
+ */
+int vasectl_show_status(struct vase_admin *a, bool json);
+int vasectl_show_clients(struct vase_admin *a, bool json);
+int vasectl_show_seqs(struct vase_admin *a, uint32_t client_id, bool json);
+int vasectl_show_seq(struct vase_admin *a, uint32_t id, bool json);
+int vasectl_show_config(struct vase_admin *a, const char *key, bool json);
 
 /* One event: a JSON object with its topic first, or a line for people. */
 void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json);
