@@ -23,6 +23,7 @@
 
 #include <dlpack/dlpack.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -762,70 +763,152 @@ static PyObject *model_kv_tensor(ModelObject *self, PyObject *args, PyObject *kw
     return ret;
 }
 
-static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {
-        "policy",     "budget",  "window",         "prompt_len", "mode",
-        "slack",      "seed",    "n_sink",         "n_large",    "temperature",
-        "rank",       "lambda_", "smooth",         "metric",     "admission_wait_ms",
-        "min_budget", "weight",  "protect_prompt", NULL};
-    const char *policy = "vase-attnv", *mode = "async", *metric = NULL;
-    PyObject *obudget = NULL, *owindow = NULL, *oprompt = NULL, *oslack = NULL, *oseed = NULL,
-             *osink = NULL, *olarge = NULL, *otemp = NULL, *orank = NULL, *olambda = NULL,
-             *osmooth = NULL, *owait = NULL, *omin = NULL, *oweight = NULL;
-    int protect = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|sOOOsOOOOOOOOzOOOp:open", kwlist, &policy,
-                                     &obudget, &owindow, &oprompt, &mode, &oslack, &oseed, &osink,
-                                     &olarge, &otemp, &orank, &olambda, &osmooth, &metric, &owait,
-                                     &omin, &oweight, &protect))
-        return NULL;
-    if (!obudget) {
-        PyErr_SetString(PyExc_TypeError, "open() missing required argument 'budget'");
-        return NULL;
-    }
-    struct vase_seq_config cfg = {.slack = -1, .admission_wait_ms = -1};
-    uint32_t budget;
-    unsigned long long v;
-    if (get_u32(obudget, "budget", &budget) < 0)
-        return NULL;
-    cfg.params = vase_params_default(budget);
-    cfg.params.protect_prompt = (uint32_t)protect; /* "p": 0 or 1 */
-    if (opt_u32(owindow, "window", &cfg.params.window) < 0 ||
-        opt_u32(oprompt, "prompt_len", &cfg.prompt_len) < 0 ||
-        opt_u32(osink, "n_sink", &cfg.params.n_sink) < 0 ||
-        opt_u32(olarge, "n_large", &cfg.params.n_large) < 0 ||
-        opt_u32(orank, "rank", &cfg.params.rank) < 0 ||
-        opt_u32(osmooth, "smooth", &cfg.params.smooth) < 0 ||
-        opt_float(otemp, "temperature", &cfg.params.temperature) < 0 ||
-        opt_float(olambda, "lambda_", &cfg.params.lambda) < 0 ||
-        opt_u32(omin, "min_budget", &cfg.min_budget) < 0 ||
-        opt_u32(oweight, "weight", &cfg.weight) < 0)
-        return NULL;
-    if (oslack && oslack != Py_None) {
-        if (get_int(oslack, "slack", -1, INT32_MAX, &v) < 0)
-            return NULL;
-        cfg.slack = (int32_t)(long long)v;
-    }
-    if (owait && owait != Py_None) {
-        if (get_int(owait, "admission_wait_ms", -1, VASE_MAX_ADMISSION_WAIT_MS, &v) < 0)
-            return NULL;
-        cfg.admission_wait_ms = (int32_t)(long long)v;
-    }
-    if (oseed && oseed != Py_None) {
-        if (get_int(oseed, "seed", 0, UINT64_MAX, &v) < 0)
-            return NULL;
-        cfg.seed = v;
-    }
-    if (vase_policy_from_string(policy, &cfg.policy) < 0)
-        return raise_vasef(-EINVAL, "unknown policy '%s'", policy);
-    if (metric && vase_metric_from_string(metric, &cfg.params.metric) < 0)
-        return raise_vasef(-EINVAL, "unknown metric '%s'", metric);
-    if (strcmp(mode, "sync") == 0)
-        cfg.mode = VASE_MODE_SYNC;
-    else if (strcmp(mode, "async") == 0)
-        cfg.mode = VASE_MODE_ASYNC;
-    else
-        return raise_vasef(-EINVAL, "unknown mode '%s' (want \"sync\" or \"async\")", mode);
+/* ---- Model.open()'s keywords ----
+ *
+ * One row per keyword of Model.open(), in the order of its signature (the positional order):
+ * its name, the parser that reads it and the field of struct vase_seq_config it fills. A keyword
+ * not given leaves its field as open_config() starts it; None does too, where the signature
+ * allows None (the numbers, metric). budget comes before every field of params: its parser sets
+ * them all to vase_params_default(budget). */
+struct open_kw {
+    const char *name;
+    int (*parse)(PyObject *o, const struct open_kw *kw, void *field);
+    size_t field;          /* offset in struct vase_seq_config */
+    long long lo;          /* kw_int's range */
+    unsigned long long hi; /* and its width: INT32_MAX for an int32_t, else a uint64_t */
+    int required;
+};
 
+static int kw_budget(PyObject *o, const struct open_kw *kw, void *field) {
+    uint32_t budget;
+    if (get_u32(o, kw->name, &budget) < 0)
+        return -1;
+    *(struct vase_params *)field = vase_params_default(budget);
+    return 0;
+}
+
+static int kw_u32(PyObject *o, const struct open_kw *kw, void *field) {
+    return opt_u32(o, kw->name, field);
+}
+
+static int kw_float(PyObject *o, const struct open_kw *kw, void *field) {
+    return opt_float(o, kw->name, field);
+}
+
+static int kw_int(PyObject *o, const struct open_kw *kw, void *field) {
+    unsigned long long v;
+    if (o == Py_None)
+        return 0;
+    if (get_int(o, kw->name, kw->lo, kw->hi, &v) < 0)
+        return -1;
+    if (kw->hi <= INT32_MAX)
+        *(int32_t *)field = (int32_t)(long long)v;
+    else
+        *(uint64_t *)field = v;
+    return 0;
+}
+
+static int kw_flag(PyObject *o, const struct open_kw *kw, void *field) {
+    (void)kw;
+    int r = PyObject_IsTrue(o);
+    if (r < 0)
+        return -1;
+    *(uint32_t *)field = (uint32_t)r;
+    return 0;
+}
+
+static int unknown_name(const struct open_kw *kw, const char *s) {
+    raise_vasef(-EINVAL, "unknown %s '%s'", kw->name, s);
+    return -1;
+}
+
+static int kw_policy(PyObject *o, const struct open_kw *kw, void *field) {
+    const char *s = get_str(o, kw->name);
+    if (!s)
+        return -1;
+    return vase_policy_from_string(s, field) < 0 ? unknown_name(kw, s) : 0;
+}
+
+/* None leaves vase_params_default()'s metric. */
+static int kw_metric(PyObject *o, const struct open_kw *kw, void *field) {
+    const char *s = o == Py_None ? NULL : get_str(o, kw->name);
+    if (o != Py_None && !s)
+        return -1;
+    return s && vase_metric_from_string(s, field) < 0 ? unknown_name(kw, s) : 0;
+}
+
+static int kw_mode(PyObject *o, const struct open_kw *kw, void *field) {
+    const char *s = get_str(o, kw->name);
+    if (!s)
+        return -1;
+    if (strcmp(s, "sync") == 0 || strcmp(s, "async") == 0) {
+        *(enum vase_mode *)field = s[0] == 's' ? VASE_MODE_SYNC : VASE_MODE_ASYNC;
+        return 0;
+    }
+    raise_vasef(-EINVAL, "unknown mode '%s' (want \"sync\" or \"async\")", s);
+    return -1;
+}
+
+#define AT(f) offsetof(struct vase_seq_config, f)
+static const struct open_kw open_kws[] = {
+    {.name = "policy", .parse = kw_policy, .field = AT(policy)},
+    {.name = "budget", .parse = kw_budget, .field = AT(params), .required = 1},
+    {.name = "window", .parse = kw_u32, .field = AT(params.window)},
+    {.name = "prompt_len", .parse = kw_u32, .field = AT(prompt_len)},
+    {.name = "mode", .parse = kw_mode, .field = AT(mode)},
+    {.name = "slack", .parse = kw_int, .field = AT(slack), .lo = -1, .hi = INT32_MAX},
+    {.name = "seed", .parse = kw_int, .field = AT(seed), .lo = 0, .hi = UINT64_MAX},
+    {.name = "n_sink", .parse = kw_u32, .field = AT(params.n_sink)},
+    {.name = "n_large", .parse = kw_u32, .field = AT(params.n_large)},
+    {.name = "temperature", .parse = kw_float, .field = AT(params.temperature)},
+    {.name = "rank", .parse = kw_u32, .field = AT(params.rank)},
+    {.name = "lambda_", .parse = kw_float, .field = AT(params.lambda)},
+    {.name = "smooth", .parse = kw_u32, .field = AT(params.smooth)},
+    {.name = "metric", .parse = kw_metric, .field = AT(params.metric)},
+    {.name = "admission_wait_ms",
+     .parse = kw_int,
+     .field = AT(admission_wait_ms),
+     .lo = -1,
+     .hi = VASE_MAX_ADMISSION_WAIT_MS},
+    {.name = "min_budget", .parse = kw_u32, .field = AT(min_budget)},
+    {.name = "weight", .parse = kw_u32, .field = AT(weight)},
+    {.name = "protect_prompt", .parse = kw_flag, .field = AT(params.protect_prompt)},
+};
+#undef AT
+#define N_OPEN_KWS (sizeof(open_kws) / sizeof(open_kws[0]))
+
+/* The configuration of Model.open(args, kw), or -1 with the exception set. */
+static int open_config(PyObject *args, PyObject *kw, struct vase_seq_config *ret) {
+    static char *kwlist[N_OPEN_KWS + 1];
+    PyObject *o[N_OPEN_KWS] = {0};
+    for (size_t i = 0; i < N_OPEN_KWS; i++)
+        kwlist[i] = (char *)open_kws[i].name;
+    _Static_assert(N_OPEN_KWS == 18, "the format and the pointers below: one per keyword");
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOO:open", kwlist, &o[0], &o[1],
+                                     &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10],
+                                     &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17]))
+        return -1;
+    struct vase_seq_config cfg = {.policy = VASE_POLICY_VASE_ATTNV,
+                                  .mode = VASE_MODE_ASYNC,
+                                  .slack = -1,
+                                  .admission_wait_ms = -1};
+    for (size_t i = 0; i < N_OPEN_KWS; i++) {
+        const struct open_kw *k = &open_kws[i];
+        if (!o[i] && k->required) {
+            PyErr_Format(PyExc_TypeError, "open() missing required argument '%s'", k->name);
+            return -1;
+        }
+        if (o[i] && k->parse(o[i], k, (char *)&cfg + k->field) < 0)
+            return -1;
+    }
+    *ret = cfg;
+    return 0;
+}
+
+static PyObject *model_open(ModelObject *self, PyObject *args, PyObject *kw) {
+    struct vase_seq_config cfg;
+    if (open_config(args, kw, &cfg) < 0)
+        return NULL;
     if (client_enter(self->client) < 0)
         return NULL;
     struct vase_seq *s = NULL;
