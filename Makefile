@@ -502,7 +502,10 @@ $(VASECTL): $(VASECTL_SRCS:%.c=$(BUILD)/%.o) $(LIBVASE_A)
 PY_SRC_DIR := python/vase
 PY_PKG := $(BUILD)/python/vase
 PY_EXT := $(PY_PKG)/_vase.abi3.so
-PY_EXT_OBJ := $(BUILD)/python/obj/_vase.o
+# The extension's sources: _vase.c (the module) and a file per type, with their header _vase.h.
+# Their shared names stay inside the extension (-fvisibility=hidden): it exports PyInit__vase alone.
+PY_EXT_SRCS := $(wildcard $(PY_SRC_DIR)/*.c)
+PY_EXT_OBJS := $(PY_EXT_SRCS:$(PY_SRC_DIR)/%.c=$(BUILD)/python/obj/%.o)
 PY_FILES := $(wildcard $(PY_SRC_DIR)/*.py $(PY_SRC_DIR)/*.pyi $(PY_SRC_DIR)/py.typed)
 PY_STAGED := $(PY_FILES:$(PY_SRC_DIR)/%=$(PY_PKG)/%)
 PY_INC = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
@@ -511,12 +514,12 @@ PY_SETUP_JSON := $(BUILD)/python/setup.json
 $(PY_STAGED): $(PY_PKG)/%: $(PY_SRC_DIR)/%
 	$(Q)mkdir -p $(@D) && cp $< $@
 
-$(PY_EXT_OBJ): python/vase/_vase.c $(FLAGS_FILE) | $(DEPS_STAMP) $(PUBLIC_STAMP)
+$(PY_EXT_OBJS): $(BUILD)/python/obj/%.o: $(PY_SRC_DIR)/%.c $(FLAGS_FILE) | $(DEPS_STAMP) $(PUBLIC_STAMP)
 	$(call say,CC,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -MMD -MP -I$(PUBLIC_INCLUDE) -I$(PY_INC) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) -MMD -MP -I$(PUBLIC_INCLUDE) -I$(PY_INC) $(CFLAGS) -fvisibility=hidden -c -o $@ $<
 
-$(PY_EXT): $(PY_EXT_OBJ) $(LIBVASE_A) | $(PY_STAGED)
+$(PY_EXT): $(PY_EXT_OBJS) $(LIBVASE_A) | $(PY_STAGED)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,--exclude-libs,ALL -o $@ $^ $(LIBVASE_LIBS)

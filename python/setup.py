@@ -3,11 +3,13 @@
 
 `make` writes $VASE_BUILD_DIR/python/setup.json: the version, the directory of the public
 headers, and the link words (the self-contained static libvase and the libraries it needs);
-this compiles vase/_vase.c against those, so that `pip install ./python` and `make wheel` link
-the libvase the tree was built with. VASE_BUILD_DIR defaults to ../build. setuptools' build and
-egg-info directories go under it too, never into the source tree.
+this compiles vase/*.c (the module vase/_vase.c and a file per type) against those, so that
+`pip install ./python` and `make wheel` link the libvase the tree was built with.
+VASE_BUILD_DIR defaults to ../build. setuptools' build and egg-info directories go under it
+too, never into the source tree.
 """
 
+import glob
 import json
 import os
 import sys
@@ -29,6 +31,9 @@ def built_tree():
 
 
 tree = built_tree()
+# Paths relative to this directory, as setuptools wants them; the header is a dependency.
+sources = sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, "vase", "*.c")))
+headers = sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, "vase", "*.h")))
 words = tree["link"]
 work = os.path.join(BUILD, "python-setup")
 os.makedirs(work, exist_ok=True)
@@ -37,7 +42,9 @@ setup(
     ext_modules=[
         Extension(
             "vase._vase",
-            sources=["vase/_vase.c"],
+            sources=sources,
+            depends=headers,
+            extra_compile_args=["-fvisibility=hidden"],  # PyInit__vase alone is exported
             include_dirs=[tree["include"]],
             extra_objects=[w for w in words if not w.startswith("-")],
             extra_link_args=["-Wl,--exclude-libs,ALL"] + [w for w in words if w.startswith("-")],

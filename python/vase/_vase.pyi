@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# Type stub of the extension module vase._vase (python/vase/_vase.c).
+# Type stub of the extension module vase._vase (python/vase/_vase.c and _vase_*.c).
 from types import TracebackType
 from typing import Any, Dict, Optional, Tuple, Type
 
