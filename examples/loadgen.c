@@ -739,80 +739,101 @@ struct summary {
                         sequence decoded and closed */
 };
 
-static void summarize(struct mode_run *m, uint64_t window_tokens, struct summary *ret) {
-    struct summary s = {.arrived = m->n, .frac_lowest = 1};
-    double *waits = calloc(m->n + 1, sizeof(double)), *fracs = calloc(m->n + 1, sizeof(double));
-    size_t n_fracs = 0, n_window = 0;
-
-    for (size_t i = 0; i < m->n; i++) {
-        const struct seq_rec *r = &m->recs[i];
-
-        switch (r->outcome) {
-        case OUT_ADMITTED:
-            s.admitted++;
-            if (waits)
-                waits[s.admitted - 1] = (r->admitted_s - r->open_s) * 1e3;
-            s.failed += r->failed;
-            s.unfinished += r->tokens != r->a->length;
-            s.tokens += r->tokens;
-            if (r->closed_s > s.last_close)
-                s.last_close = r->closed_s;
-            if (fracs && r->tokens > 0)
-                fracs[n_fracs++] = r->budget_mean / r->budget;
-            if ((double)r->budget_min / r->budget < s.frac_lowest)
-                s.frac_lowest = (double)r->budget_min / r->budget;
-            break;
-        case OUT_ENOSPC:
-            s.enospc++;
-            s.roomy += r->roomy;
-            s.fit_free += r->fit_free;
-            break;
-        case OUT_REFUSED:
-            s.refused++;
-            break;
-        case OUT_GENERATOR:
-            s.generator++;
-            break;
-        case OUT_NONE:
-            break;
-        }
+/* Counts one sequence's record into s; its admission wait goes to waits and its mean budget
+ * fraction to fracs (each NULL when it could not be allocated). */
+static void count_rec(const struct seq_rec *r, struct summary *s, double *waits, double *fracs,
+                      size_t *n_fracs) {
+    switch (r->outcome) {
+    case OUT_ADMITTED:
+        s->admitted++;
+        if (waits)
+            waits[s->admitted - 1] = (r->admitted_s - r->open_s) * 1e3;
+        s->failed += r->failed;
+        s->unfinished += r->tokens != r->a->length;
+        s->tokens += r->tokens;
+        if (r->closed_s > s->last_close)
+            s->last_close = r->closed_s;
+        if (fracs && r->tokens > 0)
+            fracs[(*n_fracs)++] = r->budget_mean / r->budget;
+        if ((double)r->budget_min / r->budget < s->frac_lowest)
+            s->frac_lowest = (double)r->budget_min / r->budget;
+        break;
+    case OUT_ENOSPC:
+        s->enospc++;
+        s->roomy += r->roomy;
+        s->fit_free += r->fit_free;
+        break;
+    case OUT_REFUSED:
+        s->refused++;
+        break;
+    case OUT_GENERATOR:
+        s->generator++;
+        break;
+    case OUT_NONE:
+        break;
     }
-    /* The first arrival finds the arena empty, so some sequence is always admitted; a refusal
-     * other than ENOSPC (a quota, an invalid configuration) is a failure of the run. */
-    s.consistent = s.admitted + s.enospc + s.refused + s.generator == s.arrived &&
-                   (s.admitted > 0 || s.arrived == 0) && s.refused == 0 && s.failed == 0 &&
-                   (stop_requested || s.unfinished == 0);
-    s.wait_max = waits && s.admitted ? quantile(waits, s.admitted, 1.0) : NAN;
-    s.wait_p50 = waits ? quantile(waits, s.admitted, 0.5) : NAN;
-    s.wait_p99 = waits ? quantile(waits, s.admitted, 0.99) : NAN;
-    s.frac_mean = 0;
+}
+
+/* The first arrival finds the arena empty, so some sequence is always admitted; a refusal other
+ * than ENOSPC (a quota, an invalid configuration) is a failure of the run. */
+static bool consistent(const struct summary *s) {
+    return s->admitted + s->enospc + s->refused + s->generator == s->arrived &&
+           (s->admitted > 0 || s->arrived == 0) && s->refused == 0 && s->failed == 0 &&
+           (stop_requested || s->unfinished == 0);
+}
+
+/* The quantiles of the admission waits and of the budget fractions (NAN where none). */
+static void summarize_quantiles(struct summary *s, double *waits, double *fracs, size_t n_fracs) {
+    s->wait_max = waits && s->admitted ? quantile(waits, s->admitted, 1.0) : NAN;
+    s->wait_p50 = waits ? quantile(waits, s->admitted, 0.5) : NAN;
+    s->wait_p99 = waits ? quantile(waits, s->admitted, 0.99) : NAN;
+    s->frac_mean = 0;
     for (size_t i = 0; i < n_fracs; i++)
-        s.frac_mean += fracs[i] / (double)n_fracs;
-    s.frac_p10 = fracs ? quantile(fracs, n_fracs, 0.1) : NAN;
-    s.frac_min = fracs && n_fracs ? quantile(fracs, n_fracs, 0) : NAN;
-    s.window_tps = (double)window_tokens / arg_duration;
-    s.total_tps = s.last_close > 0 ? (double)s.tokens / s.last_close : 0;
+        s->frac_mean += fracs[i] / (double)n_fracs;
+    s->frac_p10 = fracs ? quantile(fracs, n_fracs, 0.1) : NAN;
+    s->frac_min = fracs && n_fracs ? quantile(fracs, n_fracs, 0) : NAN;
+}
+
+/* What the sampler saw: the arena's occupancy while arrivals came, the most sequences running
+ * and shrunk at once, and the daemon's budget changes over the run. */
+static void summarize_samples(const struct mode_run *m, struct summary *s) {
+    size_t n_window = 0;
+
     for (size_t i = 0; i < m->n_samples; i++) {
         const struct sample *x = &m->samples[i];
         double occ = x->bytes_total ? (double)x->bytes_pages / (double)x->bytes_total : 0;
 
-        if (x->running > s.running_max)
-            s.running_max = x->running;
-        if (x->seqs_shrunk > s.shrunk_max)
-            s.shrunk_max = x->seqs_shrunk;
+        if (x->running > s->running_max)
+            s->running_max = x->running;
+        if (x->seqs_shrunk > s->shrunk_max)
+            s->shrunk_max = x->seqs_shrunk;
         if (x->t > arg_duration)
             continue;
-        s.occupancy_mean += occ;
+        s->occupancy_mean += occ;
         n_window++;
-        if (occ > s.occupancy_max)
-            s.occupancy_max = occ;
+        if (occ > s->occupancy_max)
+            s->occupancy_max = occ;
     }
     if (n_window)
-        s.occupancy_mean /= (double)n_window;
+        s->occupancy_mean /= (double)n_window;
     if (m->n_samples) {
-        s.shrinks = m->samples[m->n_samples - 1].shrinks - m->samples[0].shrinks;
-        s.grows = m->samples[m->n_samples - 1].grows - m->samples[0].grows;
+        s->shrinks = m->samples[m->n_samples - 1].shrinks - m->samples[0].shrinks;
+        s->grows = m->samples[m->n_samples - 1].grows - m->samples[0].grows;
     }
+}
+
+static void summarize(struct mode_run *m, uint64_t window_tokens, struct summary *ret) {
+    struct summary s = {.arrived = m->n, .frac_lowest = 1};
+    double *waits = calloc(m->n + 1, sizeof(double)), *fracs = calloc(m->n + 1, sizeof(double));
+    size_t n_fracs = 0;
+
+    for (size_t i = 0; i < m->n; i++)
+        count_rec(&m->recs[i], &s, waits, fracs, &n_fracs);
+    s.consistent = consistent(&s);
+    summarize_quantiles(&s, waits, fracs, n_fracs);
+    s.window_tps = (double)window_tokens / arg_duration;
+    s.total_tps = s.last_close > 0 ? (double)s.tokens / s.last_close : 0;
+    summarize_samples(m, &s);
     free(waits);
     free(fracs);
     *ret = s;
