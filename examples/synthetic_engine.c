@@ -143,16 +143,6 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
     return 0;
 }
 
-static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret) {
-    uint64_t v;
-    int r = parse_u64(s, min, max, &v);
-
-    if (r < 0)
-        return r;
-    *ret = (uint32_t)v;
-    return 0;
-}
-
 static int parse_seconds(const char *s, double max, double *ret) {
     char *end;
     double v;
@@ -706,33 +696,62 @@ static void help(void) {
         program_invocation_short_name);
 }
 
+/* Every option that takes a number: where it goes, its bounds and how an error names them
+ * (NULL: no range worth naming), and the flag it sets when given. */
+enum num_kind { NUM_U32, NUM_I32, NUM_U64, NUM_SECONDS };
+static const struct num_option {
+    const char *name;
+    enum num_kind kind;
+    void *value;
+    uint64_t min, max; /* NUM_SECONDS: max only, in the option's unit */
+    const char *range;
+    bool *given;
+} num_options[] = {
+    {"layers", NUM_U32, &arg_layers, 1, 65535, "1..65535", NULL},
+    {"q-heads", NUM_U32, &arg_q_heads, 1, VASE_MAX_HEADS, "1..1024", NULL},
+    {"kv-heads", NUM_U32, &arg_kv_heads, 1, VASE_MAX_HEADS, "1..1024", NULL},
+    {"head-dim", NUM_U32, &arg_head_dim, 1, VASE_MAX_DIM, "1..1024", NULL},
+    {"block", NUM_U32, &arg_block, 1, 65536, "1..65536", NULL},
+    {"block-tokens", NUM_U32, &arg_block, 1, 65536, "1..65536", NULL},
+    {"seqs", NUM_U32, &arg_seqs, 1, MAX_SEQS, "1..1024", NULL},
+    {"budget", NUM_U32, &arg_budget, 2, VASE_MAX_BUDGET, "2..4194304", NULL},
+    {"window", NUM_U32, &arg_window, 1, VASE_MAX_BUDGET, "1..4194304", NULL},
+    {"slack", NUM_I32, &arg_slack, 0, VASE_MAX_BUDGET, "0..4194304", NULL},
+    {"admission-wait-ms", NUM_I32, &arg_admission_wait_ms, 0, VASE_MAX_ADMISSION_WAIT_MS,
+     "0..600000", NULL},
+    {"min-budget", NUM_U32, &arg_min_budget, 0, VASE_MAX_BUDGET, "0..4194304", NULL},
+    {"weight", NUM_U32, &arg_weight, 0, VASE_MAX_WEIGHT, "0..1000", NULL},
+    {"prompt", NUM_U32, &arg_prompt, 0, VASE_MAX_TOKENS, "0..4194304", NULL},
+    {"steps", NUM_U64, &arg_steps, 0, UINT64_MAX, NULL, &arg_steps_set},
+    {"duration", NUM_SECONDS, &arg_duration, 0, 10000000, "seconds >= 0", NULL},
+    {"step-ms", NUM_SECONDS, &arg_step_ms, 0, 1000000, "milliseconds >= 0", NULL},
+    {"seed", NUM_U64, &arg_seed, 0, UINT64_MAX, NULL, NULL},
+    {"arena", NUM_U32, &arg_arena, 0, 255, "0..255", NULL},
+};
+#define N_NUM_OPTIONS (sizeof(num_options) / sizeof(num_options[0]))
+
+/* The options that take a word, or nothing; the numeric ones follow from OPT_NUM. */
 enum {
-    OPT_LAYERS = 0x100,
-    OPT_Q_HEADS,
-    OPT_KV_HEADS,
-    OPT_HEAD_DIM,
-    OPT_DTYPE,
-    OPT_BLOCK,
-    OPT_SEQS,
-    OPT_BUDGET,
-    OPT_WINDOW,
-    OPT_SLACK,
-    OPT_ADMISSION_WAIT,
-    OPT_MIN_BUDGET,
-    OPT_WEIGHT,
+    OPT_DTYPE = 0x100,
     OPT_POLICY,
     OPT_MODE,
-    OPT_PROMPT,
     OPT_PUSH_STATS,
-    OPT_STEPS,
-    OPT_DURATION,
-    OPT_STEP_MS,
     OPT_STEP_WORK,
-    OPT_SEED,
-    OPT_ARENA,
     OPT_RUNTIME_DIR,
     OPT_NAME,
+    OPT_NUM,
 };
+static const struct option word_options[] = {
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"policy", required_argument, NULL, OPT_POLICY},
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"push-stats", no_argument, NULL, OPT_PUSH_STATS},
+    {"step-work", required_argument, NULL, OPT_STEP_WORK},
+    {"runtime-dir", required_argument, NULL, OPT_RUNTIME_DIR},
+    {"name", required_argument, NULL, OPT_NAME},
+    {"help", no_argument, NULL, 'h'},
+};
+#define N_WORD_OPTIONS (sizeof(word_options) / sizeof(word_options[0]))
 
 static int bad_value(const char *option, const char *value, int r, const char *range) {
     fprintf(stderr, "%s: invalid --%s '%s': %s%s%s\n", program_invocation_short_name, option, value,
@@ -741,173 +760,92 @@ static int bad_value(const char *option, const char *value, int r, const char *r
     return -EINVAL;
 }
 
+/* Parses the value s of a numeric option into its variable; the error names it as given. */
+static int parse_num(const struct num_option *o, const char *given_name, const char *s) {
+    uint64_t v;
+    int r;
+
+    if (o->kind == NUM_SECONDS)
+        r = parse_seconds(s, (double)o->max, o->value);
+    else if ((r = parse_u64(s, o->min, o->max, &v)) >= 0) {
+        if (o->kind == NUM_U32)
+            *(uint32_t *)o->value = (uint32_t)v;
+        else if (o->kind == NUM_I32)
+            *(int32_t *)o->value = (int32_t)v;
+        else
+            *(uint64_t *)o->value = v;
+    }
+    if (r < 0)
+        return bad_value(given_name, s, r, o->range);
+    if (o->given)
+        *o->given = true;
+    return 0;
+}
+
+static int unknown_word(const char *option, const char *value, const char *expected) {
+    fprintf(stderr, "%s: unknown --%s '%s'%s%s\n", program_invocation_short_name, option, value,
+            expected ? ", expected " : "", expected ? expected : "");
+    return -EINVAL;
+}
+
+/* The options that take a word (or nothing): 0, or -EINVAL after saying why. */
+static int parse_word(int c, const char *s) {
+    switch (c) {
+    case OPT_DTYPE:
+        return vase_dtype_from_string(s, &arg_dtype) < 0
+                   ? unknown_word("dtype", s, "f32, f16 or bf16")
+                   : 0;
+    case OPT_POLICY:
+        return vase_policy_from_string(s, &arg_policy) < 0 ? unknown_word("policy", s, NULL) : 0;
+    case OPT_MODE:
+        if (strcmp(s, "sync") != 0 && strcmp(s, "async") != 0)
+            return unknown_word("mode", s, "sync or async");
+        arg_mode = s[0] == 's' ? VASE_MODE_SYNC : VASE_MODE_ASYNC;
+        return 0;
+    case OPT_STEP_WORK:
+        if (strcmp(s, "sleep") != 0 && strcmp(s, "busy") != 0)
+            return unknown_word("step-work", s, "sleep or busy");
+        arg_step_work = s[0] == 's' ? STEP_SLEEP : STEP_BUSY;
+        return 0;
+    case OPT_PUSH_STATS:
+        arg_push_stats = true;
+        return 0;
+    case OPT_RUNTIME_DIR:
+        arg_runtime_dir = s;
+        return 0;
+    case OPT_NAME:
+        arg_name = s;
+        return 0;
+    default: /* '?': getopt_long() said why */
+        return -EINVAL;
+    }
+}
+
 /* Returns < 0 on a usage error, 0 to exit successfully (help), > 0 to go on. */
 static int parse_argv(int argc, char **argv) {
-    static const struct option options[] = {
-        {"layers", required_argument, NULL, OPT_LAYERS},
-        {"q-heads", required_argument, NULL, OPT_Q_HEADS},
-        {"kv-heads", required_argument, NULL, OPT_KV_HEADS},
-        {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
-        {"dtype", required_argument, NULL, OPT_DTYPE},
-        {"block", required_argument, NULL, OPT_BLOCK},
-        {"block-tokens", required_argument, NULL, OPT_BLOCK},
-        {"seqs", required_argument, NULL, OPT_SEQS},
-        {"budget", required_argument, NULL, OPT_BUDGET},
-        {"window", required_argument, NULL, OPT_WINDOW},
-        {"slack", required_argument, NULL, OPT_SLACK},
-        {"admission-wait-ms", required_argument, NULL, OPT_ADMISSION_WAIT},
-        {"min-budget", required_argument, NULL, OPT_MIN_BUDGET},
-        {"weight", required_argument, NULL, OPT_WEIGHT},
-        {"policy", required_argument, NULL, OPT_POLICY},
-        {"mode", required_argument, NULL, OPT_MODE},
-        {"prompt", required_argument, NULL, OPT_PROMPT},
-        {"push-stats", no_argument, NULL, OPT_PUSH_STATS},
-        {"steps", required_argument, NULL, OPT_STEPS},
-        {"duration", required_argument, NULL, OPT_DURATION},
-        {"step-ms", required_argument, NULL, OPT_STEP_MS},
-        {"step-work", required_argument, NULL, OPT_STEP_WORK},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"arena", required_argument, NULL, OPT_ARENA},
-        {"runtime-dir", required_argument, NULL, OPT_RUNTIME_DIR},
-        {"name", required_argument, NULL, OPT_NAME},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    uint32_t slack, wait_ms;
+    struct option options[N_WORD_OPTIONS + N_NUM_OPTIONS + 1] = {{0}};
     int c, r, idx = 0;
 
-    while ((c = getopt_long(argc, argv, "h", options, &idx)) >= 0) {
-        const char *name = options[idx].name;
+    memcpy(options, word_options, sizeof(word_options));
+    /* An alias (block-tokens) shares its option's value, so that a prefix of both is no
+     * ambiguity to getopt_long(). */
+    for (size_t i = 0; i < N_NUM_OPTIONS; i++) {
+        size_t j = 0;
 
-        switch (c) {
-        case 'h':
+        while (num_options[j].value != num_options[i].value)
+            j++;
+        options[N_WORD_OPTIONS + i] =
+            (struct option){num_options[i].name, required_argument, NULL, OPT_NUM + (int)j};
+    }
+    while ((c = getopt_long(argc, argv, "h", options, &idx)) >= 0) {
+        if (c == 'h') {
             help();
             return 0;
-        case OPT_LAYERS:
-            if ((r = parse_u32(optarg, 1, 65535, &arg_layers)) < 0)
-                return bad_value(name, optarg, r, "1..65535");
-            break;
-        case OPT_Q_HEADS:
-            if ((r = parse_u32(optarg, 1, VASE_MAX_HEADS, &arg_q_heads)) < 0)
-                return bad_value(name, optarg, r, "1..1024");
-            break;
-        case OPT_KV_HEADS:
-            if ((r = parse_u32(optarg, 1, VASE_MAX_HEADS, &arg_kv_heads)) < 0)
-                return bad_value(name, optarg, r, "1..1024");
-            break;
-        case OPT_HEAD_DIM:
-            if ((r = parse_u32(optarg, 1, VASE_MAX_DIM, &arg_head_dim)) < 0)
-                return bad_value(name, optarg, r, "1..1024");
-            break;
-        case OPT_DTYPE:
-            if (vase_dtype_from_string(optarg, &arg_dtype) < 0) {
-                fprintf(stderr, "%s: unknown --dtype '%s', expected f32, f16 or bf16\n",
-                        program_invocation_short_name, optarg);
-                return -EINVAL;
-            }
-            break;
-        case OPT_BLOCK:
-            if ((r = parse_u32(optarg, 1, 65536, &arg_block)) < 0)
-                return bad_value(name, optarg, r, "1..65536");
-            break;
-        case OPT_SEQS:
-            if ((r = parse_u32(optarg, 1, MAX_SEQS, &arg_seqs)) < 0)
-                return bad_value(name, optarg, r, "1..1024");
-            break;
-        case OPT_BUDGET:
-            if ((r = parse_u32(optarg, 2, VASE_MAX_BUDGET, &arg_budget)) < 0)
-                return bad_value(name, optarg, r, "2..4194304");
-            break;
-        case OPT_WINDOW:
-            if ((r = parse_u32(optarg, 1, VASE_MAX_BUDGET, &arg_window)) < 0)
-                return bad_value(name, optarg, r, "1..4194304");
-            break;
-        case OPT_SLACK:
-            if ((r = parse_u32(optarg, 0, VASE_MAX_BUDGET, &slack)) < 0)
-                return bad_value(name, optarg, r, "0..4194304");
-            arg_slack = (int32_t)slack;
-            break;
-        case OPT_ADMISSION_WAIT:
-            if ((r = parse_u32(optarg, 0, VASE_MAX_ADMISSION_WAIT_MS, &wait_ms)) < 0)
-                return bad_value(name, optarg, r, "0..600000");
-            arg_admission_wait_ms = (int32_t)wait_ms;
-            break;
-        case OPT_MIN_BUDGET:
-            if ((r = parse_u32(optarg, 0, VASE_MAX_BUDGET, &arg_min_budget)) < 0)
-                return bad_value(name, optarg, r, "0..4194304");
-            break;
-        case OPT_WEIGHT:
-            if ((r = parse_u32(optarg, 0, VASE_MAX_WEIGHT, &arg_weight)) < 0)
-                return bad_value(name, optarg, r, "0..1000");
-            break;
-        case OPT_POLICY:
-            if (vase_policy_from_string(optarg, &arg_policy) < 0) {
-                fprintf(stderr, "%s: unknown --policy '%s'\n", program_invocation_short_name,
-                        optarg);
-                return -EINVAL;
-            }
-            break;
-        case OPT_MODE:
-            if (strcmp(optarg, "sync") == 0)
-                arg_mode = VASE_MODE_SYNC;
-            else if (strcmp(optarg, "async") == 0)
-                arg_mode = VASE_MODE_ASYNC;
-            else {
-                fprintf(stderr, "%s: unknown --mode '%s', expected sync or async\n",
-                        program_invocation_short_name, optarg);
-                return -EINVAL;
-            }
-            break;
-        case OPT_PROMPT:
-            if ((r = parse_u32(optarg, 0, VASE_MAX_TOKENS, &arg_prompt)) < 0)
-                return bad_value(name, optarg, r, "0..4194304");
-            break;
-        case OPT_PUSH_STATS:
-            arg_push_stats = true;
-            break;
-        case OPT_STEPS:
-            if ((r = parse_u64(optarg, 0, UINT64_MAX, &arg_steps)) < 0)
-                return bad_value(name, optarg, r, NULL);
-            arg_steps_set = true;
-            break;
-        case OPT_DURATION:
-            if ((r = parse_seconds(optarg, 1e7, &arg_duration)) < 0)
-                return bad_value(name, optarg, r, "seconds >= 0");
-            break;
-        case OPT_STEP_MS:
-            if ((r = parse_seconds(optarg, 1e6, &arg_step_ms)) < 0)
-                return bad_value(name, optarg, r, "milliseconds >= 0");
-            break;
-        case OPT_STEP_WORK:
-            if (strcmp(optarg, "sleep") == 0)
-                arg_step_work = STEP_SLEEP;
-            else if (strcmp(optarg, "busy") == 0)
-                arg_step_work = STEP_BUSY;
-            else {
-                fprintf(stderr, "%s: unknown --step-work '%s', expected sleep or busy\n",
-                        program_invocation_short_name, optarg);
-                return -EINVAL;
-            }
-            break;
-        case OPT_SEED:
-            if ((r = parse_u64(optarg, 0, UINT64_MAX, &arg_seed)) < 0)
-                return bad_value(name, optarg, r, NULL);
-            break;
-        case OPT_ARENA:
-            if ((r = parse_u32(optarg, 0, 255, &arg_arena)) < 0)
-                return bad_value(name, optarg, r, "0..255");
-            break;
-        case OPT_RUNTIME_DIR:
-            arg_runtime_dir = optarg;
-            break;
-        case OPT_NAME:
-            arg_name = optarg;
-            break;
-        case '?':
-            return -EINVAL;
-        default:
-            return -EINVAL;
         }
+        r = c >= OPT_NUM ? parse_num(&num_options[c - OPT_NUM], options[idx].name, optarg)
+                         : parse_word(c, optarg);
+        if (r < 0)
+            return r;
     }
     if (optind < argc) {
         fprintf(stderr, "%s: unexpected argument '%s'\n", program_invocation_short_name,
