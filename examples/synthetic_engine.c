@@ -506,17 +506,9 @@ static void on_signal(int sig) {
     stop_requested = 1;
 }
 
-static int run(void) {
-    struct vase_connect_options copts = {.runtime_dir = arg_runtime_dir, .name = arg_name};
-    struct engine e = {.nseqs = 0};
-    struct vase_seq_config cfg;
-    struct sigaction sa = {.sa_handler = on_signal};
-    char model_name[96];
-    uint64_t steps = 0;
-    double start, end;
-    int r, r2;
-
-    cfg = (struct vase_seq_config){
+/* The configuration every sequence opens with (its seed aside), checked as the daemon will. */
+static int seq_config(struct vase_seq_config *ret) {
+    struct vase_seq_config cfg = {
         .policy = arg_policy,
         .params = vase_params_default(arg_budget),
         .prompt_len = arg_prompt,
@@ -526,6 +518,8 @@ static int run(void) {
         .min_budget = arg_min_budget,
         .weight = arg_weight,
     };
+    int r;
+
     cfg.params.window = arg_window;
     r = vase_params_check(&cfg.params, arg_policy);
     if (r < 0) {
@@ -535,31 +529,47 @@ static int run(void) {
                 arg_name, arg_budget, arg_window, vase_policy_to_string(arg_policy));
         return r;
     }
+    *ret = cfg;
+    return 0;
+}
 
-    r = pool_init(&e.pool, arg_head_dim, arg_dtype, arg_seed);
-    if (r < 0)
-        return fail(&e, "allocating the row pool", NULL, r);
-    e.seqs = calloc(arg_seqs, sizeof *e.seqs);
-    e.k_row = malloc((size_t)arg_kv_heads * arg_head_dim * e.pool.es);
-    e.v_row = malloc((size_t)arg_kv_heads * arg_head_dim * e.pool.es);
-    e.q_row = malloc((size_t)arg_q_heads * arg_head_dim * e.pool.es);
-    if (!e.seqs || !e.k_row || !e.v_row || !e.q_row) {
-        r = fail(&e, "allocating the sequences", NULL, -ENOMEM);
-        goto free_seqs;
-    }
+/* The sequences' states and the host buffers of one token's rows, next to the row pool. */
+static int engine_alloc(struct engine *e) {
+    e->seqs = calloc(arg_seqs, sizeof *e->seqs);
+    e->k_row = malloc((size_t)arg_kv_heads * arg_head_dim * e->pool.es);
+    e->v_row = malloc((size_t)arg_kv_heads * arg_head_dim * e->pool.es);
+    e->q_row = malloc((size_t)arg_q_heads * arg_head_dim * e->pool.es);
+    if (!e->seqs || !e->k_row || !e->v_row || !e->q_row)
+        return fail(e, "allocating the sequences", NULL, -ENOMEM);
+    return 0;
+}
 
-    r = vase_connect(&copts, &e.client);
+static void engine_free(struct engine *e) {
+    free(e->seqs);
+    free(e->k_row);
+    free(e->v_row);
+    free(e->q_row);
+    pool_done(&e->pool);
+}
+
+/* Connects to vased and registers the model of the command line; disconnects again when the
+ * model is refused. */
+static int engine_connect(struct engine *e) {
+    struct vase_connect_options copts = {.runtime_dir = arg_runtime_dir, .name = arg_name};
+    char model_name[96];
+    int r;
+
+    r = vase_connect(&copts, &e->client);
     if (r < 0) {
         fprintf(stderr, "%s: cannot connect to vased (runtime directory %s): %s%s\n", arg_name,
                 arg_runtime_dir ? arg_runtime_dir : "from $VASE_RUNTIME_DIR, /run/vase or ./run",
                 vase_strerror(r),
                 r == -ENOENT || r == -ECONNREFUSED ? "; is vased running there?" : "");
-        goto free_seqs;
+        return r;
     }
-
     snprintf(model_name, sizeof model_name, "synthetic-L%u-H%ux%u-D%u-%s", arg_layers, arg_q_heads,
              arg_kv_heads, arg_head_dim, vase_dtype_to_string(arg_dtype));
-    r = vase_model_register(e.client,
+    r = vase_model_register(e->client,
                             &(struct vase_geometry){
                                 .name = model_name,
                                 .layers = arg_layers,
@@ -570,47 +580,64 @@ static int run(void) {
                                 .block_tokens = arg_block,
                                 .arena = arg_arena,
                             },
-                            &e.model);
+                            &e->model);
     if (r < 0) {
-        fail(&e, "vase_model_register()", NULL, r);
-        goto disconnect;
+        fail(e, "vase_model_register()", NULL, r);
+        e->client = vase_disconnect(e->client);
+        return r;
     }
     printf("%s: client %u, model %s (tokens_per_page %u, page_bytes %llu), policy %s, %s mode, "
            "budget %u, window %u, prompt %u, %u sequences\n",
-           arg_name, vase_client_id(e.client), model_name, vase_model_tokens_per_page(e.model),
-           (unsigned long long)vase_model_page_bytes(e.model), vase_policy_to_string(arg_policy),
+           arg_name, vase_client_id(e->client), model_name, vase_model_tokens_per_page(e->model),
+           (unsigned long long)vase_model_page_bytes(e->model), vase_policy_to_string(arg_policy),
            arg_mode == VASE_MODE_SYNC ? "sync" : "async", arg_budget, arg_window, arg_prompt,
            arg_seqs);
+    return 0;
+}
 
+/* Opens --seqs sequences; those opened before a failure stay in e->nseqs, for close_seqs(). */
+static int open_seqs(struct engine *e, struct vase_seq_config *cfg) {
     for (uint32_t i = 0; i < arg_seqs; i++) {
-        struct seq_state *ss = &e.seqs[i];
+        struct seq_state *ss = &e->seqs[i];
+        int r;
 
-        cfg.seed = arg_seed + i;
+        cfg->seed = arg_seed + i;
         ss->rng.state = arg_seed * 0x100000001b3ull + i;
-        r = vase_seq_open(e.client, e.model, &cfg, &ss->seq);
+        r = vase_seq_open(e->client, e->model, cfg, &ss->seq);
         if (r < 0) {
             char what[64];
 
             snprintf(what, sizeof what, "vase_seq_open() of sequence %u of %u", i + 1, arg_seqs);
-            fail(&e, what, NULL, r);
-            goto close_seqs;
+            return fail(e, what, NULL, r);
         }
-        e.nseqs++;
+        e->nseqs++;
         /* Only tested, never dereferenced: on a CUDA arena it is a device address. */
         ss->has_ring = vase_seq_query_ptr(ss->seq, 0, 0, 0) != NULL;
     }
+    return 0;
+}
 
-    /* Prefill: the whole prompt in one append, as an engine's prefill writes it in one pass. */
-    for (uint32_t i = 0; i < e.nseqs && arg_prompt > 0; i++) {
-        r = write_tokens(&e, &e.seqs[i], arg_prompt);
+/* Prefill: the whole prompt in one append, as an engine's prefill writes it in one pass. */
+static int prefill(struct engine *e) {
+    for (uint32_t i = 0; i < e->nseqs && arg_prompt > 0; i++) {
+        int r = write_tokens(e, &e->seqs[i], arg_prompt);
+
         if (r < 0)
-            goto close_seqs;
-        r = vase_seq_append(e.seqs[i].seq, arg_prompt);
-        if (r < 0) {
-            fail(&e, "vase_seq_append() of the prompt", &e.seqs[i], r);
-            goto close_seqs;
-        }
+            return r;
+        r = vase_seq_append(e->seqs[i].seq, arg_prompt);
+        if (r < 0)
+            return fail(e, "vase_seq_append() of the prompt", &e->seqs[i], r);
     }
+    return 0;
+}
+
+/* Decodes every sequence a step at a time until --steps or --duration ends (or a signal comes),
+ * then reports. */
+static int decode(struct engine *e) {
+    struct sigaction sa = {.sa_handler = on_signal};
+    uint64_t steps = 0;
+    double start, end;
+    int r;
 
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -618,16 +645,14 @@ static int run(void) {
     while (!stop_requested) {
         double t = now_seconds();
 
-        if (arg_steps_set || arg_duration <= 0) {
-            if (steps >= arg_steps)
-                break;
-        }
+        if ((arg_steps_set || arg_duration <= 0) && steps >= arg_steps)
+            break;
         if (arg_duration > 0 && t - start >= arg_duration)
             break;
-        for (uint32_t i = 0; i < e.nseqs; i++) {
-            r = step_seq(&e, &e.seqs[i]);
+        for (uint32_t i = 0; i < e->nseqs; i++) {
+            r = step_seq(e, &e->seqs[i]);
             if (r < 0)
-                goto close_seqs;
+                return r;
         }
         steps++;
         simulate_step(t);
@@ -635,23 +660,48 @@ static int run(void) {
     end = now_seconds();
     if (stop_requested)
         printf("%s: interrupted\n", arg_name);
-    r = report(&e, steps, end - start);
+    return report(e, steps, end - start);
+}
 
-close_seqs:
-    for (uint32_t i = 0; i < e.nseqs; i++) {
-        r2 = vase_seq_close(e.seqs[i].seq);
+/* Closes the sequences opened; r, the run's result so far, becomes a close's failure when it
+ * was a success. */
+static int close_seqs(struct engine *e, int r) {
+    for (uint32_t i = 0; i < e->nseqs; i++) {
+        int r2 = vase_seq_close(e->seqs[i].seq);
+
         if (r2 < 0 && r >= 0)
-            r = fail(&e, "vase_seq_close()", NULL, r2);
-        free(e.seqs[i].stats);
+            r = fail(e, "vase_seq_close()", NULL, r2);
+        free(e->seqs[i].stats);
     }
-disconnect:
+    return r;
+}
+
+static int run(void) {
+    struct engine e = {.nseqs = 0};
+    struct vase_seq_config cfg;
+    int r;
+
+    r = seq_config(&cfg);
+    if (r < 0)
+        return r;
+    r = pool_init(&e.pool, arg_head_dim, arg_dtype, arg_seed);
+    if (r < 0)
+        return fail(&e, "allocating the row pool", NULL, r);
+    r = engine_alloc(&e);
+    if (r < 0)
+        goto free_engine;
+    r = engine_connect(&e);
+    if (r < 0)
+        goto free_engine;
+    r = open_seqs(&e, &cfg);
+    if (r >= 0)
+        r = prefill(&e);
+    if (r >= 0)
+        r = decode(&e);
+    r = close_seqs(&e, r);
     vase_disconnect(e.client);
-free_seqs:
-    free(e.seqs);
-    free(e.k_row);
-    free(e.v_row);
-    free(e.q_row);
-    pool_done(&e.pool);
+free_engine:
+    engine_free(&e);
     return r;
 }
 
