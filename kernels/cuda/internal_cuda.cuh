@@ -252,7 +252,7 @@ struct plan_dims {
     uint32_t group; /* G = Hq / Hkv */
 };
 
-/* score_cuda.cu: the window score s [Hkv][n] (attention, or the pushed scores checked). The
+/* score_attn_cuda.cu: the window score s [Hkv][n] (attention, or the pushed scores checked). The
  * buffers it uses must have been acquired by vase__cuda_scores_reserve(). */
 int vase__cuda_scores_reserve(const struct vase_plan_input *in, struct vase_cuda_workspace *ws);
 int vase__cuda_scores(const struct vase_plan_input *in, struct vase_cuda_workspace *ws,
