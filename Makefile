@@ -618,17 +618,24 @@ $(VASED): $(BUILD)/daemon/main.o $(DAEMON_LIB) $(KERNEL_LIB)
 
 # ---- examples/ ------------------------------------------------------------------------
 
-EXAMPLE_SRCS := $(wildcard examples/*.c)
-EXAMPLES := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
+# Each example is one program: examples/NAME.c, and when it is longer than a file, the files
+# examples/NAME_*.c beside it, which share their declarations in examples/NAME.h.
+EXAMPLE_NAMES := synthetic_engine reopen_engine loadgen
+EXAMPLES := $(EXAMPLE_NAMES:%=$(BUILD)/examples/%)
+example_parts = $(wildcard examples/$(1)_*.c)
+EXAMPLE_SRCS := $(foreach n,$(EXAMPLE_NAMES),examples/$(n).c $(call example_parts,$(n)))
+EXAMPLE_HEADERS := $(wildcard examples/*.h)
 
 # The examples are engines written against the public API alone: they see only the public
 # headers (PUBLIC_INCLUDE, below) and link only libvase.
 $(BUILD)/examples/%.o: CPPFLAGS := -D_GNU_SOURCE -MMD -MP -I$(PUBLIC_INCLUDE)
-$(EXAMPLES:%=%.o): | $(PUBLIC_STAMP)
+$(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%.o): | $(PUBLIC_STAMP)
 
 $(EXAMPLES): $(BUILD)/examples/%: $(BUILD)/examples/%.o $(LIBVASE_A)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBVASE_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LIBVASE_LIBS)
+$(foreach n,$(EXAMPLE_NAMES),$(eval $(BUILD)/examples/$(n): \
+  $(patsubst examples/%.c,$(BUILD)/examples/%.o,$(call example_parts,$(n)))))
 
 # ---- tests/ ---------------------------------------------------------------------------
 
@@ -967,7 +974,7 @@ DEB_MAINTAINER ?= vase developers <vase@localhost>
 DEB_DATE = $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),0)
 # The example engines libvase-dev ships, and what a static link of its libvase.a needs besides
 # vase.pc's Requires (the C++ runtime of the CUDA code inside).
-DEB_EXAMPLES := examples/synthetic_engine.c examples/reopen_engine.c examples/loadgen.c
+DEB_EXAMPLES := $(EXAMPLE_SRCS) $(EXAMPLE_HEADERS)
 DEB_DEV_DEPENDS := $(if $(filter 1,$(HAVE_CUDA)),libstdc++-12-dev | libstdc++-dev)
 
 ifeq ($(HAVE_PY_HEADERS),1)
@@ -1009,10 +1016,11 @@ BOOT_DEB_PACKAGES := systemd-container mmdebstrap
 BOOT_ENGINE := $(BUILD)/boot/synthetic_engine
 BOOT_REOPEN_ENGINE := $(filter %/reopen_engine,$(EXAMPLES))
 
-$(BOOT_ENGINE): $(BUILD)/examples/synthetic_engine.o $(LIBVASE_SO).$(LIBVASE_SOVERSION)
+$(BOOT_ENGINE): $(patsubst examples/%.c,$(BUILD)/examples/%.o,examples/synthetic_engine.c \
+                 $(call example_parts,synthetic_engine)) $(LIBVASE_SO).$(LIBVASE_SOVERSION)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< -L$(BUILD) -lvase -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD) -lvase -lm
 
 check-boot-deps: DEB_PACKAGES := $(BOOT_DEB_PACKAGES)
 check-boot-deps:

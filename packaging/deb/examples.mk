@@ -31,8 +31,11 @@ endif
 
 all: $(ENGINES)
 
-$(ENGINES): %: %.c
-	$(CC) $(CPPFLAGS) $(VASE_CFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) $(VASE_LIBS) -lm
+# An engine is NAME.c, and when it is longer than a file, the files NAME_*.c beside it with their
+# header NAME.h.
+.SECONDEXPANSION:
+$(ENGINES): %: %.c $$(wildcard $$*_*.c $$*.h)
+	$(CC) $(CPPFLAGS) $(VASE_CFLAGS) $(CFLAGS) -o $@ $(filter %.c,$^) $(LDFLAGS) $(VASE_LIBS) -lm
 
 clean:
 	rm -f $(ENGINES)
