@@ -19,7 +19,7 @@
 #  5. `make deb` builds the packages (vased, libvase1, libvase-dev, python3-vase, vase) whose
 #     contents (dpkg-deb -c) hold the files of case 1, each file in its package, vased's conffile
 #     /etc/vase/vased.conf; every library an ELF file needs is held by a package its Depends
-#     name, and none is the CUDA runtime.
+#     name, and none is the CUDA runtime; the units' Documentation= files are in vased's package.
 #  6. With CUDA: the packaged vased's CUDA arena reaches the toolkit's stub of the driver.
 #
 # Prints PASS, FAIL or SKIP per case; exits 1 if any failed.
@@ -252,6 +252,13 @@ if [ "$status" = 0 ]; then
     for p in vased libvase1 python3-vase; do
         x=$tmp/x-$p
         mkdir -p "$x" && dpkg-deb -x "$debdir/${p}_${version}_$arch.deb" "$x" || { status=1; continue; }
+        # The units' Documentation= files are in the package.
+        for u in "$x"/usr/lib/systemd/system/*; do
+            [ -f "$u" ] || continue
+            for doc in $(sed -n 's/^Documentation=//p' "$u" | tr ' ' '\n' | sed -n 's|^file:||p'); do
+                [ -f "$x$doc" ] || { echo "${u#"$x"}: Documentation=$doc is not in $p" >>"$out"; status=1; }
+            done
+        done
         depends=" $(dpkg-deb -f "$debdir/${p}_${version}_$arch.deb" Depends | tr ',|' '\n\n' |
             sed 's/(.*)//; s/[[:space:]]//g' | grep -v '^$' | tr '\n' ' ')"
         while read -r f; do

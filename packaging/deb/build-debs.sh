@@ -123,6 +123,9 @@ done
 [ -f "$stage/usr/share/doc/vase/README.md" ] || die "usr/share/doc/vase/README.md is not in the staged tree"
 mkdir -p "$work/vased/usr/share/doc/vased"
 mv "$stage"/usr/share/doc/vase/* "$work/vased/usr/share/doc/vased/"
+# The units name the README where make install puts it; in the package it is vased's.
+sed -i 's|file:/usr/share/doc/vase/|file:/usr/share/doc/vased/|' \
+    "$work"/vased/usr/lib/systemd/system/vased.service "$work"/vased/usr/lib/systemd/system/vased.socket
 find "$stage" -depth -type d -empty -delete
 left=$(cd "$stage" 2>/dev/null && find . ! -type d | sort) || left=
 [ -z "$left" ] || die "files of the staged tree no package claims: $left"
