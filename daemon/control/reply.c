@@ -119,23 +119,33 @@ ProtobufCMessage **vase_reply_repeated_new(size_t n, size_t size) {
 
 int vase_reply_listing(struct vased *d, const struct vase_reply_to *to,
                        Vase__Envelope__BodyCase body, ProtobufCMessage **entries, size_t n) {
-    /* The body's message, found by its field in the envelope: one repeated field of messages,
-     * set through the descriptor's offsets as protobuf-c itself sets it when it unpacks. */
-    const ProtobufCFieldDescriptor *bf =
-        protobuf_c_message_descriptor_get_field(&vase__envelope__descriptor, (unsigned)body);
-    const ProtobufCMessageDescriptor *md = bf->descriptor;
-    _Alignas(max_align_t) unsigned char storage[64];
-    ProtobufCMessage *m = (ProtobufCMessage *)storage;
+    Vase__ClientsReply clients = VASE__CLIENTS_REPLY__INIT;
+    Vase__SeqsReply seqs = VASE__SEQS_REPLY__INIT;
+    Vase__ConfigReply config = VASE__CONFIG_REPLY__INIT;
     Vase__Envelope e = VASE__ENVELOPE__INIT;
 
-    assert(bf->type == PROTOBUF_C_TYPE_MESSAGE && md->sizeof_message <= sizeof(storage));
-    assert(md->n_fields == 1 && md->fields[0].label == PROTOBUF_C_LABEL_REPEATED &&
-           md->fields[0].type == PROTOBUF_C_TYPE_MESSAGE);
-    protobuf_c_message_init(md, m);
-    *(size_t *)((char *)m + md->fields[0].quantifier_offset) = n;
-    *(ProtobufCMessage ***)((char *)m + md->fields[0].offset) = entries;
     e.body_case = body;
-    *(ProtobufCMessage **)((char *)&e + bf->offset) = m;
+    switch (body) {
+    case VASE__ENVELOPE__BODY_CLIENTS_REPLY:
+        clients.n_clients = n;
+        clients.clients = (Vase__ClientInfo **)entries;
+        e.clients_reply = &clients;
+        break;
+    case VASE__ENVELOPE__BODY_SEQS_REPLY:
+        seqs.n_seqs = n;
+        seqs.seqs = (Vase__SeqInfo **)entries;
+        e.seqs_reply = &seqs;
+        break;
+    case VASE__ENVELOPE__BODY_CONFIG_REPLY:
+        config.n_entries = n;
+        config.entries = (Vase__ConfigEntry **)entries;
+        e.config_reply = &config;
+        break;
+    default:
+        assert(!"vase_reply_listing: not a listing reply");
+        free(entries);
+        return -EINVAL;
+    }
     int r = vase_reply_send(d, to, &e);
     free(entries);
     return r;

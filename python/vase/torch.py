@@ -363,7 +363,7 @@ class VaseCache:
             if self.attention == "flashinfer":
                 return self._attend_flashinfer(layer, q, scale)
         b, n = q.shape[0], q.shape[1]
-        gather = self._gather_plan(st, n)
+        gather = self._gather_plan(st)
         shape = gather["shape"]
         k = torch.index_select(self.k[layer], 0, gather["blocks"]).view(shape)
         v = torch.index_select(self.v[layer], 0, gather["blocks"]).view(shape)
@@ -387,7 +387,7 @@ class VaseCache:
             self._recv[layer] = probs.sum(dim=(2, 3))
         return out
 
-    def _gather_plan(self, st: dict, n: int) -> dict:
+    def _gather_plan(self, st: dict) -> dict:
         """What the gather path needs this step, made once for every layer: the blocks to copy
         out (every sequence's first `width`, padding blocks included), the gathered slots to
         zero, and the fused kernel's mask.
