@@ -32,7 +32,8 @@ endif
 
 # Besides the libraries: python3 and python3-numpy run the vector generator (python3-dev and
 # libdlpack-dev build the Python package's extension, python3-venv makes the virtual environment
-# in which PyTorch, transformers and pytest from PyPI test it: VENV below), systemd gives the
+# in which PyTorch, transformers and pytest from PyPI test it: VENV below; libtcmalloc-minimal4
+# is the allocator vLLM's CPU worker insists on, for the vLLM plugin's tests), systemd gives the
 # tools of check-systemd (systemd-analyze, systemd-sysusers, systemd-tmpfiles); scdoc writes
 # the man pages and man-db's man renders them in make check (both optional for a build);
 # libmicrohttpd-dev serves vased's metrics, and prometheus gives the promtool that make check
@@ -41,7 +42,7 @@ endif
 DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
                 libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
                 python3 python3-numpy valgrind systemd clang-format \
-                python3-dev python3-venv libdlpack-dev \
+                python3-dev python3-venv libdlpack-dev libtcmalloc-minimal4 \
                 scdoc man-db libmicrohttpd-dev prometheus
 # tmux is the terminal in which tests/test_top_tmux.sh drives `vasectl top`; dpkg-dev's
 # dpkg-shlibdeps names the library packages of `make deb`'s packages.
@@ -499,6 +500,8 @@ $(VASECTL): $(VASECTL_SRCS:%.c=$(BUILD)/%.o) $(LIBVASE_A)
 # nothing of it. Not built with SANITIZE: a sanitized extension loads only into a sanitized
 # interpreter. python/pyproject.toml builds the same package for pip (`pip install ./python`,
 # `make wheel`) from what $(PY_SETUP_JSON) says of this build.
+# The version of everything built here: the daemon's (VASED_VERSION of daemon/state.h).
+VERSION := $(shell sed -n 's/^\#define VASED_VERSION "\(.*\)"$$/\1/p' daemon/state.h 2>/dev/null)
 PY_SRC_DIR := python/vase
 PY_PKG := $(BUILD)/python/vase
 PY_EXT := $(PY_PKG)/_vase.abi3.so
@@ -507,12 +510,23 @@ PY_EXT := $(PY_PKG)/_vase.abi3.so
 PY_EXT_SRCS := $(wildcard $(PY_SRC_DIR)/*.c)
 PY_EXT_OBJS := $(PY_EXT_SRCS:$(PY_SRC_DIR)/%.c=$(BUILD)/python/obj/%.o)
 PY_FILES := $(wildcard $(PY_SRC_DIR)/*.py $(PY_SRC_DIR)/*.pyi $(PY_SRC_DIR)/py.typed)
-PY_STAGED := $(PY_FILES:$(PY_SRC_DIR)/%=$(PY_PKG)/%)
+# vase.vllm, the vLLM plugin (a subpackage), and the entry point vLLM finds it by: a
+# distribution's entry_points.txt (group vllm.general_plugins) beside the package, so that a
+# vLLM run with PYTHONPATH=build/python, or with the installed package, loads it.
+PY_VLLM_FILES := $(wildcard $(PY_SRC_DIR)/vllm/*.py)
+PY_STAGED := $(PY_FILES:$(PY_SRC_DIR)/%=$(PY_PKG)/%) $(PY_VLLM_FILES:$(PY_SRC_DIR)/%=$(PY_PKG)/%)
+PY_DIST_INFO = vase-$(VERSION).dist-info
+PY_ENTRY_POINTS = $(BUILD)/python/$(PY_DIST_INFO)/entry_points.txt
 PY_INC = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 PY_SETUP_JSON := $(BUILD)/python/setup.json
 
 $(PY_STAGED): $(PY_PKG)/%: $(PY_SRC_DIR)/%
 	$(Q)mkdir -p $(@D) && cp $< $@
+
+$(PY_ENTRY_POINTS): Makefile
+	$(Q)mkdir -p $(@D) && rm -rf $(filter-out $(@D),$(wildcard $(BUILD)/python/vase-*.dist-info)) && \
+	  printf 'Metadata-Version: 2.1\nName: vase\nVersion: %s\n' '$(VERSION)' >$(@D)/METADATA && \
+	  printf '[vllm.general_plugins]\nvase = vase.vllm:register\n' >$@
 
 $(PY_EXT_OBJS): $(BUILD)/python/obj/%.o: $(PY_SRC_DIR)/%.c $(FLAGS_FILE) | $(DEPS_STAMP) $(PUBLIC_STAMP)
 	$(call say,CC,$@)
@@ -544,7 +558,7 @@ HAVE_PY_HEADERS := $(if $(PY_INC_NOW),$(shell \
   printf '\043include <Python.h>\n\043include <dlpack/dlpack.h>\nint v[PY_VERSION_HEX + DLPACK_VERSION];\n' | \
   $(CC) -fsyntax-only $(DEPS_CFLAGS) -I$(PY_INC_NOW) -x c - >/dev/null 2>&1 && echo 1))
 ifeq ($(HAVE_PY_HEADERS),1)
-all: $(PY_EXT) $(PY_STAGED) $(PY_SETUP_JSON) $(LIBVASE_DIST_A)
+all: $(PY_EXT) $(PY_STAGED) $(PY_ENTRY_POINTS) $(PY_SETUP_JSON) $(LIBVASE_DIST_A)
 else
 all: py-ext-skipped
 py-ext-skipped:
@@ -560,6 +574,7 @@ endif
 # Debian's python3 (python3-venv) with the exact versions of python/requirements.txt. It is
 # outside the build directories, so make clean keeps it; it is made again when that file
 # changes, and pip's wheel cache (~/.cache/pip) serves every later install without a download.
+# The file is the whole closure, installed with --no-deps (its header says why).
 # `make venv` makes it alone.
 VENV ?= $(CURDIR)/.venv
 VENV_PY := $(VENV)/bin/python
@@ -569,7 +584,8 @@ $(VENV_STAMP): python/requirements.txt | $(DEPS_STAMP)
 	$(call say,VENV,$(VENV))
 	$(Q)if ! cmp -s $< $@; then \
 	  { [ -x $(VENV_PY) ] || $(PYTHON) -m venv $(VENV); } && \
-	  $(VENV_PY) -m pip install --quiet --disable-pip-version-check --no-input --use-pep517 -r $< && \
+	  $(VENV_PY) -m pip install --quiet --disable-pip-version-check --no-input --use-pep517 \
+	    --no-deps -r $< && \
 	  cp $< $@; \
 	else touch $@; fi
 
@@ -832,9 +848,8 @@ bench-tenants: $(VASED) $(BENCH_TENANTS)
 # drop-in directory /etc/vase/vased.conf.d. `make uninstall` removes the same files, vased.conf
 # only while it is the default, and the drop-in directory only while it is empty.
 # `make deb` packages `make install PREFIX=/usr` (build/debs/, below). The version is
-# the daemon's (VASED_VERSION of daemon/state.h); the SONAME changes only when the ABI breaks.
+# the daemon's (VERSION, above); the SONAME changes only when the ABI breaks.
 
-VERSION := $(shell sed -n 's/^\#define VASED_VERSION "\(.*\)"$$/\1/p' daemon/state.h 2>/dev/null)
 PREFIX ?= /usr/local
 DESTDIR ?=
 BINDIR ?= $(PREFIX)/bin
@@ -896,7 +911,7 @@ $(VASE_PC): FORCE | $(DEPS_STAMP)
 
 INSTALL ?= install
 INSTALL_DEPS := $(VASED) $(VASECTL) $(LIBVASE_SO) $(LIBVASE_DIST_A) $(PUBLIC_STAMP) $(VASE_PC) \
-                $(if $(filter 1,$(HAVE_PY_HEADERS)),$(PY_EXT) $(PY_STAGED)) \
+                $(if $(filter 1,$(HAVE_PY_HEADERS)),$(PY_EXT) $(PY_STAGED)) $(PY_ENTRY_POINTS) \
                 $(MAN_PAGES)
 LIBVASE_FILE := libvase.so.$(VERSION)
 LIBVASE_SONAME := libvase.so.$(LIBVASE_SOVERSION)
@@ -929,6 +944,11 @@ install: $(INSTALL_DEPS)
 	  $(INSTALL) -d $(D)$(MANDIR)/man$$s && $(INSTALL) -m 644 $$p $(D)$(MANDIR)/man$$s/ || exit 1; \
 	done
 	$(Q)$(INSTALL) -d $(D)$(PYTHONDIR)/vase && $(INSTALL) -m 644 $(PY_FILES) $(D)$(PYTHONDIR)/vase/
+	$(Q)$(INSTALL) -d $(D)$(PYTHONDIR)/vase/vllm && \
+	  $(INSTALL) -m 644 $(PY_VLLM_FILES) $(D)$(PYTHONDIR)/vase/vllm/
+	$(Q)$(INSTALL) -d $(D)$(PYTHONDIR)/$(PY_DIST_INFO) && \
+	  $(INSTALL) -m 644 $(PY_ENTRY_POINTS) $(dir $(PY_ENTRY_POINTS))METADATA \
+	    $(D)$(PYTHONDIR)/$(PY_DIST_INFO)/
 	$(Q)if [ -f $(PY_EXT) ]; then $(INSTALL) -m 644 $(PY_EXT) $(D)$(PYTHONDIR)/vase/; \
 	else echo "  SKIP    $(PY_EXT): not built (python3-dev, libdlpack-dev)"; fi
 
@@ -941,17 +961,20 @@ INSTALLED_FILES = $(addprefix $(BINDIR)/,vased vasectl) \
   $(addprefix $(DOCDIR)/,$(DOC_FILES)) \
   $(MANDIR)/man8/vased.8 $(MANDIR)/man1/vasectl.1 $(MANDIR)/man3/libvase.3 \
   $(MANDIR)/man5/vased.conf.5 \
-  $(addprefix $(PYTHONDIR)/vase/,$(notdir $(PY_FILES) $(PY_EXT)))
+  $(addprefix $(PYTHONDIR)/vase/,$(notdir $(PY_FILES) $(PY_EXT))) \
+  $(addprefix $(PYTHONDIR)/vase/vllm/,$(notdir $(PY_VLLM_FILES))) \
+  $(addprefix $(PYTHONDIR)/$(PY_DIST_INFO)/,METADATA entry_points.txt)
 
 uninstall:
 	$(call say,REMOVE,$(D)$(PREFIX))
 	$(Q)rm -f $(addprefix $(D),$(INSTALLED_FILES))
-	$(Q)rm -rf $(D)$(PYTHONDIR)/vase/__pycache__
+	$(Q)rm -rf $(D)$(PYTHONDIR)/vase/__pycache__ $(D)$(PYTHONDIR)/vase/vllm/__pycache__
 	$(Q)if cmp -s systemd/vased.conf $(D)$(SYSCONFDIR)/vase/vased.conf; then \
 	  rm -f $(D)$(SYSCONFDIR)/vase/vased.conf; \
 	elif [ -e $(D)$(SYSCONFDIR)/vase/vased.conf ]; then \
 	  echo "  KEEP    $(D)$(SYSCONFDIR)/vase/vased.conf (edited)"; fi
-	$(Q)rmdir $(D)$(INCLUDEDIR)/vase $(D)$(DOCDIR)/docs $(D)$(DOCDIR) $(D)$(PYTHONDIR)/vase \
+	$(Q)rmdir $(D)$(INCLUDEDIR)/vase $(D)$(DOCDIR)/docs $(D)$(DOCDIR) $(D)$(PYTHONDIR)/vase/vllm \
+	  $(D)$(PYTHONDIR)/vase $(D)$(PYTHONDIR)/$(PY_DIST_INFO) \
 	  $(D)$(SYSCONFDIR)/vase/vased.conf.d $(D)$(SYSCONFDIR)/vase 2>/dev/null || true
 
 # ---- deb ----
@@ -978,7 +1001,7 @@ DEB_EXAMPLES := $(EXAMPLE_SRCS) $(EXAMPLE_HEADERS)
 DEB_DEV_DEPENDS := $(if $(filter 1,$(HAVE_CUDA)),libstdc++-12-dev | libstdc++-dev)
 
 ifeq ($(HAVE_PY_HEADERS),1)
-deb: $(INSTALL_DEPS) $(PY_EXT) $(PY_STAGED)
+deb: $(INSTALL_DEPS) $(PY_EXT) $(PY_STAGED) $(PY_ENTRY_POINTS)
 else
 deb:
 	@echo "error: make deb packages the Python extension, which needs Python.h and dlpack/dlpack.h" \

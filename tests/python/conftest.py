@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Fixtures shared by the Python tests: a private vased for each test module."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -43,12 +44,19 @@ def stop_vased(proc, sig=signal.SIGTERM):
         proc.wait()
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    """The runtime directory of a vased with a 64 MiB host arena of 64 KiB granules."""
+@contextlib.contextmanager
+def private_vased(tmp_path_factory, *settings):
+    """A vased with these settings on a fresh runtime directory, which it yields."""
     run = str(tmp_path_factory.mktemp("run"))
-    proc = start_vased(run, "--arena-bytes=64M", "--granule-bytes=64K")
+    proc = start_vased(run, *settings)
     try:
         yield run
     finally:
         stop_vased(proc)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    """The runtime directory of a vased with a 64 MiB host arena of 64 KiB granules."""
+    with private_vased(tmp_path_factory, "--arena-bytes=64M", "--granule-bytes=64K") as run:
+        yield run

@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: MIT
+"""The functions of vLLM 0.18.1 that vase.vllm replaces, each named, each wrapping vLLM's own:
+
+- ``AttentionBackendEnum.CPU_ATTN`` and ``FLASH_ATTN`` are registered (vLLM's
+  ``register_backend``) to vase's subclasses (``vase.vllm.cpu``, ``vase.vllm.cuda``);
+- ``GPUModelRunner.execute_model`` (the CPU runner's too): closes the sequences of finished and
+  preempted requests, then runs vLLM's step;
+- ``GPUModelRunner._model_forward``: opens the sequences of new requests and sets up the step
+  before the forward pass, ends it after (tokens counted, plans applied);
+- ``GPUModelRunner._allocate_kv_cache_tensors``: vLLM's KV tensors with ``torch.empty``
+  instead of ``torch.zeros`` (the requests' KV is in vased's arena; vLLM's stays unwritten);
+- ``Platform.check_and_update_config`` of the current platform: prefix caching off;
+- ``SamplingParams._verify_args``: the request's vase_* extra_args checked.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from . import check_args, runtime
+
+log = logging.getLogger("vllm.vase")
+
+_applied = False
+
+
+def _wrap(owner, name: str, make):
+    """Replaces owner.name by make(original), once (vLLM may load plugins twice)."""
+    original = getattr(owner, name)
+    if getattr(original, "__vase_original__", None) is not None:
+        return
+    wrapper = make(original)
+    functools.update_wrapper(wrapper, original)
+    wrapper.__vase_original__ = original
+    setattr(owner, name, wrapper)
+
+
+def _execute_model(original):
+    def execute_model(self, scheduler_output, *args, **kwargs):
+        rt = runtime.get(self.vllm_config)
+        for req_id in scheduler_output.finished_req_ids:
+            rt.close(req_id)
+        for req_id in getattr(scheduler_output, "preempted_req_ids", None) or ():
+            # vLLM frees a preempted request's blocks and recomputes it when it resumes.
+            rt.close(req_id)
+        rt.scheduler_output = scheduler_output
+        try:
+            return original(self, scheduler_output, *args, **kwargs)
+        finally:
+            rt.scheduler_output = None
+            if rt.step is not None:  # the forward pass raised
+                rt.step = None
+                rt.cache.seqs = []
+
+    return execute_model
+
+
+def _model_forward(original):
+    def _model_forward(self, *args, **kwargs):
+        rt = runtime.get()
+        if rt is None or rt.scheduler_output is None:
+            return original(self, *args, **kwargs)
+        rt.begin(self, rt.scheduler_output)
+        out = original(self, *args, **kwargs)
+        rt.finish()
+        return out
+
+    return _model_forward
+
+
+def _allocate_kv_cache_tensors(original):
+    def _allocate_kv_cache_tensors(self, kv_cache_config):
+        import torch
+
+        zeros = torch.zeros
+        torch.zeros = torch.empty  # vLLM's tensors stay unwritten, so their pages stay virtual
+        try:
+            return original(self, kv_cache_config)
+        finally:
+            torch.zeros = zeros
+
+    return _allocate_kv_cache_tensors
+
+
+def _check_and_update_config(original):
+    def check_and_update_config(vllm_config):
+        original(vllm_config)
+        cache = vllm_config.cache_config
+        if cache.enable_prefix_caching:
+            log.info("vase.vllm: prefix caching off (a hit would skip tokens vase never got)")
+            cache.enable_prefix_caching = False
+
+    return check_and_update_config
+
+
+def _verify_args(original):
+    def _verify_args(self):
+        original(self)
+        check_args(self.extra_args)
+
+    return _verify_args
+
+
+def apply() -> None:
+    global _applied
+    if _applied:
+        return
+    from vllm.platforms import current_platform
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    register_backend(AttentionBackendEnum.CPU_ATTN, "vase.vllm.cpu.VaseCPUAttentionBackend")
+    register_backend(AttentionBackendEnum.FLASH_ATTN,
+                     "vase.vllm.cuda.VaseFlashAttentionBackend")
+    _wrap(GPUModelRunner, "execute_model", _execute_model)
+    _wrap(GPUModelRunner, "_model_forward", _model_forward)
+    _wrap(GPUModelRunner, "_allocate_kv_cache_tensors", _allocate_kv_cache_tensors)
+    platform = type(current_platform)
+    original = platform.check_and_update_config
+    if getattr(original, "__vase_original__", None) is None:
+        wrapper = _check_and_update_config(original)
+        wrapper.__vase_original__ = original
+        platform.check_and_update_config = classmethod(lambda cls, c: wrapper(c))
+        platform.check_and_update_config.__func__.__vase_original__ = original
+    _wrap(SamplingParams, "_verify_args", _verify_args)
+    _applied = True
+    log.info("vase.vllm: on (vLLM %s, platform %s)", _version(), platform.__name__)
+
+
+def _version() -> str:
+    from . import vllm_version
+
+    return str(vllm_version())

@@ -1,0 +1,169 @@
+# SPDX-License-Identifier: MIT
+"""vase.vllm: the plugin in vLLM's OpenAI-compatible server (the pinned CPU build), driven by
+the openai client; and its loading rules, in fresh interpreters."""
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+import openai
+import pytest
+
+from conftest import BUILD, private_vased
+from vllmutil import Server, vasectl
+
+PROMPTS = ["#include <stdio.h>", "int main(void) {", "/* the cache */ static int x =",
+           "def f(x):\n    return"]
+
+
+def run_python(code, **env):
+    e = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"))
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e,
+                          timeout=120)
+
+
+def test_off_unless_switched_on():
+    out = run_python(
+        "import vase.vllm as v; v.register();"
+        "from vllm.v1.worker.gpu_model_runner import GPUModelRunner as R;"
+        "print(hasattr(R.execute_model, '__vase_original__'))", VASE_VLLM="0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "False"
+
+
+def test_on_patches_named_functions():
+    out = run_python(
+        "import vase.vllm as v; v.register(); v.register();"
+        "from vllm.v1.worker.gpu_model_runner import GPUModelRunner as R;"
+        "from vllm.v1.attention.backends.registry import AttentionBackendEnum as B;"
+        "o = R.execute_model.__vase_original__;"
+        "print(hasattr(o, '__vase_original__'), B.CPU_ATTN.get_path())", VASE_VLLM="1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["False", "vase.vllm.cpu.VaseCPUAttentionBackend"]
+
+
+def test_refuses_another_vllm_version():
+    out = run_python("import vase.vllm as v; v.vllm_version = lambda: '0.19.0'; v.register()",
+                     VASE_VLLM="1")
+    assert out.returncode != 0
+    assert "vLLM 0.18.1" in out.stderr and "this is vLLM 0.19.0" in out.stderr
+
+
+def test_bad_server_setting_stops_at_load():
+    out = run_python("import vase.vllm as v; v.register()", VASE_VLLM="1",
+                     VASE_VLLM_BUDGET="lots")
+    assert out.returncode != 0 and "VASE_VLLM_BUDGET='lots': not an integer" in out.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"vase_budget": "64"}, "vase_budget must be an integer"),
+    ({"vase_budget": 0}, "vase_budget 0 is outside"),
+    ({"vase_policy": "lru"}, "vase_policy 'lru'"),
+    ({"vase_mode": "later"}, "vase_mode 'later'"),
+    ({"vase_bugdet": 64}, "unknown key 'vase_bugdet'"),
+    ({"vase_weight": True}, "vase_weight must be an integer"),
+])
+def test_request_settings_checked(args, message):
+    import vase.vllm as v
+
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        v.check_args(args)
+    v.check_args({"other_plugin_key": object()})  # not vase's
+
+
+# ---- the server ----
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    with private_vased(tmp_path_factory, "--arena-bytes=256M", "--granule-bytes=256K") as run:
+        yield run
+
+
+@pytest.fixture(scope="module")
+def servers(run, tmp_path_factory):
+    """vLLM without the plugin and vLLM with it, both up."""
+    logs = tmp_path_factory.mktemp("vllm")
+    plain = Server(str(logs / "plain.log"))
+    vased = Server(str(logs / "vase.log"), run=run, plugin=True,
+                   env={"VASE_VLLM_BUDGET": "1024", "VASE_VLLM_WINDOW": "32"})
+    try:
+        plain.wait_ready()
+        vased.wait_ready()
+        yield plain, vased
+    finally:
+        plain.stop()
+        vased.stop()
+
+
+def chat(server, prompt, max_tokens, **extra):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=300,
+                           max_retries=0)
+    return client.chat.completions.create(
+        model="vase-tiny", messages=[{"role": "user", "content": prompt}],
+        max_tokens=max_tokens, temperature=0, logprobs=True, top_logprobs=3,
+        extra_body=dict(return_token_ids=True, **extra))
+
+
+def token_ids(resp):
+    return list(resp.choices[0].token_ids)
+
+
+def test_budget_above_length_is_vllm_token_for_token(servers):
+    plain, vased = servers
+    for prompt in PROMPTS:
+        a, b = chat(plain, prompt, 64), chat(vased, prompt, 64)
+        assert token_ids(a) == token_ids(b), prompt
+        # Every position's top-3 log-probabilities, to float32 noise (the two attend through
+        # different kernels: vLLM's paged CPU kernel, PyTorch's SDPA over the arena's slots).
+        la = [u.logprob for t in a.choices[0].logprobs.content for u in t.top_logprobs]
+        lb = [u.logprob for t in b.choices[0].logprobs.content for u in t.top_logprobs]
+        assert len(la) == len(lb) == 3 * 64
+        assert max(abs(x - y) for x, y in zip(la, lb)) < 5e-5, prompt
+    assert "vase.vllm: request" in vased.log_text()  # the requests went through vase
+
+
+def test_budget_below_length_evicts(servers, run):
+    plain, vased = servers
+    before = vasectl(run, "status")["evictions_total"]
+    resp = chat(vased, PROMPTS[0], 400, ignore_eos=True,
+                vllm_xargs={"vase_budget": 96, "vase_window": 32, "vase_policy": "vase-attnv"})
+    assert resp.usage.completion_tokens == 400
+    text = resp.choices[0].message.content
+    assert isinstance(text, str) and len(text) > 0
+    assert all(math.isfinite(t.logprob) for t in resp.choices[0].logprobs.content)
+    after = vasectl(run, "status")["evictions_total"]
+    assert after - before >= (400 - 96) // 32 - 1
+    log = vased.log_text()
+    assert "evictions)" in log
+
+
+def test_bad_request_settings_are_the_clients_error(servers):
+    plain, vased = servers
+    with pytest.raises(openai.BadRequestError, match="vase_policy"):
+        chat(vased, PROMPTS[0], 8, vllm_xargs={"vase_policy": "lru"})
+    assert len(token_ids(chat(vased, PROMPTS[1], 8))) == 8  # the server goes on
+
+
+def test_sequences_closed_after_requests_and_aborts(servers, run):
+    plain, vased = servers
+    client = openai.OpenAI(base_url=vased.url + "/v1", api_key="none", timeout=300,
+                           max_retries=0)
+    stream = client.chat.completions.create(
+        model="vase-tiny", messages=[{"role": "user", "content": PROMPTS[2]}], max_tokens=900,
+        temperature=0, stream=True, extra_body=dict(ignore_eos=True))
+    got = 0
+    for _ in stream:
+        got += 1
+        if got == 5:
+            break
+    assert len(vasectl(run, "seqs")["seqs"]) >= 1  # the streamed request holds a sequence
+    stream.close()  # the client goes away: vLLM aborts the request
+    for _ in range(200):
+        if not vasectl(run, "seqs")["seqs"]:
+            break
+        time.sleep(0.1)
+    assert vasectl(run, "seqs")["seqs"] == []
+    assert len(token_ids(chat(vased, PROMPTS[3], 8))) == 8
