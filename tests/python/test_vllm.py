@@ -11,7 +11,7 @@ import time
 import openai
 import pytest
 
-from conftest import BUILD, private_vased
+from conftest import BUILD, private_vased, stop_vased
 from vllmutil import Server, vasectl
 
 PROMPTS = ["#include <stdio.h>", "int main(void) {", "/* the cache */ static int x =",
@@ -167,3 +167,85 @@ def test_sequences_closed_after_requests_and_aborts(servers, run):
         time.sleep(0.1)
     assert vasectl(run, "seqs")["seqs"] == []
     assert len(token_ids(chat(vased, PROMPTS[3], 8))) == 8
+
+
+# ---- failures: each costs only the requests concerned ----
+
+def stream_tokens(server, prompt, max_tokens, **extra):
+    """A streamed chat completion's chunks, one at a time."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=300,
+                           max_retries=0)
+    return client.chat.completions.create(
+        model="vase-tiny", messages=[{"role": "user", "content": prompt}],
+        max_tokens=max_tokens, temperature=0, stream=True,
+        extra_body=dict(ignore_eos=True, **extra))
+
+
+def test_no_room_fails_that_request_alone(servers, run):
+    plain, vased = servers
+    stream = stream_tokens(vased, PROMPTS[0], 600)
+    next(iter(stream))
+    # 256 MiB arena: a budget of 2M tokens (256 KiB per 128-token page) cannot be held.
+    with pytest.raises(openai.InternalServerError):
+        chat(vased, PROMPTS[1], 8, vllm_xargs={"vase_budget": 2000000})
+    assert "request" in vased.log_text() and "no vase sequence" in vased.log_text()
+    assert sum(1 for _ in stream) > 0  # the streamed request went on
+    assert len(token_ids(chat(vased, PROMPTS[1], 8))) == 8
+
+
+def test_vased_restart_fails_its_requests_then_serves_again(tmp_path):
+    from conftest import start_vased
+
+    run = str(tmp_path / "run")
+    os.mkdir(run)
+    proc = start_vased(run, "--arena-bytes=256M", "--granule-bytes=256K")
+    server = Server(str(tmp_path / "vllm.log"), run=run, plugin=True)
+    try:
+        server.wait_ready()
+        assert len(token_ids(chat(server, PROMPTS[0], 8))) == 8
+        stream = stream_tokens(server, PROMPTS[1], 900)
+        it = iter(stream)
+        next(it)
+        proc.kill()  # vased dies with the request's sequence
+        proc.wait()
+        with pytest.raises(openai.APIError):
+            for _ in it:
+                pass
+        proc = start_vased(run, "--arena-bytes=256M", "--granule-bytes=256K")
+        assert len(token_ids(chat(server, PROMPTS[2], 16))) == 16  # connected again
+        assert vasectl(run, "seqs")["seqs"] == []
+    finally:
+        server.stop()
+        stop_vased(proc)
+    assert "vased went away" in server.log_text()
+
+
+def test_killed_vllm_engine_leaks_no_page(run, tmp_path):
+    import psutil
+
+    clients = vasectl(run, "status")["clients"]  # the other server's, if it is connected
+    pages = sum(a["bytes_pages"] for a in vasectl(run, "status")["arenas"])
+    server = Server(str(tmp_path / "vllm.log"), run=run, plugin=True)
+    try:
+        server.wait_ready()
+        stream = stream_tokens(server, PROMPTS[0], 900)
+        it = iter(stream)
+        next(it)
+        assert vasectl(run, "seqs")["seqs"]
+        engines = [p for p in psutil.Process(server.proc.pid).children(recursive=True)
+                   if "EngineCore" in " ".join(p.cmdline()) + p.name()]
+        assert engines, "no EngineCore process"
+        for p in engines:
+            p.kill()
+        with pytest.raises(openai.APIError):
+            for _ in it:
+                pass
+    finally:
+        server.stop()
+    for _ in range(100):
+        status = vasectl(run, "status")
+        if status["clients"] == clients:
+            break
+        time.sleep(0.1)
+    assert status["clients"] == clients
+    assert sum(a["bytes_pages"] for a in status["arenas"]) == pages  # its pages came back

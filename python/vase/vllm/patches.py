@@ -10,7 +10,9 @@
 - ``GPUModelRunner._allocate_kv_cache_tensors``: vLLM's KV tensors with ``torch.empty``
   instead of ``torch.zeros`` (the requests' KV is in vased's arena; vLLM's stays unwritten);
 - ``Platform.check_and_update_config`` of the current platform: prefix caching off;
-- ``SamplingParams._verify_args``: the request's vase_* extra_args checked.
+- ``SamplingParams._verify_args``: the request's vase_* extra_args checked;
+- ``Scheduler.update_from_output``: the requests vase could not serve in a step (no room in
+  the arena, vased gone) finish with an error, the others go on.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def _execute_model(original):
             rt.scheduler_output = None
             if rt.step is not None:  # the forward pass raised
                 rt.step = None
-                rt.cache.seqs = []
+                if rt.cache is not None:
+                    rt.cache.seqs = []
 
     return execute_model
 
@@ -83,9 +86,47 @@ def _allocate_kv_cache_tensors(original):
     return _allocate_kv_cache_tensors
 
 
+def _update_from_output(original):
+    def update_from_output(self, scheduler_output, model_runner_output):
+        # The requests vase could not serve this step finish with an error (the OpenAI server
+        # answers them with an error); their tokens of the step are dropped, the others go on.
+        rt = runtime.get()
+        failed = rt.take_failed() if rt is not None else {}
+        gone = []
+        for req_id in failed:
+            req = self.requests.get(req_id)
+            if req is not None and not req.is_finished():
+                gone.append(req)
+        if gone:
+            from vllm.v1.request import RequestStatus
+
+            self.finish_requests([r.request_id for r in gone], RequestStatus.FINISHED_ERROR)
+        outputs = original(self, scheduler_output, model_runner_output)
+        if gone:
+            from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
+
+            for req in gone:
+                eco = outputs.get(req.client_index)
+                if eco is None:
+                    eco = outputs[req.client_index] = EngineCoreOutputs()
+                eco.outputs.append(EngineCoreOutput(
+                    request_id=req.request_id, new_token_ids=[],
+                    finish_reason=req.get_finished_reason(), events=req.take_events(),
+                    trace_headers=req.trace_headers, num_cached_tokens=req.num_cached_tokens))
+        return outputs
+
+    return update_from_output
+
+
 def _check_and_update_config(original):
     def check_and_update_config(vllm_config):
         original(vllm_config)
+        if vllm_config.parallel_config.world_size > 1:
+            # A request vase cannot serve is failed by the scheduler from what the worker
+            # found, in the same process: one worker.
+            raise NotImplementedError(
+                "vase.vllm serves one worker (tensor and pipeline parallel size 1), not "
+                f"{vllm_config.parallel_config.world_size}; unset VASE_VLLM to run without vase")
         cache = vllm_config.cache_config
         if cache.enable_prefix_caching:
             log.info("vase.vllm: prefix caching off (a hit would skip tokens vase never got)")
@@ -109,6 +150,7 @@ def apply() -> None:
     from vllm.platforms import current_platform
     from vllm.sampling_params import SamplingParams
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+    from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     register_backend(AttentionBackendEnum.CPU_ATTN, "vase.vllm.cpu.VaseCPUAttentionBackend")
@@ -125,6 +167,7 @@ def apply() -> None:
         platform.check_and_update_config = classmethod(lambda cls, c: wrapper(c))
         platform.check_and_update_config.__func__.__vase_original__ = original
     _wrap(SamplingParams, "_verify_args", _verify_args)
+    _wrap(Scheduler, "update_from_output", _update_from_output)
     _applied = True
     log.info("vase.vllm: on (vLLM %s, platform %s)", _version(), platform.__name__)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -124,14 +123,16 @@ class Step:
     the [b, n] gather of the flat token dimension into rows (real: which entries are tokens;
     None when every row brings n)."""
 
-    req_ids: List[str]
+    req_ids: List[str]  # the requests vase serves this step, in the batch's order
     counts: List[int]
-    total: int
+    total: int  # tokens of the whole batch, failed requests' included
     index: torch.Tensor
     real: Optional[torch.Tensor]
     rows: Optional[torch.Tensor] = None
     cols: Optional[torch.Tensor] = None
     layers_done: set = field(default_factory=set)
+    partial: bool = False  # some tokens of the batch are failed requests': their output is 0
+    broken: bool = False  # vase failed during the step: every layer's output is 0 from then
 
 
 class Runtime:
@@ -148,25 +149,67 @@ class Runtime:
         if dtype not in DTYPES:
             raise ValueError(f"vase.vllm: model dtype {dtype}: vase stores "
                              f"{', '.join(DTYPES)}")
-        import os
-
-        self.client = vase.connect()
-        try:
-            self.cache = Requests(self.client, self.layers, self.q_heads, self.kv_heads,
-                                  self.head_dim, DTYPES[dtype], vllm_config.cache_config.block_size,
-                                  os.environ.get("VASE_VLLM_NAME", "") or "vllm",
-                                  os.environ.get("VASE_VLLM_ATTENTION", "") or "auto")
-        except BaseException:
-            self.client.close()
-            raise
+        self.dtype = dtype
+        self.block = vllm_config.cache_config.block_size
+        self.client: Optional["vase.Client"] = None
+        self.cache: Optional[Requests] = None
         self.step: Optional[Step] = None
         self.scheduler_output = None
         self._layer_of: Dict[str, int] = {}
-        self.lock = threading.Lock()
+        # Requests vase could not serve, and why: the scheduler finishes them with an error
+        # (patches._update_from_output) and the others go on.
+        self.failed: Dict[str, str] = {}
+        try:
+            self._connect()
+        except vase.VaseError as e:  # its requests fail until vased is back
+            log.warning("vase.vllm: vased is not reachable: %s", e)
+
+    def _connect(self) -> None:
+        """Connects to vased and registers the model (at start, and after vased went away)."""
+        import os
+
+        client = vase.connect()
+        try:
+            self.cache = Requests(client, self.layers, self.q_heads, self.kv_heads,
+                                  self.head_dim, DTYPES[self.dtype], self.block,
+                                  os.environ.get("VASE_VLLM_NAME", "") or "vllm",
+                                  os.environ.get("VASE_VLLM_ATTENTION", "") or "auto")
+        except BaseException:
+            client.close()
+            raise
+        self.client = client
         log.info("vase.vllm: model of %d layers, %d/%d heads of %d, %s, blocks of %d tokens, "
                  "arena %d, attention %s; default %s", self.layers, self.q_heads, self.kv_heads,
-                 self.head_dim, dtype, self.cache.block, self.cache.model.arena,
+                 self.head_dim, self.dtype, self.cache.block, self.cache.model.arena,
                  self.cache.attention, self.defaults)
+
+    def _disconnect(self, why: str) -> None:
+        """Drops the connection after vased went away: every open request fails (its KV went
+        with the daemon's sequences); the next step connects again."""
+        cache, client, self.cache, self.client = self.cache, self.client, None, None
+        if cache is not None:
+            for req_id in list(cache.open_reqs):
+                self.fail(req_id, why)
+                cache.open_reqs.pop(req_id, None)
+        if client is not None:
+            try:
+                client.close()
+            except vase.VaseError:
+                pass
+
+    def fail(self, req_id: str, why: str) -> None:
+        if req_id not in self.failed:
+            log.warning("vase.vllm: request %s fails: %s", req_id, why)
+        self.failed[req_id] = why
+        if self.cache is not None and req_id in self.cache.open_reqs:
+            try:
+                self.cache.close_request(req_id)
+            except vase.VaseError as e:
+                log.warning("vase.vllm: request %s: closing its sequence: %s", req_id, e)
+
+    def take_failed(self) -> Dict[str, str]:
+        failed, self.failed = self.failed, {}
+        return failed
 
     # ---- requests ----
 
@@ -175,7 +218,8 @@ class Runtime:
         args = dict(self.defaults)
         args.update({k: v for k, v in ((sp.extra_args if sp else None) or {}).items()
                      if k.startswith("vase_")})
-        extra = {}
+        # An open never waits for room: it would stall every request of the engine's step.
+        extra = {"admission_wait_ms": 0}
         if args["vase_min_budget"]:
             extra["min_budget"] = args["vase_min_budget"]
         if args["vase_weight"]:
@@ -185,7 +229,7 @@ class Runtime:
                        extra=extra)
 
     def close(self, req_id: str) -> None:
-        req = self.cache.open_reqs.get(req_id)
+        req = self.cache.open_reqs.get(req_id) if self.cache is not None else None
         if req is None:
             return
         seq = req.seq
@@ -193,7 +237,11 @@ class Runtime:
             what = (f"{seq.position} tokens, {seq.len} held, {seq.rounds} evictions")
         except vase.VaseError as e:
             what = f"state unknown ({e})"
-        self.cache.close_request(req_id)
+        try:
+            self.cache.close_request(req_id)
+        except vase.VaseError as e:
+            log.warning("vase.vllm: request %s: closing sequence %d: %s", req_id, seq.id, e)
+            return
         log.info("vase.vllm: request %s: sequence %d closed (%s)", req_id, seq.id, what)
 
     # ---- the step ----
@@ -211,37 +259,65 @@ class Runtime:
         return i
 
     def begin(self, runner, scheduler_output) -> None:
-        """Opens the sequences of the batch's new requests and makes the step's gather."""
+        """Opens the sequences of the batch's new requests and makes the step's gather. A
+        request vase cannot serve (no room, a bad setting, vased gone) fails alone."""
         batch = runner.input_batch
         req_ids = list(batch.req_ids[: batch.num_reqs])
         counts = [int(scheduler_output.num_scheduled_tokens[r]) for r in req_ids]
         computed = batch.num_computed_tokens_cpu[: batch.num_reqs].tolist()
-        for r, done in zip(req_ids, computed):
-            req = self.cache.open_reqs.get(r)
-            if req is None:
-                state = runner.requests[r]
-                if done:
-                    raise RuntimeError(f"vase.vllm: request {r} starts at token {done}, not 0: "
-                                       "its first tokens' KV was never written to vase")
-                spec = self.spec_of(state)
-                s = self.cache.open_request(r, spec, int(state.num_prompt_tokens))
-                log.debug("vase.vllm: request %s -> sequence %d (%s, budget %d)", r, s.id,
-                          spec.policy, spec.budget)
-            elif req.seq.position != done:
-                raise RuntimeError(f"vase.vllm: request {r}: vLLM has computed {done} tokens, "
-                                   f"its vase sequence {req.seq.position}")
-        self.cache.begin(req_ids)
-        b, n = len(req_ids), max(counts) if counts else 0
+        if self.cache is None:
+            try:
+                self._connect()
+            except vase.VaseError as e:
+                for r in req_ids:
+                    self.fail(r, f"vased is not reachable: {e}")
+        ok = [self.cache is not None and self._admit(runner, r, done)
+              for r, done in zip(req_ids, computed)]
+        served = [r for r, good in zip(req_ids, ok) if good]
+        if self.cache is not None:
+            self.cache.begin(served)
         cu = torch.tensor([0] + counts, dtype=torch.long).cumsum(0)
+        rows = [i for i, good in enumerate(ok) if good]
+        c = torch.tensor([counts[i] for i in rows], dtype=torch.long).view(-1, 1)
+        n = int(c.max()) if rows else 0
         j = torch.arange(n, dtype=torch.long).view(1, n)
-        c = torch.tensor(counts, dtype=torch.long).view(b, 1)
         real = j < c
-        index = (cu[:-1].view(b, 1) + j).masked_fill(~real, 0)
+        index = (cu[rows].view(-1, 1) + j).masked_fill(~real, 0)
         uniform = bool(real.all())
-        st = Step(req_ids, counts, int(cu[-1]), index, None if uniform else real)
+        st = Step(served, [counts[i] for i in rows], int(cu[-1]), index,
+                  None if uniform else real, partial=len(served) < len(req_ids))
         if not uniform:
             st.rows, st.cols = real.nonzero(as_tuple=True)
         self.step = st
+
+    def _admit(self, runner, req_id: str, done: int) -> bool:
+        """Whether vase serves the request this step: its sequence is open (opened now for a
+        new request) and holds what vLLM computed."""
+        if req_id in self.failed:
+            return False
+        req = self.cache.open_reqs.get(req_id)
+        if req is not None:
+            if req.seq.position == done:
+                return True
+            self.fail(req_id, f"vLLM has computed {done} tokens, its vase sequence "
+                              f"{req.seq.position}")
+            return False
+        if done:
+            self.fail(req_id, f"it starts at token {done}, not 0: the KV of its first tokens "
+                              "was never written to vase")
+            return False
+        state = runner.requests[req_id]
+        try:
+            spec = self.spec_of(state)
+            s = self.cache.open_request(req_id, spec, int(state.num_prompt_tokens))
+        except (vase.VaseError, ValueError) as e:
+            if isinstance(e, vase.VaseError) and e.errno in _GONE:
+                self._disconnect(f"vased went away: {e}")
+            self.fail(req_id, f"no vase sequence: {e}")
+            return False
+        log.debug("vase.vllm: request %s -> sequence %d (%s, budget %d)", req_id, s.id,
+                  spec.policy, spec.budget)
+        return True
 
     def attend(self, layer_name: str, scale: float, query: torch.Tensor, key: torch.Tensor,
                value: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
@@ -254,32 +330,63 @@ class Runtime:
             raise RuntimeError(f"vase.vllm: layer {layer} attended twice in one step")
         st.layers_done.add(layer)
         t = st.total
+        if st.partial or st.broken or not st.req_ids:
+            output[:t] = 0  # failed requests' tokens: what they compute is never delivered
+        if st.broken or not st.req_ids:
+            return output
         idx = st.index.to(query.device)
-        q, k, v = query[:t][idx], key[:t][idx], value[:t][idx]  # [b, n, heads, d]
+        q, k, v = query[idx], key[idx], value[idx]  # [b, n, heads, d]
         real = st.real
-        self.cache.append(layer, k, v, q, real)
-        out = self.cache.attend(layer, q, real, scale)
-        if real is None:
-            output[:t] = out.reshape(t, *out.shape[2:]).to(output.dtype)
-        else:
-            output[:t] = out[st.rows.to(out.device), st.cols.to(out.device)].to(output.dtype)
+        try:
+            self.cache.append(layer, k, v, q, real)
+            out = self.cache.attend(layer, q, real, scale)
+        except (vase.VaseError, RuntimeError) as e:
+            self._fail_step(f"attention of layer {layer}: {e}", e)
+            output[:t] = 0
+            return output
+        flat = st.index.view(-1) if real is None else st.index[st.rows, st.cols]
+        got = out.reshape(-1, *out.shape[2:]) if real is None else out[
+            st.rows.to(out.device), st.cols.to(out.device)]
+        output[flat.to(output.device)] = got.to(output.dtype)
         return output
 
+    def _fail_step(self, why: str, e: BaseException) -> None:
+        """vase failed in the middle of a step: every request of it fails."""
+        st = self.step
+        st.broken = True
+        if isinstance(e, vase.VaseError) and e.errno in _GONE:
+            self._disconnect(f"vased went away: {e}")
+        for r in st.req_ids:
+            self.fail(r, why)
+
     def finish(self) -> None:
-        st, self.step = self.step, None
+        """Ends the step: the served requests count their tokens and apply ready plans."""
+        st = self.step
         if st is None:
             return
-        if st.req_ids and len(st.layers_done) != self.layers:
-            self.cache.seqs = []
-            raise RuntimeError(f"vase.vllm: the step attended {len(st.layers_done)} of "
-                               f"{self.layers} layers")
-        self.cache.finish()
+        try:
+            if st.broken or not st.req_ids or self.cache is None:
+                return
+            if len(st.layers_done) != self.layers:
+                self._fail_step(f"the step attended {len(st.layers_done)} of {self.layers} "
+                                "layers", RuntimeError())
+                return
+            try:
+                self.cache.finish()
+            except vase.VaseError as e:
+                self._fail_step(f"ending the step: {e}", e)
+        finally:
+            self.step = None
+            if self.cache is not None:
+                self.cache.seqs = []
 
     def shutdown(self) -> None:
         try:
-            self.cache.close()
+            if self.cache is not None:
+                self.cache.close()
         finally:
-            self.client.close()
+            if self.client is not None:
+                self.client.close()
 
 
 _runtime: Optional[Runtime] = None
