@@ -11,8 +11,10 @@
   instead of ``torch.zeros`` (the requests' KV is in vased's arena; vLLM's stays unwritten);
 - ``Platform.check_and_update_config`` of the current platform: prefix caching off;
 - ``SamplingParams._verify_args``: the request's vase_* extra_args checked;
-- ``Scheduler.update_from_output``: the requests vase could not serve in a step (no room in
-  the arena, vased gone) finish with an error, the others go on.
+- ``Scheduler.schedule``: a new request waits in vLLM's queue until its vase sequence is open
+  (opened in a thread: vased may park it until there is room, or shrink elastic sequences);
+- ``Scheduler.update_from_output``: the requests vase could not serve (no room in time, vased
+  gone) finish with an error, the others go on.
 """
 
 from __future__ import annotations
@@ -112,10 +114,29 @@ def _update_from_output(original):
                 eco.outputs.append(EngineCoreOutput(
                     request_id=req.request_id, new_token_ids=[],
                     finish_reason=req.get_finished_reason(), events=req.take_events(),
-                    trace_headers=req.trace_headers, num_cached_tokens=req.num_cached_tokens))
+                    trace_headers=req.trace_headers,
+                    num_cached_tokens=max(0, req.num_cached_tokens)))  # -1: never scheduled
         return outputs
 
     return update_from_output
+
+
+def _schedule(original):
+    def schedule(self, *args, **kwargs):
+        # vase's admission first: a request enters vLLM's batch once its sequence is open;
+        # until then it waits in vLLM's queue, held back from this schedule.
+        rt = runtime.get(self.vllm_config)
+        hold = rt.admit(self)
+        if hold:
+            self.waiting.remove_requests(hold)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            for req in reversed(hold):
+                if not req.is_finished():
+                    self.waiting.prepend_request(req)
+
+    return schedule
 
 
 def _check_and_update_config(original):
@@ -168,6 +189,7 @@ def apply() -> None:
         platform.check_and_update_config.__func__.__vase_original__ = original
     _wrap(SamplingParams, "_verify_args", _verify_args)
     _wrap(Scheduler, "update_from_output", _update_from_output)
+    _wrap(Scheduler, "schedule", _schedule)
     _applied = True
     log.info("vase.vllm: on (vLLM %s, platform %s)", _version(), platform.__name__)
 

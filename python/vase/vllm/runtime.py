@@ -6,6 +6,7 @@ step in progress (which requests, in the batch's order, and how many tokens each
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import logging
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -15,7 +16,7 @@ import torch
 import vase
 from vase.torch import _GONE, DTYPES, STATS_POLICIES, SeqSpec, VaseCache, _has_ring
 
-from . import defaults
+from . import _env_int, defaults
 
 log = logging.getLogger("vllm.vase")
 
@@ -45,9 +46,14 @@ class Requests(VaseCache):
         self.open_reqs: Dict[str, _Req] = {}
         self._batch: List[_Req] = []
 
-    def open_request(self, req_id: str, spec: SeqSpec, prompt_len: int) -> "vase.Seq":
-        s = self.model.open(policy=spec.policy, budget=spec.budget, window=spec.window,
-                            prompt_len=prompt_len, mode=spec.mode, seed=spec.seed, **spec.extra)
+    def open_seq(self, spec: SeqSpec, prompt_len: int, **more) -> "vase.Seq":
+        """Opens a sequence for a request (any thread: the wait for room releases the GIL and
+        libvase's lock); adopt() makes it the request's."""
+        kw = dict(spec.extra, **more)
+        return self.model.open(policy=spec.policy, budget=spec.budget, window=spec.window,
+                               prompt_len=prompt_len, mode=spec.mode, seed=spec.seed, **kw)
+
+    def adopt(self, req_id: str, s: "vase.Seq", spec: SeqSpec) -> "vase.Seq":
         try:
             ring = ([[torch.from_dlpack(s.query_slot(l, e)) for e in range(2 * spec.window)]
                      for l in range(self.layers)] if _has_ring(s) else None)
@@ -56,6 +62,9 @@ class Requests(VaseCache):
             raise
         self.open_reqs[req_id] = _Req(s, spec, ring, spec.policy in STATS_POLICIES)
         return s
+
+    def open_request(self, req_id: str, spec: SeqSpec, prompt_len: int) -> "vase.Seq":
+        return self.adopt(req_id, self.open_seq(spec, prompt_len), spec)
 
     def close_request(self, req_id: str) -> bool:
         """Closes the request's sequence (its pages go back to the arena); False when it had
@@ -159,6 +168,12 @@ class Runtime:
         # Requests vase could not serve, and why: the scheduler finishes them with an error
         # (patches._update_from_output) and the others go on.
         self.failed: Dict[str, str] = {}
+        # Opens started by the scheduler (admit()) that have not returned: request id ->
+        # (future, the cache it opens in). Their requests wait in vLLM's queue meanwhile.
+        self.pending: Dict[str, tuple] = {}
+        self.wait_ms = _env_int("VASE_VLLM_ADMISSION_WAIT_MS", 60000)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=_env_int("VASE_VLLM_OPENERS", 16), thread_name_prefix="vase-open")
         try:
             self._connect()
         except vase.VaseError as e:  # its requests fail until vased is back
@@ -178,10 +193,10 @@ class Runtime:
             client.close()
             raise
         self.client = client
-        log.info("vase.vllm: model of %d layers, %d/%d heads of %d, %s, blocks of %d tokens, "
-                 "arena %d, attention %s; default %s", self.layers, self.q_heads, self.kv_heads,
-                 self.head_dim, self.dtype, self.cache.block, self.cache.model.arena,
-                 self.cache.attention, self.defaults)
+        log.info("vase.vllm: process %d: model of %d layers, %d/%d heads of %d, %s, blocks of "
+                 "%d tokens, arena %d, attention %s; default %s", os.getpid(), self.layers,
+                 self.q_heads, self.kv_heads, self.head_dim, self.dtype, self.cache.block,
+                 self.cache.model.arena, self.cache.attention, self.defaults)
 
     def _disconnect(self, why: str) -> None:
         """Drops the connection after vased went away: every open request fails (its KV went
@@ -206,6 +221,62 @@ class Runtime:
                 self.cache.close_request(req_id)
             except vase.VaseError as e:
                 log.warning("vase.vllm: request %s: closing its sequence: %s", req_id, e)
+
+    def admit(self, scheduler) -> list:
+        """Admission, before each schedule: starts the open of each new waiting request in a
+        thread (the daemon may park it until memory frees or elastic sequences shrink, up to
+        VASE_VLLM_ADMISSION_WAIT_MS), adopts the opens that returned, and returns the waiting
+        requests whose open has not: the scheduler holds them back, the others go on."""
+        if self.cache is None:
+            try:
+                self._connect()
+            except vase.VaseError as e:
+                for req in scheduler.waiting:
+                    self.fail(req.request_id, f"vased is not reachable: {e}")
+                return []
+        for req_id, (future, cache) in list(self.pending.items()):
+            if future.done():
+                del self.pending[req_id]
+                self._adopt(scheduler, req_id, future, cache)
+        hold = []
+        for req in scheduler.waiting:
+            req_id = req.request_id
+            if req_id in self.cache.open_reqs:
+                continue
+            if req_id in self.failed:  # finished with its error after this step
+                hold.append(req)
+                continue
+            if req_id not in self.pending:
+                if req.num_computed_tokens:
+                    continue  # the worker fails it: vase never had its first tokens
+                spec = self.spec_of(req)
+                self.pending[req_id] = (self._pool.submit(
+                    self.cache.open_seq, spec, int(req.num_prompt_tokens),
+                    admission_wait_ms=self.wait_ms), self.cache)
+                self.pending[req_id][0].spec = spec
+            hold.append(req)
+        return hold
+
+    def _adopt(self, scheduler, req_id: str, future, cache) -> None:
+        req = scheduler.requests.get(req_id)
+        try:
+            seq = future.result()
+        except vase.VaseError as e:
+            if e.errno in _GONE:
+                self._disconnect(f"vased went away: {e}")
+            if req is not None and not req.is_finished():
+                self.fail(req_id, f"no vase sequence: {e}")
+            return
+        if cache is not self.cache or req is None or req.is_finished():
+            try:  # aborted while it waited, or opened before vased went away
+                seq.close()
+            except vase.VaseError:
+                pass
+            return
+        try:
+            cache.adopt(req_id, seq, future.spec)
+        except vase.VaseError as e:
+            self.fail(req_id, f"no vase sequence: {e}")
 
     def take_failed(self) -> Dict[str, str]:
         failed, self.failed = self.failed, {}
@@ -381,6 +452,7 @@ class Runtime:
                 self.cache.seqs = []
 
     def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
         try:
             if self.cache is not None:
                 self.cache.close()
