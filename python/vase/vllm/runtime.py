@@ -41,6 +41,7 @@ class Requests(VaseCache):
 
     def __init__(self, client: "vase.Client", layers: int, q_heads: int, kv_heads: int,
                  head_dim: int, dtype: str, block_tokens: int, name: str, attention: str):
+        self._finishing = False
         super().__init__(client, layers, q_heads, kv_heads, head_dim, specs=[], dtype=dtype,
                          block_tokens=block_tokens, name=name, attention=attention)
         self.open_reqs: Dict[str, _Req] = {}
@@ -91,11 +92,17 @@ class Requests(VaseCache):
         self._recv = {}
         self._begin_step()
 
+    def _begin_step(self) -> None:
+        if not self._finishing:  # step_done() ends with one; begin() makes the next
+            super()._begin_step()
+
     def finish(self) -> None:
         """Ends the step: counts the tokens, applies ready plans, keeps each request's totals."""
+        self._finishing = True
         try:
             self.step_done()
         finally:
+            self._finishing = False
             for i, r in enumerate(self._batch):
                 r.call_seconds = self.call_seconds[i]
                 r.plan_seconds = self.plan_seconds[i]
