@@ -34,10 +34,7 @@ struct fixture {
     struct harness_session s[2];
 };
 
-static int setup(void **state) {
-    /* Metrics on a free port: test_engine_reports scrapes them. */
-    static const char *const args[] = {"--max-message-bytes=64K", "--metrics-address=127.0.0.1:0",
-                                       NULL};
+static int setup_with(void **state, const char *const *args) {
     int r = harness_fixture_setup(state, sizeof(struct fixture), args);
     struct fixture *f = *state;
     if (f)
@@ -45,14 +42,17 @@ static int setup(void **state) {
     return r;
 }
 
-/* The same at log level debug: error replies are logged. */
+static int setup(void **state) {
+    /* Metrics on a free port: test_engine_reports scrapes them. */
+    static const char *const args[] = {"--max-message-bytes=64K", "--metrics-address=127.0.0.1:0",
+                                       NULL};
+    return setup_with(state, args);
+}
+
+/* At log level debug: error replies are logged. */
 static int setup_debug(void **state) {
     static const char *const args[] = {"--max-message-bytes=64K", "--log-level=debug", NULL};
-    int r = harness_fixture_setup(state, sizeof(struct fixture), args);
-    struct fixture *f = *state;
-    if (f)
-        f->s[0].fd = f->s[1].fd = -1;
-    return r;
+    return setup_with(state, args);
 }
 
 static int teardown(void **state) {
