@@ -427,7 +427,7 @@ LIBVASE_A := $(BUILD)/libvase.a
 LIBVASE_SO := $(BUILD)/libvase.so
 # The SONAME's number: libvase.so.$(LIBVASE_SOVERSION) (docs/operating.md, "Versions and
 # compatibility").
-LIBVASE_SOVERSION := 1
+LIBVASE_SOVERSION := 2
 LIBVASE_LIBS := $(ZMQ_LIBS) $(PROTOBUF_LIBS) -lm $(LIBVASE_CUDA_LIBS)
 VASECTL := $(BUILD)/vasectl
 
@@ -466,7 +466,7 @@ endif
 # vase_types.h and vase_errors.h; the administrative API, vase_admin.h, also the generated
 # vase.pb-c.h, whose messages are its replies. The examples, vasectl and tests/test_public_api.c
 # see only this directory, so a public header that reaches for anything outside it breaks the
-# build. libvase.so.1, the soname, is what programs linked to the shared
+# build. libvase.so.2, the soname, is what programs linked to the shared
 # library look for.
 PUBLIC_HEADERS := lib/vase.h kernels/vase_types.h proto/vase_errors.h lib/vase_admin.h \
                   $(PROTO_H)

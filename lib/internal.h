@@ -35,8 +35,10 @@ struct vase_seq {
     struct vase_seq *next;
 
     uint32_t id;
-    /* As opened, and the daemon's secret for it: what vase_seq_reopen() presents. */
+    /* As opened, and the daemon's secret for it: what vase_seq_reopen() presents. cfg.label
+     * points to label, the sequence's copy. */
     struct vase_seq_config cfg;
+    char label[VASE_SEQ_LABEL_MAX + 1];
     uint8_t resume_token[16];
     bool has_resume_token;
     enum vase_policy policy;
@@ -110,7 +112,8 @@ struct vase__waiting {
 struct vase_open {
     struct vase_client *client;
     struct vase_model *model;
-    struct vase_seq_config cfg;
+    struct vase_seq_config cfg; /* cfg.label points to label, the open's copy */
+    char label[VASE_SEQ_LABEL_MAX + 1];
     uint64_t id;         /* the OpenSeq's request id */
     int64_t deadline_ms; /* CLOCK_MONOTONIC: no reply by then is a timeout */
     struct vase_open *next;

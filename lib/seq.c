@@ -19,6 +19,9 @@
 #include <time.h>
 
 #include "internal.h"
+#include "wire.h"
+
+_Static_assert(VASE_SEQ_LABEL_MAX == VASE_WIRE_LABEL_MAX, "one rule of labels for both ends");
 
 void vase__seq_clear_draws(struct vase_seq *s) {
     free(s->exp_draws);
@@ -112,6 +115,17 @@ static int check_layout(const struct vase_model *m, const struct vase_seq_config
     return 0;
 }
 
+/* Copies the label of cfg (checked: at most VASE_SEQ_LABEL_MAX bytes; the bound holds whatever
+ * the caller's string became since) into buf and points cfg at the copy, so that a configuration
+ * libvase keeps never refers to the caller's string. */
+static void keep_label(struct vase_seq_config *cfg, char buf[VASE_SEQ_LABEL_MAX + 1]) {
+    const char *label = cfg->label ? cfg->label : "";
+    size_t n = strnlen(label, VASE_SEQ_LABEL_MAX);
+    memcpy(buf, label, n);
+    buf[n] = '\0';
+    cfg->label = buf;
+}
+
 static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *cfg,
                            const Vase__SeqLayout *sl, struct vase_seq **ret) {
     int r;
@@ -141,6 +155,7 @@ static int seq_from_layout(struct vase_model *m, const struct vase_seq_config *c
     };
     if (s->has_resume_token)
         memcpy(s->resume_token, sl->resume_token.data, sizeof(s->resume_token));
+    keep_label(&s->cfg, s->label);
     const struct vase_layout *l = &m->layout;
     uint64_t size = l->arena_bytes;
     uint32_t max_keep = cfg->params.budget - sl->window;
@@ -222,6 +237,9 @@ static int config_check(struct vase_client *c, const struct vase_seq_config *cfg
                                  "%s: mode %d, slack %d (want a mode of enum vase_mode, slack "
                                  ">= -1)",
                                  what, (int)cfg->mode, (int)cfg->slack);
+    /* The daemon applies the same rule (proto/wire.c); refused here, nothing is sent. */
+    if (cfg->label && vase_wire_label_check(cfg->label, why, sizeof(why)) < 0)
+        return vase__client_fail(c, -EINVAL, "%s: %s", what, why);
     return 0;
 }
 
@@ -263,6 +281,7 @@ static int open_begin(struct vase_client *c, struct vase_model *m,
     o->open.admission_wait_ms = cfg->admission_wait_ms;
     o->open.min_budget = cfg->min_budget;
     o->open.weight = cfg->weight;
+    o->open.label = (char *)(cfg->label ? cfg->label : "");
     o->e.body_case = VASE__ENVELOPE__BODY_OPEN_SEQ;
     o->e.open_seq = &o->open;
     return 0;
@@ -458,6 +477,7 @@ int vase_seq_open_async(struct vase_client *c, struct vase_model *m,
                             .id = id,
                             .deadline_ms = now_ms() + open_timeout_ms(c, cfg),
                             .next = c->opens};
+    keep_label(&o->cfg, o->label);
     c->opens = o;
     *ret = o;
 out:
@@ -553,6 +573,11 @@ SEQ_GETTER(uint64_t, position, s->position)
 SEQ_GETTER(uint32_t, rounds, s->rounds)
 SEQ_GETTER(uint32_t, budget, s->budget)
 SEQ_GETTER(uint32_t, min_budget, s->min_budget)
+
+const char *vase_seq_label(const struct vase_seq *s) {
+    /* Written once, at the open: no lock needed to read it. */
+    return s ? s->label : "";
+}
 
 int vase_seq_set_budget(struct vase_seq *s, uint32_t budget) {
     Vase__SetBudget sb = VASE__SET_BUDGET__INIT;

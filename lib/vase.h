@@ -227,6 +227,8 @@ enum vase_mode {
 #define VASE_MAX_ADMISSION_WAIT_MS 600000
 /* The largest weight of an elastic sequence (struct vase_seq_config). */
 #define VASE_MAX_WEIGHT 1000
+/* The longest label of a sequence, in bytes (struct vase_seq_config). */
+#define VASE_SEQ_LABEL_MAX 64
 
 struct vase_seq_config {
     enum vase_policy policy;
@@ -248,6 +250,16 @@ struct vase_seq_config {
     uint32_t min_budget;
     /* Its weight when budgets are lowered (the daemon's elastic_policy); 0: 1; at most 1000. */
     uint32_t weight;
+    /* What the engine calls the sequence, for the people who watch the daemon: an inference
+     * server's request id, say. vasectl seqs and seq show it, as do the daemon's SeqInfo and
+     * events, and its metrics when metrics_sequence_labels is on. NULL or "" (a zeroed config):
+     * none. Else 1 .. VASE_SEQ_LABEL_MAX bytes, each an ASCII letter or digit or one of
+     * . _ : / @ + = - (no space, quote, control character or byte above 0x7f, so that no
+     * output has to escape it); anything else fails the open with -EINVAL before anything is
+     * sent, vase_last_error() naming the first byte that breaks the rule by its offset and hex
+     * value. Copied at the open (vase_seq_label()): the string need not outlive the call. Labels
+     * need not be unique, and the daemon never acts on them. A member added in libvase.so.2. */
+    const char *label;
 };
 
 /*
@@ -364,6 +376,9 @@ uint32_t vase_seq_rounds(const struct vase_seq *s);
 uint32_t vase_seq_budget(const struct vase_seq *s);
 /* The least budget it accepts (its budget when it is not elastic). */
 uint32_t vase_seq_min_budget(const struct vase_seq *s);
+/* The label it was opened with (struct vase_seq_config), "" when none; "" for NULL. The
+ * sequence's copy, valid until it is closed; a reopened sequence has its old one's. */
+const char *vase_seq_label(const struct vase_seq *s);
 /*
  * Caps the budget of an elastic sequence: budget must be a multiple of window in [min_budget,
  * the budget it was opened with]. A cap below the budget now takes effect with the next plan

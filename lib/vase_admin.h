@@ -10,7 +10,7 @@
  * declares them, not copies into other structs: the schema is already the documented contract
  * of every field (PROTOCOL.md), a tool can print any reply generically through its descriptor
  * (vasectl --json does), and a field added to the schema needs no change here. These structs are
- * part of libvase.so.1's ABI: a program reads their members at the offsets of the vase.pb-c.h it
+ * part of libvase.so.2's ABI: a program reads their members at the offsets of the vase.pb-c.h it
  * was built with, which is safe only while messages gain fields at their end. vase.proto states
  * the rule, and `make check` fails when a field is inserted, reordered or removed against the
  * schema of the last release (proto/released/vase.proto). Each reply is the caller's: free it

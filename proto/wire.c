@@ -176,3 +176,27 @@ size_t vase_wire_escape(const char *in, char *out, size_t out_len) {
     out[o] = '\0';
     return o;
 }
+
+static bool label_byte(unsigned char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           (ch && strchr(VASE_WIRE_LABEL_PUNCT, ch));
+}
+
+int vase_wire_label_check(const char *label, char *why, size_t why_size) {
+    const unsigned char *p = (const unsigned char *)label;
+    size_t i = 0;
+
+    while (i < VASE_WIRE_LABEL_MAX && p[i] && label_byte(p[i]))
+        i++;
+    if (p[i] == '\0')
+        return 0;
+    if (why && why_size) {
+        if (i == VASE_WIRE_LABEL_MAX)
+            snprintf(why, why_size, "label is longer than %u bytes", VASE_WIRE_LABEL_MAX);
+        else
+            snprintf(why, why_size,
+                     "label byte %zu is 0x%02x (want at most %u bytes of A-Z a-z 0-9 %s)", i, p[i],
+                     VASE_WIRE_LABEL_MAX, VASE_WIRE_LABEL_PUNCT);
+    }
+    return -EINVAL;
+}

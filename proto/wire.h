@@ -57,3 +57,19 @@ size_t vase_wire_utf8_len(const unsigned char *p, size_t avail, uint32_t *ret_cp
 /* Whether cp is a control character (C0, DEL, C1), a format character (general category Cf)
  * or the line or paragraph separator: the characters vase_wire_escape() writes as escapes. */
 bool vase_wire_hidden_char(uint32_t cp);
+
+/* The longest sequence label (OpenSeq.label), in bytes. */
+#define VASE_WIRE_LABEL_MAX 64u
+/* The bytes a label may hold besides ASCII letters and digits. */
+#define VASE_WIRE_LABEL_PUNCT "._:/@+=-"
+
+/*
+ * Checks a sequence label (OpenSeq.label) against the one rule both ends apply: "" (no label), or
+ * 1 .. VASE_WIRE_LABEL_MAX bytes, each an ASCII letter, digit or one of VASE_WIRE_LABEL_PUNCT.
+ * Such a label needs no quoting or escaping in a log line, a table, a JSON string or a metrics
+ * label, and cannot pass for two names. 0, or -EINVAL with the reason in why (why_size bytes;
+ * may be NULL): a byte is named by its offset and hex value and never copied, since the label
+ * may hold anything a peer sent. Reads at most VASE_WIRE_LABEL_MAX + 1 bytes of label, so a
+ * char[VASE_WIRE_LABEL_MAX + 1] need not be terminated.
+ */
+int vase_wire_label_check(const char *label, char *why, size_t why_size);

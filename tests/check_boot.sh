@@ -13,7 +13,7 @@
 #  2. With PLAIN_DEB_DIR (the packages of a build without CUDA): those installed there first with
 #     dpkg, not booted, every ELF file of them checked with ldd and `import vase` run
 #     (tests/boot/loads.sh), then purged.
-#  3. The packages of DEB_DIR (every .deb there: vased, libvase1, libvase-dev, python3-vase, vase)
+#  3. The packages of DEB_DIR (every .deb there: vased, libvase2, libvase-dev, python3-vase, vase)
 #     installed with dpkg (vased's postinst creates the user vase and enables vased.service), with
 #     ENGINE (an engine linked against the installed libvase.so), REOPEN_ENGINE
 #     (examples/reopen_engine), the CUDA toolkit's stub libcuda.so.1 when this machine has one,

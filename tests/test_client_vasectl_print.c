@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 
-/* vasectl's numbers for people: byte counts, counts and milliseconds rounded to a few digits. */
+/* vasectl's numbers for people: byte counts, counts and milliseconds rounded to a few digits;
+ * and sequence labels cut to their column. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -49,10 +50,32 @@ static void test_fmt_ms(void **state) {
     assert_string_equal(vasectl_fmt_bytes(3ULL << 30, b, sizeof(b)), "3.0 GiB");
 }
 
+/* A label as a table shows it: "-" for none, whole up to 24 bytes, else both ends around
+ * "...", escaped. */
+static void test_fmt_label(void **state) {
+    (void)state;
+    static const struct {
+        const char *label, *want;
+    } cases[] = {
+        {"", "-"},
+        {"cmpl-1", "cmpl-1"},
+        {"abcdefghijklmnopqrstuvwx", "abcdefghijklmnopqrstuvwx"},
+        {"abcdefghijklmnopqrstuvwxy", "abcdefghij...opqrstuvwxy"},
+        {"chatcmpl-8f2c1d0e9b7a4c3d2e1f0a9b8c7d6e5f-0", "chatcmpl-8...b8c7d6e5f-0"},
+        {"req\x1b[2J", "req\\x1b[2J"},
+    };
+    char b[4 * VASECTL_LABEL_WIDTH + 1];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_string_equal(vasectl_fmt_label(cases[i].label, b, sizeof(b)), cases[i].want);
+    assert_string_equal(vasectl_fmt_label(NULL, b, sizeof(b)), "-");
+    assert_int_equal(strlen(vasectl_fmt_label(cases[4].label, b, sizeof(b))), VASECTL_LABEL_WIDTH);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fmt_count),
         cmocka_unit_test(test_fmt_ms),
+        cmocka_unit_test(test_fmt_label),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -337,7 +337,7 @@ static void test_json(void **state) {
                                  "{\"model_name\":\"llama\",\"model_id\":1,\"seqs\":2,"
                                  "\"bytes\":2097152,\"evictions_per_second\":10}]"));
     assert_non_null(strstr(text, "\"compact_seconds\":0,\"protect_prompt\":false,"
-                                 "\"prompt_len\":0,\"evictions_per_second\":10,"
+                                 "\"prompt_len\":0,\"label\":\"\",\"evictions_per_second\":10,"
                                  "\"stalls_per_second\":2},{\"seq_id\":2,"));
     assert_non_null(strstr(text, "\"evictions_per_second\":null,\"stalls_per_second\":null}]}\n"));
     free(text);

@@ -262,6 +262,12 @@ static void test_set_get(void **state) {
     assert_int_equal(vase_config_set(&c, "metrics_tenant_labels", "2", 0), -EINVAL);
     assert_false(c.metrics_tenant_labels);
     assert_string_equal(vase_setting_type_name(VASE_SETTING_BOOL), "bool");
+    /* metrics_sequence_labels: another such bool, off by default, changeable while running,
+     * apart from metrics_tenant_labels. */
+    assert_false(c.metrics_sequence_labels);
+    assert_int_equal(vase_config_set(&c, "metrics_sequence_labels", "yes", VASE_CONFIG_RUNTIME), 0);
+    assert_true(c.metrics_sequence_labels);
+    assert_false(c.metrics_tenant_labels);
     assert_int_equal(c.max_clients, 8); /* unchanged by the failures */
     assert_int_equal(vase_config_set(&c, "no_such_thing", "1", 0), -ENOENT);
     assert_int_equal(vase_config_set(&c, "granule_bytes", "4M", VASE_CONFIG_RUNTIME), -EPERM);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 
 /* Unit tests of the control frame checks of daemon/control/control.c, without sockets: sizes before
- * unpacking, malformed frames, versions, bodies, incarnations, sessions and client_seq. */
+ * unpacking, malformed frames, versions, bodies, incarnations, sessions and client_seq; and the
+ * rule of sequence labels (proto/wire.c) that the daemon applies to OpenSeq. */
 
 #include <errno.h>
 #include <setjmp.h>
@@ -296,11 +297,57 @@ static void test_access_classes(void **state) {
                      VASE_CONTROL_ACCESS_SESSION);
 }
 
+/* The rule of OpenSeq.label both ends apply (proto/wire.c): "" or up to 64 bytes of letters,
+ * digits and ._:/@+=-; the reason for a refusal names the byte by offset and value and never
+ * holds it. */
+static void test_label_rule(void **state) {
+    (void)state;
+    char why[160], max[VASE_WIRE_LABEL_MAX + 2];
+    static const char *const good[] = {
+        "", "a", "cmpl-8f2c1d0e9b7a4c3d-0", "chatcmpl_42", "req:7/batch@host+1=x.y-z", "0"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        if (vase_wire_label_check(good[i], why, sizeof(why)) != 0)
+            fail_msg("label \"%s\" refused: %s", good[i], why);
+    memset(max, 'q', VASE_WIRE_LABEL_MAX);
+    max[VASE_WIRE_LABEL_MAX] = '\0';
+    assert_int_equal(vase_wire_label_check(max, NULL, 0), 0);
+    /* 65 bytes. */
+    max[VASE_WIRE_LABEL_MAX] = 'q';
+    max[VASE_WIRE_LABEL_MAX + 1] = '\0';
+    assert_int_equal(vase_wire_label_check(max, why, sizeof(why)), -EINVAL);
+    assert_string_equal(why, "label is longer than 64 bytes");
+
+    static const struct {
+        const char *label, *why;
+    } bad[] = {
+        {"req\n1", "label byte 3 is 0x0a (want at most 64 bytes of A-Z a-z 0-9 ._:/@+=-)"},
+        {"\"quoted\"", "label byte 0 is 0x22"},
+        {"caf\xc3\xa9", "label byte 3 is 0xc3"},
+        {"a b", "label byte 1 is 0x20"},
+        {"x\\y", "label byte 1 is 0x5c"},
+        {"\x1b[31m", "label byte 0 is 0x1b"},
+        {"a,b", "label byte 1 is 0x2c"},
+        {"a{b}", "label byte 1 is 0x7b"},
+        {"a\x7f", "label byte 1 is 0x7f"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why[0] = '\0';
+        assert_int_equal(vase_wire_label_check(bad[i].label, why, sizeof(why)), -EINVAL);
+        if (strncmp(why, bad[i].why, strlen(bad[i].why)) != 0)
+            fail_msg("case %zu: the reason is \"%s\", want \"%s...\"", i, why, bad[i].why);
+        for (const char *w = why; *w; w++)
+            assert_true(*w >= 0x20 && *w < 0x7f && *w != '"');
+    }
+    /* No reason asked for: the refusal alone. */
+    assert_int_equal(vase_wire_label_check("a\nb", NULL, 0), -EINVAL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_peer_cred), cmocka_unit_test(test_access_classes),
-        cmocka_unit_test(test_sizes),     cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_fuzz),      cmocka_unit_test(test_peer_checks),
+        cmocka_unit_test(test_peer_cred),  cmocka_unit_test(test_access_classes),
+        cmocka_unit_test(test_sizes),      cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_fuzz),       cmocka_unit_test(test_peer_checks),
+        cmocka_unit_test(test_label_rule),
     };
     vase_log_set_max_level(LOG_EMERG);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -173,6 +173,15 @@ static void test_restore_checks(void **state) {
     bad.req.params.protect_prompt = 1;
     bad.req.prompt_len = 193;
     assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
+    /* A label the rule of OpenSeq.label refuses: one that is too long (no terminator in its 65
+     * bytes) or holds a byte outside the set. */
+    bad = f->sv;
+    bad.id = 7;
+    memset(bad.req.label, 'a', sizeof(bad.req.label));
+    assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
+    assert_non_null(strstr(msg, "label"));
+    strcpy(bad.req.label, "req\n7");
+    assert_int_equal(vase_registry_restore_seq(reg, a, &bad, msg, sizeof(msg)), -EINVAL);
     assert_int_equal(a->used_bytes, used);
 
     /* Dropped: its pages come back. */
@@ -470,8 +479,8 @@ static void test_bound_blank(void **state) {
     free(d);
 }
 
-/* Every field of a sequence comes back as it was stopped (a protected prompt among them): none
- * is left out of the snapshot. */
+/* Every field of a sequence comes back as it was stopped (a protected prompt and a label among
+ * them): none is left out of the snapshot. */
 static void test_bound_every_field(void **state) {
     struct fixture *f = *state;
     struct store st;
@@ -486,6 +495,8 @@ static void test_bound_every_field(void **state) {
     f->sv.req.slack = 32;
     f->sv.req.min_budget = 128;
     f->sv.req.weight = 9;
+    memset(f->sv.req.label, 'L', VASE_WIRE_LABEL_MAX);
+    memcpy(f->sv.req.label, "cmpl-7:x/y@z+1=2.3_", 19);
     f->sv.budget = 192;
     f->sv.cap_budget = 192;
     f->sv.target_budget = 128;
@@ -519,6 +530,8 @@ static void test_bound_every_field(void **state) {
     assert_int_equal(s->slack, sv->req.slack);
     assert_int_equal(s->min_budget, sv->req.min_budget);
     assert_int_equal(s->weight, sv->req.weight);
+    assert_int_equal(strlen(s->label), VASE_WIRE_LABEL_MAX);
+    assert_string_equal(s->label, sv->req.label);
     assert_int_equal(s->params.budget, sv->budget);
     assert_int_equal(s->max_budget, sv->req.params.budget);
     assert_int_equal(s->cap_budget, sv->cap_budget);

@@ -16,7 +16,7 @@
 #     removes every other file: after uninstall with the default conf, nothing of ours is left,
 #     the empty drop-in directory /etc/vase/vased.conf.d included; one with an operator's
 #     drop-in in it stays.
-#  5. `make deb` builds the packages (vased, libvase1, libvase-dev, python3-vase, vase) whose
+#  5. `make deb` builds the packages (vased, libvase2, libvase-dev, python3-vase, vase) whose
 #     contents (dpkg-deb -c) hold the files of case 1, each file in its package, vased's conffile
 #     /etc/vase/vased.conf; every library an ELF file needs is held by a package its Depends
 #     name, and none is the CUDA runtime; the units' Documentation= files are in vased's package.
@@ -53,7 +53,7 @@ command -v scdoc >/dev/null && command -v man >/dev/null && have_man=1
 # What PREFIX=/usr installs (man pages when scdoc is installed).
 expected() {
     printf '%s\n' /usr/bin/vased /usr/bin/vasectl "/usr/lib/libvase.so.$version" \
-        /usr/lib/libvase.so.1 /usr/lib/libvase.so /usr/lib/libvase.a /usr/lib/pkgconfig/vase.pc \
+        /usr/lib/libvase.so.2 /usr/lib/libvase.so /usr/lib/libvase.a /usr/lib/pkgconfig/vase.pc \
         /usr/include/vase/vase.h /usr/include/vase/vase_admin.h /usr/include/vase/vase_types.h \
         /usr/include/vase/vase_errors.h /usr/include/vase/vase.pb-c.h \
         /usr/lib/systemd/system/vased.service /usr/lib/systemd/system/vased.socket \
@@ -77,12 +77,12 @@ while read -r f; do
     [ -e "$root$f" ] || { echo "missing: $f" >>"$out"; status=1; }
 done < <(expected)
 lib=$root/usr/lib
-[ "$(readlink "$lib/libvase.so.1")" = "libvase.so.$version" ] ||
-    { echo "libvase.so.1 does not link to libvase.so.$version" >>"$out"; status=1; }
-[ "$(readlink "$lib/libvase.so")" = libvase.so.1 ] ||
-    { echo "libvase.so does not link to libvase.so.1" >>"$out"; status=1; }
-readelf -d "$lib/libvase.so.$version" | grep -q 'SONAME.*\[libvase\.so\.1\]' ||
-    { echo "the SONAME of libvase.so.$version is not libvase.so.1" >>"$out"; status=1; }
+[ "$(readlink "$lib/libvase.so.2")" = "libvase.so.$version" ] ||
+    { echo "libvase.so.2 does not link to libvase.so.$version" >>"$out"; status=1; }
+[ "$(readlink "$lib/libvase.so")" = libvase.so.2 ] ||
+    { echo "libvase.so does not link to libvase.so.2" >>"$out"; status=1; }
+readelf -d "$lib/libvase.so.$version" | grep -q 'SONAME.*\[libvase\.so\.2\]' ||
+    { echo "the SONAME of libvase.so.$version is not libvase.so.2" >>"$out"; status=1; }
 grep -q '^ExecStart=/usr/bin/vased ' "$root/usr/lib/systemd/system/vased.service" ||
     { echo "vased.service: ExecStart does not name /usr/bin/vased" >>"$out"; status=1; }
 grep -q '^ExecReload=/usr/bin/vasectl reload ' "$root/usr/lib/systemd/system/vased.service" ||
@@ -126,7 +126,7 @@ flags=$(PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_PATH=$root/usr/lib/pkgconfig \
     case "$flags" in *"-I$root/usr/include/vase"*"-L$root/usr/lib"*) ;; *) false ;; esac &&
     cc -o "$tmp/engine" "$tmp/engine.c" $flags >>"$out" 2>&1 &&
     LD_LIBRARY_PATH=$lib "$tmp/engine" "$tmp/nodaemon" >>"$out" 2>&1 &&
-    LD_LIBRARY_PATH=$lib ldd "$tmp/engine" | grep -q "libvase\.so\.1 => $lib/libvase\.so\.1" &&
+    LD_LIBRARY_PATH=$lib ldd "$tmp/engine" | grep -q "libvase\.so\.2 => $lib/libvase\.so\.2" &&
     status=0
 result "a program built with pkg-config against the staged tree runs" "$status" "$out"
 
@@ -185,7 +185,7 @@ status=$?
 result "make uninstall keeps a drop-in directory that is not empty" "$status" "$out"
 
 # 5. The packages: make deb builds what it packages (the Python extension from this build), split
-# as Debian splits a library (vased, libvase1, libvase-dev, python3-vase, and vase depending on
+# as Debian splits a library (vased, libvase2, libvase-dev, python3-vase, and vase depending on
 # them); every installed file is in one of them, each in the package it belongs to; and every
 # library that an ELF file of a package needs comes from a Debian package that its Depends names
 # (or from vase's own package it names), and none is the CUDA runtime or driver.
@@ -201,7 +201,7 @@ owner() {
 }
 if [ "$status" = 0 ]; then
     : >"$tmp/deb.list"
-    for p in vased libvase1 libvase-dev python3-vase vase; do
+    for p in vased libvase2 libvase-dev python3-vase vase; do
         d=$debdir/${p}_${version}_$arch.deb
         if [ ! -f "$d" ]; then
             echo "no package $d" >>"$out"
@@ -228,8 +228,8 @@ if [ "$status" = 0 ]; then
     owner /usr/bin/vased vased
     owner /usr/bin/vasectl vased
     owner /usr/lib/systemd/system/vased.service vased
-    owner "/usr/lib/libvase.so.$version" libvase1
-    owner /usr/lib/libvase.so.1 libvase1
+    owner "/usr/lib/libvase.so.$version" libvase2
+    owner /usr/lib/libvase.so.2 libvase2
     owner /usr/lib/libvase.so libvase-dev
     owner /usr/lib/libvase.a libvase-dev
     owner /usr/lib/pkgconfig/vase.pc libvase-dev
@@ -240,7 +240,7 @@ if [ "$status" = 0 ]; then
     [ "$(dpkg-deb -I "$debdir/vased_${version}_$arch.deb" conffiles 2>&1)" = /etc/vase/vased.conf ] ||
         { echo "vased's conffiles is not /etc/vase/vased.conf" >>"$out"; status=1; }
     deps=$(dpkg-deb -f "$debdir/libvase-dev_${version}_$arch.deb" Depends)
-    for want in "libvase1 (= $version)" libzmq3-dev libprotobuf-c-dev; do
+    for want in "libvase2 (= $version)" libzmq3-dev libprotobuf-c-dev; do
         case ", $deps," in *", $want,"*) ;; *)
             echo "libvase-dev's Depends ($deps) lack $want (vase.pc requires it)" >>"$out"
             status=1
@@ -249,7 +249,7 @@ if [ "$status" = 0 ]; then
     done
     # Every NEEDED library of every ELF file, resolved on this machine to the Debian package
     # that holds it, against the package's Depends.
-    for p in vased libvase1 python3-vase; do
+    for p in vased libvase2 python3-vase; do
         x=$tmp/x-$p
         mkdir -p "$x" && dpkg-deb -x "$debdir/${p}_${version}_$arch.deb" "$x" || { status=1; continue; }
         # The units' Documentation= files are in the package.
@@ -288,7 +288,7 @@ if [ "$status" = 0 ]; then
         done < <(find "$x" -type f)
     done
 fi
-result "make deb: vased, libvase1, libvase-dev, python3-vase and vase hold the installed files; every library an ELF file needs is in its package's Depends" "$status" "$out"
+result "make deb: vased, libvase2, libvase-dev, python3-vase and vase hold the installed files; every library an ELF file needs is in its package's Depends" "$status" "$out"
 
 # 6. With CUDA built in: the packaged vased's CUDA arena code runs where the toolkit's stub
 # libcuda.so.1 stands in for the driver (it says the driver is a stub), and needs no CUDA runtime

@@ -7,7 +7,8 @@
  * scrape must pass `promtool check metrics` (Debian's prometheus package) with no complaint and
  * carry the values the daemon's other views give: evictions equal to the rounds SeqInfo counts,
  * stalls and compaction time equal to what the engine reported, the refusal under "nospace", the
- * operator's mistakes under the administrative errors and not the engines'. Counters never go
+ * operator's mistakes under the administrative errors and not the engines', one info series per
+ * sequence with its label when asked for (never by default). Counters never go
  * down between two scrapes; every metric family is documented in the table of docs/metrics.md
  * and every metric that table names is served. A second daemon on a taken port, or on an address
  * that does not parse, does not start and says why; with metrics off there is no endpoint.
@@ -51,10 +52,11 @@ static int setup(void **state) {
     return harness_fixture_setup(state, sizeof(struct fixture), args);
 }
 
-/* With the series that name tenants (models, arenas). */
+/* With the series that name tenants (models, arenas) and sequences (their labels). */
 static int setup_tenant(void **state) {
     static const char *const args[] = {"--metrics-address=127.0.0.1:0",
-                                       "--metrics-tenant-labels=yes", NULL};
+                                       "--metrics-tenant-labels=yes",
+                                       "--metrics-sequence-labels=yes", NULL};
     return harness_fixture_setup(state, sizeof(struct fixture), args);
 }
 
@@ -231,6 +233,8 @@ static void test_scrape_under_load(void **state) {
     struct vase_seq_config cfg[2] = {
         harness_seq_config(VASE_POLICY_STREAMING, BUDGET, WINDOW, PROMPT, VASE_MODE_ASYNC),
         harness_seq_config(VASE_POLICY_RANDOM, BUDGET, WINDOW, PROMPT, VASE_MODE_ASYNC)};
+    cfg[0].label = "cmpl-metrics-0";
+    cfg[1].label = "cmpl-metrics-1";
     for (int j = 0; j < 2; j++) {
         assert_int_equal(vase_seq_open(c, m, &cfg[j], &s[j]), 0);
         assert_true(harness_append_tokens(s[j], &g, (uint32_t)j, PROMPT, true) >= 0);
@@ -301,6 +305,16 @@ static void test_scrape_under_load(void **state) {
     assert_true(metric(text, "vase_sequences") == 2);
     assert_true(metric(text, "vase_clients") == 1);
     assert_true(metric(text, "vase_opens_waiting") == 0);
+    /* One info series per open sequence (those the fill opened are closed), with its model. */
+    for (int j = 0; j < 2; j++) {
+        char series[256];
+        snprintf(series, sizeof(series),
+                 "vase_sequence_info{seq=\"%u\",label=\"cmpl-metrics-%d\",arena=\"0\"," MODEL_LABEL
+                 "}",
+                 vase_seq_id(s[j]), j);
+        assert_true(metric(text, series) == 1);
+    }
+    assert_true(metric_sum(text, "vase_sequence_info") == 2);
 
     /* The refusal, and the errors: the operator's apart from the engines'. */
     assert_true(metric(text, "vase_admission_refusals_total{reason=\"nospace\"}") == 1);
@@ -433,6 +447,68 @@ static void test_tenant_labels(void **state) {
     assert_null(strstr(text, "tenant-7f3a"));
     free(resp);
     harness_close_all(s, 5);
+}
+
+/* By default no series is per sequence; metrics_sequence_labels, set at run time, adds one per
+ * open sequence with its label ("" for none), its model only with metrics_tenant_labels too. */
+static void test_sequence_labels(void **state) {
+    struct fixture *f = *state;
+    const struct harness_daemon *d = &f->h.d;
+    struct vase_geometry g = harness_geometry();
+    g.name = "tenant-5c1e-model";
+    struct vase_client *c;
+    struct vase_model *m;
+    assert_int_equal(harness_engine_open(d, "labels-engine", &g, &c, &m), 0);
+    f->h.c[0] = c;
+    struct vase_seq *s[3];
+    struct vase_seq_config cfg =
+        harness_seq_config(VASE_POLICY_STREAMING, 16, 8, 8, VASE_MODE_ASYNC);
+    static const char *const labels[3] = {"chatcmpl-5c1e:0/a@b+c=d.e_f-g", "req-2", NULL};
+    for (int i = 0; i < 3; i++) {
+        cfg.label = labels[i];
+        assert_int_equal(vase_seq_open(c, m, &cfg, &s[i]), 0);
+    }
+
+    char *resp;
+    const char *text;
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    if (strstr(text, "vase_sequence_info") || strstr(text, "5c1e") || strstr(text, "req-2"))
+        fail_msg("the default scrape has series per sequence:\n%s", text);
+    free(resp);
+
+    assert_int_equal(harness_config_set(d, "metrics_sequence_labels", "yes"), 0);
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    promtool_check(d, text);
+    assert_int_equal(count_lines(text, "vase_sequence_info{"), 3);
+    for (int i = 0; i < 3; i++) {
+        char series[160];
+        snprintf(series, sizeof(series), "vase_sequence_info{seq=\"%u\",label=\"%s\",arena=\"0\"}",
+                 vase_seq_id(s[i]), labels[i] ? labels[i] : "");
+        assert_true(metric(text, series) == 1);
+    }
+    assert_null(strstr(text, "tenant-5c1e")); /* no model name: the tenant labels are off */
+    free(resp);
+
+    /* With the tenant labels the model; a closed sequence's series goes. */
+    assert_int_equal(harness_config_set(d, "metrics_tenant_labels", "yes"), 0);
+    assert_int_equal(vase_seq_close(s[2]), 0);
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    promtool_check(d, text);
+    char series[160];
+    snprintf(
+        series, sizeof(series),
+        "vase_sequence_info{seq=\"%u\",label=\"req-2\",arena=\"0\",model=\"tenant-5c1e-model\"}",
+        vase_seq_id(s[1]));
+    assert_true(metric(text, series) == 1);
+    assert_int_equal(count_lines(text, "vase_sequence_info{"), 2);
+    free(resp);
+
+    assert_int_equal(harness_config_set(d, "metrics_sequence_labels", "no"), 0);
+    assert_int_equal(harness_scrape(d, &resp, &text), 0);
+    assert_null(strstr(text, "vase_sequence_info"));
+    assert_null(strstr(text, "req-2"));
+    free(resp);
+    harness_close_all(s, 2);
 }
 
 static char log_text[1 << 16];
@@ -624,6 +700,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_scrape_under_load, setup_tenant, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_labels, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sequence_labels, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_connections, setup, teardown),
     };

@@ -4,9 +4,10 @@
  * Integration tests of sessions, models and admission against a real vased (started by the
  * harness in a temporary runtime directory) through the real libvase: the layout of
  * PROTOCOL.md "Memory" as the engine sees it (addresses of K, V and queries, tokens per page,
- * bytes charged per sequence, block tables), geometries the arena cannot lay out, admission up to
- * and past the arena, per-client quotas, the allow-list, and a daemon restart under a connected
- * client. Every test starts its own daemon, so no state leaks from one to the next.
+ * bytes charged per sequence, block tables), geometries the arena cannot lay out, parameters and
+ * labels libvase refuses, labels kept, admission up to and past the arena, per-client quotas,
+ * the allow-list, and a daemon restart under a connected client. Every test starts its own daemon,
+ * so no state leaks from one to the next.
  */
 
 #include <errno.h>
@@ -350,10 +351,27 @@ static void test_invalid_seq_params(void **state) {
                                                                 "(n_sink 129 > budget 128)"},
         {harness_seq_config(VASE_POLICY_VASE_DKV, 128, 32, 0, 0), "rank must be 1 .. 256 (rank 0)"},
         {harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, 0), "smooth must be odd"},
+        /* Labels libvase refuses itself, its own words (the daemon's would say "bad open_seq"):
+         * 65 bytes, a newline, a quote, UTF-8. */
+        {harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, 0),
+         "vase_seq_open: label is longer than 64 bytes"},
+        {harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, 0),
+         "vase_seq_open: label byte 3 is 0x0a (want at most 64 bytes of A-Z a-z 0-9 ._:/@+=-)"},
+        {harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, 0),
+         "vase_seq_open: label byte 3 is 0x22"},
+        {harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, 0),
+         "vase_seq_open: label byte 3 is 0xc3"},
     };
+    char long_label[VASE_SEQ_LABEL_MAX + 2];
+    memset(long_label, 'x', VASE_SEQ_LABEL_MAX + 1);
+    long_label[VASE_SEQ_LABEL_MAX + 1] = '\0';
     bad[5].cfg.params.n_sink = 129;
     bad[6].cfg.params.rank = 0;
     bad[7].cfg.params.smooth = 4;
+    bad[8].cfg.label = long_label;
+    bad[9].cfg.label = "req\n1";
+    bad[10].cfg.label = "req\"1";
+    bad[11].cfg.label = "caf\xc3\xa9";
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct vase_seq *s = NULL;
         int r = vase_seq_open(f->c[0], m, &bad[i].cfg, &s);
@@ -369,6 +387,54 @@ static void test_invalid_seq_params(void **state) {
     assert_int_equal(st.bytes_free, st.bytes_total);
     assert_int_equal(st.bytes_pages, 0);
     assert_int_equal(st.seqs, 0);
+}
+
+/*
+ * A sequence's label: as opened (64 bytes, every kind of byte the rule allows) in the daemon's
+ * SeqInfo and in vase_seq_label(), from libvase's own copy (the engine's buffer may change after
+ * the call), through vase_seq_open_async() too; NULL and "" are no label.
+ */
+static void test_seq_label(void **state) {
+    struct harness_fixture *f = *state;
+    struct vase_geometry g = harness_geometry();
+    struct vase_model *m;
+    assert_int_equal(harness_engine_open(&f->d, "labels", &g, &f->c[0], &m), 0);
+    char label[VASE_SEQ_LABEL_MAX + 1], want[VASE_SEQ_LABEL_MAX + 1];
+    memset(label, '9', VASE_SEQ_LABEL_MAX);
+    memcpy(label, "cmpl-8f2c.d_0:a/b@c+d=e-", 24);
+    label[VASE_SEQ_LABEL_MAX] = '\0';
+    memcpy(want, label, sizeof(want));
+
+    struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_STREAMING, 128, 32, 0, 0);
+    struct vase_seq *s[4];
+    cfg.label = label;
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s[0]), 0);
+    label[5] = 'A'; /* the first sequence keeps the label it was opened with */
+    struct vase_open *o;
+    assert_int_equal(vase_seq_open_async(f->c[0], m, &cfg, &o), 0);
+    memset(label, '?', VASE_SEQ_LABEL_MAX); /* and the second the one it was sent with */
+    int r;
+    while ((r = vase_open_poll(o, &s[1])) == 0)
+        harness_sleep_ms(1);
+    assert_int_equal(r, 1);
+    cfg.label = NULL;
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s[2]), 0);
+    cfg.label = "";
+    assert_int_equal(vase_seq_open(f->c[0], m, &cfg, &s[3]), 0);
+
+    char want_async[VASE_SEQ_LABEL_MAX + 1];
+    memcpy(want_async, want, sizeof(want));
+    want_async[5] = 'A';
+    const char *const labels[4] = {want, want_async, "", ""};
+    for (int i = 0; i < 4; i++) {
+        assert_string_equal(vase_seq_label(s[i]), labels[i]);
+        Vase__Envelope *info;
+        assert_int_equal(harness_get_seq(&f->d, vase_seq_id(s[i]), &info), 0);
+        assert_string_equal(info->seq_info->label, labels[i]);
+        vase__envelope__free_unpacked(info, NULL);
+    }
+    assert_string_equal(vase_seq_label(NULL), "");
+    harness_close_all(s, 4);
 }
 
 /* max_models_per_client (default 16): the 17th registration is over quota. */
@@ -826,6 +892,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sequences_disjoint, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_invalid_geometry, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_invalid_seq_params, setup, harness_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_seq_label, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_model_quota, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_admission_enospc, setup, harness_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_last_error, setup, harness_fixture_teardown),

@@ -128,6 +128,7 @@ static void test_vasectl_status(void **state) {
     struct fixture *f = *state;
     open_engine(f);
     struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_SNAPKV, 128, 32, 0, 0);
+    cfg.label = "cmpl-tools-0123456789abcdef-7";
     struct vase_seq *s;
     assert_int_equal(vase_seq_open(f->h.c[0], f->m, &cfg, &s), 0);
 
@@ -161,6 +162,7 @@ static void test_vasectl_status(void **state) {
     assert_int_equal(json_number(out, "seq_id"), vase_seq_id(s));
     assert_non_null(strstr(out, "\"snapkv\""));
     assert_non_null(strstr(out, "\"model_name\":\"harness-small\""));
+    assert_non_null(strstr(out, "\"label\":\"cmpl-tools-0123456789abcdef-7\""));
     assert_int_equal(json_number(out, "budget"), 128);
     assert_int_equal(json_number(out, "capacity"), 192);
     assert_int_equal(json_number(out, "pages"), 3);
@@ -171,12 +173,18 @@ static void test_vasectl_status(void **state) {
     assert_non_null(strstr(out, "plans queued 0 (0 clients waiting, served in turn), running 0"));
     out = vasectl_ok(f, (const char *const[]){"seqs", NULL});
     assert_non_null(strstr(out, "snapkv"));
-    /* The model by name, with its id. */
+    /* The model by name, with its id; the label, its middle cut to fit the column. */
     if (!strstr(out, "  harness-small (1)  "))
         fail_msg("no model name in\n%s", out);
+    if (!strstr(out, "ID  LABEL ") || !strstr(out, "  cmpl-tools...789abcdef-7  "))
+        fail_msg("no label column in\n%s", out);
     char seq_id[16];
     snprintf(seq_id, sizeof(seq_id), "%u", vase_seq_id(s));
+    out = vasectl_ok(f, (const char *const[]){"--json", "seq", seq_id, NULL});
+    assert_json_line(out);
+    assert_non_null(strstr(out, "\"label\":\"cmpl-tools-0123456789abcdef-7\""));
     out = vasectl_ok(f, (const char *const[]){"seq", seq_id, NULL});
+    assert_non_null(strstr(out, "label       cmpl-tools-0123456789abcdef-7\n"));
     assert_non_null(strstr(out, "model       harness-small (1)\n"));
     assert_non_null(strstr(out, "prompt      0 tokens\n")); /* not protected */
     out = vasectl_ok(f, (const char *const[]){"clients", NULL});
@@ -199,6 +207,7 @@ static void test_vasectl_elastic(void **state) {
     struct vase_geometry g = harness_geometry();
     struct vase_seq_config cfg = harness_seq_config(VASE_POLICY_STREAMING, 704, 32, 0, 0);
     cfg.min_budget = 320;
+    cfg.label = "elastic-7";
     struct vase_seq *s;
     /* Events, once vasectl is seen to follow them. */
     char path[PATH_MAX];
@@ -236,6 +245,12 @@ static void test_vasectl_elastic(void **state) {
     snprintf(line, sizeof(line), "budget   seq %u client %u budget 704 -> 320 (cap) at round",
              vase_seq_id(s), vase_client_id(f->h.c[0]));
     assert_int_equal(harness_proc_wait_output(&events, line, HARNESS_WAIT_MS), 0);
+    /* Lines of a sequence that has a label end with it: the budget change (written with its
+     * line, whole), and the opens and closes. */
+    const char *end = strchr(strstr(events.out, line), '\n');
+    assert_non_null(end);
+    assert_memory_equal(end - 16, " label elastic-7", 16);
+    assert_non_null(strstr(events.out, "rounds 0 label elastic-7\n"));
     harness_proc_free(&events);
     assert_int_equal(vase_seq_close(s), 0);
 }

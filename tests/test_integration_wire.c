@@ -6,8 +6,9 @@
  * oversized, multi-frame and wrong-version frames, envelopes without a body, stale
  * incarnations, engine requests from peers without a session, replayed client sequence
  * numbers, other clients' objects, the daemon's own checks of geometries (libvase checks them
- * too, so only a raw session reaches the daemon's), the ModelLayout it answers, and a second
- * EvictRequest while one is uncommitted. After every refusal the daemon still answers Ping.
+ * too, so only a raw session reaches the daemon's) and of sequence labels, the ModelLayout it
+ * answers, and a second EvictRequest while one is uncommitted. After every refusal the daemon
+ * still answers Ping.
  */
 
 #include <errno.h>
@@ -33,15 +34,25 @@ struct fixture {
     struct harness_session s[2];
 };
 
-static int setup(void **state) {
-    /* Metrics on a free port: test_engine_reports scrapes them. */
-    static const char *const args[] = {"--max-message-bytes=64K", "--metrics-address=127.0.0.1:0",
-                                       NULL};
+static int setup_with(void **state, const char *const *args) {
     int r = harness_fixture_setup(state, sizeof(struct fixture), args);
     struct fixture *f = *state;
     if (f)
         f->s[0].fd = f->s[1].fd = -1;
     return r;
+}
+
+static int setup(void **state) {
+    /* Metrics on a free port: test_engine_reports scrapes them. */
+    static const char *const args[] = {"--max-message-bytes=64K", "--metrics-address=127.0.0.1:0",
+                                       NULL};
+    return setup_with(state, args);
+}
+
+/* At log level debug: error replies are logged. */
+static int setup_debug(void **state) {
+    static const char *const args[] = {"--max-message-bytes=64K", "--log-level=debug", NULL};
+    return setup_with(state, args);
 }
 
 static int teardown(void **state) {
@@ -381,6 +392,19 @@ static Vase__Envelope *open_seq_protect(struct harness_session *s, uint32_t mode
     open.prompt_len = prompt_len;
     open.slack = -1;
     open.min_budget = min_budget;
+    return session_call(s, VASE__ENVELOPE__BODY_OPEN_SEQ, &open);
+}
+
+/* OpenSeq of a streaming sequence, budget 128, window 32, named label (NULL: the field unset). */
+static Vase__Envelope *open_seq_label(struct harness_session *s, uint32_t model_id,
+                                      const char *label) {
+    Vase__SeqParams params = seq_params("streaming", 128, 32);
+    Vase__OpenSeq open = VASE__OPEN_SEQ__INIT;
+    open.model_id = model_id;
+    open.params = &params;
+    open.slack = -1;
+    if (label)
+        open.label = (char *)label;
     return session_call(s, VASE__ENVELOPE__BODY_OPEN_SEQ, &open);
 }
 
@@ -734,6 +758,83 @@ static void test_engine_reports(void **state) {
     assert_int_equal(st.errors_total, 0);
 }
 
+/*
+ * OpenSeq.label from a raw session, past libvase's own check: the daemon refuses a label that is
+ * too long or holds a byte outside the set (a newline, a quote, an escape sequence, UTF-8) with
+ * EINVAL, naming the byte by offset and value; its log has the reason but never the bytes. A
+ * label it takes is the sequence's in SeqInfo, GetSeq and ListSeqs alike; none is "".
+ */
+static void test_open_label(void **state) {
+    struct fixture *f = *state;
+    const struct harness_daemon *d = &f->h.d;
+    assert_int_equal(harness_session_open(d, &f->s[0]), 0);
+    Vase__Envelope *reply = register_model(&f->s[0], 2, 4, 2, 32, 64, NULL);
+    assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_MODEL_LAYOUT);
+    uint32_t model = reply->model_layout->model_id;
+    vase__envelope__free_unpacked(reply, NULL);
+
+    char long_label[VASE_WIRE_LABEL_MAX + 2];
+    memset(long_label, 'x', VASE_WIRE_LABEL_MAX + 1);
+    long_label[VASE_WIRE_LABEL_MAX + 1] = '\0';
+    const struct {
+        const char *label, *rule;
+    } bad[] = {
+        {"req\n1", "bad open_seq: label byte 3 is 0x0a (want at most 64 bytes of A-Z a-z 0-9 "
+                   "._:/@+=-)"},
+        {"req\"1", "bad open_seq: label byte 3 is 0x22"},
+        {"caf\xc3\xa9-7", "bad open_seq: label byte 3 is 0xc3"},
+        {"x\x1b[2Jy", "bad open_seq: label byte 1 is 0x1b"},
+        {"a b", "bad open_seq: label byte 1 is 0x20"},
+        {long_label, "bad open_seq: label is longer than 64 bytes"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        expect_rule(d, open_seq_label(&f->s[0], model, bad[i].label), bad[i].rule);
+    struct harness_status st;
+    assert_int_equal(harness_status(d, &st), 0);
+    assert_int_equal(st.seqs, 0);
+    assert_int_equal(st.bytes_pages, 0);
+
+    /* Taken: 64 bytes of every kind the rule allows; none. */
+    char label[VASE_WIRE_LABEL_MAX + 1];
+    memset(label, '7', VASE_WIRE_LABEL_MAX);
+    memcpy(label, "cmpl-8f2c.d_0:a/b@c+d=e", 23);
+    label[VASE_WIRE_LABEL_MAX] = '\0';
+    uint32_t seq[2];
+    for (int i = 0; i < 2; i++) {
+        reply = open_seq_label(&f->s[0], model, i == 0 ? label : NULL);
+        assert_int_equal(reply->body_case, VASE__ENVELOPE__BODY_SEQ_LAYOUT);
+        seq[i] = reply->seq_layout->seq_id;
+        vase__envelope__free_unpacked(reply, NULL);
+    }
+    assert_int_equal(harness_get_seq(d, seq[0], &reply), 0);
+    assert_string_equal(reply->seq_info->label, label);
+    vase__envelope__free_unpacked(reply, NULL);
+    assert_int_equal(harness_get_seq(d, seq[1], &reply), 0);
+    assert_string_equal(reply->seq_info->label, "");
+    vase__envelope__free_unpacked(reply, NULL);
+    Vase__ListSeqs ls = VASE__LIST_SEQS__INIT;
+    assert_int_equal(harness_call(d, VASE__ENVELOPE__BODY_LIST_SEQS, &ls, &reply), 0);
+    assert_int_equal(reply->seqs_reply->n_seqs, 2);
+    for (size_t i = 0; i < 2; i++)
+        assert_string_equal(reply->seqs_reply->seqs[i]->label,
+                            reply->seqs_reply->seqs[i]->seq_id == seq[0] ? label : "");
+    vase__envelope__free_unpacked(reply, NULL);
+
+    /* The log: each refusal's reason, none of the refused bytes, the label it took. */
+    FILE *log = fopen(d->log, "r");
+    assert_non_null(log);
+    static char text[1 << 18];
+    size_t n = fread(text, 1, sizeof(text) - 1, log);
+    fclose(log);
+    text[n] = '\0';
+    if (!strstr(text, "bad open_seq: label byte 3 is 0x0a") ||
+        !strstr(text, "bad open_seq: label byte 1 is 0x1b") || !strstr(text, label))
+        fail_msg("the log lacks the refusals or the label taken:\n%s", text);
+    if (strstr(text, "req\n1") || strstr(text, "req\\x0a1") || strstr(text, "\x1b") ||
+        strstr(text, "[2J") || strstr(text, "caf") || strstr(text, long_label))
+        fail_msg("the log holds a refused label:\n%s", text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_garbage, setup, teardown),
@@ -747,6 +848,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_register_model_raw, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_reports, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_label, setup_debug, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

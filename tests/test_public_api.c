@@ -109,11 +109,13 @@ static void test_paged_calls(void **state) {
     assert_null(vase_seq_block_table_device(NULL));
 }
 
-/* Elastic budgets: the configuration's fields and the calls, in both libraries. */
+/* Elastic budgets and labels: the configuration's fields and the calls, in both libraries. */
 static void test_elastic_calls(void **state) {
     (void)state;
-    struct vase_seq_config cfg = {
-        .params = vase_params_default(1024), .min_budget = 512, .weight = VASE_MAX_WEIGHT};
+    struct vase_seq_config cfg = {.params = vase_params_default(1024),
+                                  .min_budget = 512,
+                                  .weight = VASE_MAX_WEIGHT,
+                                  .label = "cmpl-1"};
     struct vase_open *o = NULL;
     struct vase_seq *s = NULL;
     assert_int_equal(VASE_MAX_WEIGHT, 1000);
@@ -121,6 +123,10 @@ static void test_elastic_calls(void **state) {
     assert_int_equal(vase_seq_budget(NULL), 0);
     assert_int_equal(vase_seq_min_budget(NULL), 0);
     assert_int_equal(vase_seq_set_budget(NULL, 512), -EINVAL);
+    /* Labels: the member added in libvase.so.2, its bound and getter. */
+    assert_int_equal(VASE_SEQ_LABEL_MAX, 64);
+    assert_string_equal(cfg.label, "cmpl-1");
+    assert_string_equal(vase_seq_label(NULL), "");
     assert_int_equal(vase_seq_open_async(NULL, NULL, &cfg, &o), -EINVAL);
     assert_null(o);
     assert_int_equal(vase_open_poll(NULL, &s), -EINVAL);

@@ -125,6 +125,12 @@ const struct vase_setting vase_settings[] = {
      "arena is for. Off: arena series carry only the arena's number and kind, and no series "
      "names a model. On: anyone who can connect to metrics_address (every local user, for a "
      "loopback address) reads every tenant's model names and usage."},
+    {"metrics_sequence_labels", VASE_SETTING_BOOL, OFF(metrics_sequence_labels), 0, 1, "no", true,
+     "Whether the metrics have vase_sequence_info, one series per open sequence naming its id, "
+     "arena and the label its engine gave it (a request id, say), and its model with "
+     "metrics_tenant_labels. Off by default: a series per sequence grows a Prometheus server's "
+     "series with every request served, and anyone who can connect to metrics_address reads "
+     "every sequence's label."},
     {"shutdown_timeout", VASE_SETTING_U32, OFF(shutdown_timeout), 0, 600, "10", true,
      "Seconds a clean shutdown waits for plans being computed."},
     {"restore_grace", VASE_SETTING_U32, OFF(restore_grace), 1, 86400, "120", true,

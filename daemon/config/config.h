@@ -85,8 +85,9 @@ struct vase_config {
     uint64_t max_message_bytes;
     uint32_t evictor_threads;
     uint32_t stats_interval;
-    char *metrics_address;      /* "off": no metrics endpoint (metrics_http.h) */
-    bool metrics_tenant_labels; /* the metrics name models and arenas */
+    char *metrics_address;        /* "off": no metrics endpoint (metrics_http.h) */
+    bool metrics_tenant_labels;   /* the metrics name models and arenas */
+    bool metrics_sequence_labels; /* vase_sequence_info: one series per sequence, its label */
     uint32_t shutdown_timeout;
     uint32_t restore_grace; /* seconds restored sequences wait to be reopened */
     int log_level;

@@ -18,7 +18,7 @@
 
 /* The number of rows of vase_settings[] (checked against the table in config.c), for arrays
  * with one slot per setting. */
-#define VASE_SETTINGS_N 32
+#define VASE_SETTINGS_N 33
 
 /* Whether two setting names are the same, '-' and '_' being equal. */
 bool vase_setting_key_equal(const char *a, const char *b);

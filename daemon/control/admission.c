@@ -30,8 +30,10 @@
 
 void vase_admission_send_layout(struct vased *d, const struct vase_reply_to *p,
                                 struct vased_seq *s) {
-    log_debug("Client %u opened sequence %u: %s, budget %u, window %u, %llu bytes.", s->client->id,
-              s->id, vase_policy_to_string(s->policy), s->params.budget, s->params.window,
+    /* The label is one vase_wire_label_check() accepted: nothing in it needs escaping. */
+    log_debug("Client %u opened sequence %u%s%s: %s, budget %u, window %u, %llu bytes.",
+              s->client->id, s->id, s->label[0] ? " labelled " : "", s->label,
+              vase_policy_to_string(s->policy), s->params.budget, s->params.window,
               (unsigned long long)vase_registry_seq_bytes(s));
 
     Vase__SeqLayout sl = VASE__SEQ_LAYOUT__INIT;

@@ -234,6 +234,14 @@ static int seq_request_from(const struct vased *d, const Vase__OpenSeq *o,
     ret->params = p;
     if (elastic_from(o, &p, ret, msg, why, why_size) < 0)
         return -EINVAL;
+    /* The peer's label goes into replies, events, metrics and logs: the rule keeps it to bytes
+     * none of them must escape, and the reason never repeats a byte it refuses. */
+    const char *label = o->label ? o->label : "";
+    if (vase_wire_label_check(label, why, why_size) < 0) {
+        *msg = why;
+        return -EINVAL;
+    }
+    memcpy(ret->label, label, strlen(label) + 1);
     ret->prompt_len = o->prompt_len;
     ret->seed = o->seed;
     ret->mode = (uint32_t)o->mode;

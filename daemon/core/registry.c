@@ -317,6 +317,7 @@ void vase_registry_seq_init(struct vased_seq *s, const struct vase_layout *l,
     s->slack = req->slack;
     s->prompt_len = req->prompt_len;
     s->seed = req->seed;
+    memcpy(s->label, req->label, sizeof(s->label));
     s->layout = *l;
     s->plan = fp->plan;
     s->n_pages = fp->kv_pages;

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "vase_kernels.h"
 #include "vase_layout.h"
+#include "wire.h"
 
 struct vase_alloc;
 struct vase_plan_run;
@@ -90,6 +91,7 @@ struct vased_seq {
     uint32_t slack;
     uint32_t prompt_len;
     uint64_t seed;
+    char label[VASE_WIRE_LABEL_MAX + 1]; /* OpenSeq.label, checked (vase_wire_label_check()) */
     struct vase_layout layout;          /* the model's, copied: an orphan no longer has its model */
     struct vase_plan_layout plan;       /* its plan area */
     uint32_t capacity;                  /* n_pages * block_tokens */
@@ -177,8 +179,9 @@ struct vased_seq_request {
     uint64_t seed;
     uint32_t mode;
     uint32_t slack;
-    uint32_t min_budget; /* = params.budget when not elastic */
-    uint32_t weight;     /* >= 1 */
+    uint32_t min_budget;                 /* = params.budget when not elastic */
+    uint32_t weight;                     /* >= 1 */
+    char label[VASE_WIRE_LABEL_MAX + 1]; /* "" or a label vase_wire_label_check() accepts */
 };
 
 /* What a sequence of model m holds at open (vase_layout.h). */

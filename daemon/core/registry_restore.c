@@ -65,8 +65,9 @@ int vase_registry_restore_seq(struct vase_registry *reg, struct vase_alloc *allo
     }
     /* In this order: the budgets must be valid before the prompt is checked at min_budget. */
     if (vase_params_check(&sv->req.params, sv->req.policy) < 0 || !saved_budgets_valid(sv) ||
-        !saved_prompt_fits(sv)) {
-        snprintf(msg, msg_size, "sequence %u: its parameters or budgets are not valid", sv->id);
+        !saved_prompt_fits(sv) || vase_wire_label_check(sv->req.label, NULL, 0) < 0) {
+        snprintf(msg, msg_size, "sequence %u: its parameters, budgets or label are not valid",
+                 sv->id);
         return -EINVAL;
     }
     if ((r = vase_registry_footprint(l, &sv->req, &most, msg, msg_size)) < 0 ||

@@ -38,6 +38,7 @@ static void publish_change(struct vased *d, const struct vased_seq *s, uint32_t 
     bc.new_budget = s->params.budget;
     bc.reason = (char *)reason;
     bc.round = round;
+    bc.label = (char *)s->label;
     ev.body_case = VASE__EVENT__BODY_BUDGET_CHANGE;
     ev.budget_change = &bc;
     vase_events_publish(d->events, "budget", &ev);

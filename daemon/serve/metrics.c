@@ -7,8 +7,9 @@
  * and nothing is copied between threads. Counters only grow over the daemon's life: SIGHUP and
  * settings changes reset nothing. Label values that clients chose (model names) are escaped and
  * cut to a bounded length; every other label value is ours. Whatever names a tenant (model names,
- * arena names) is rendered only with metrics_tenant_labels: the endpoint is open to every local
- * user, who may have no access to the daemon's sockets at all.
+ * arena names) is rendered only with metrics_tenant_labels, and the series per sequence (its
+ * label) only with metrics_sequence_labels: the endpoint is open to every local user, who may
+ * have no access to the daemon's sockets at all.
  */
 
 #include <errno.h>
@@ -321,6 +322,32 @@ static int render_models(const struct vased *d, struct vase_metrics_buf *b) {
     return 0;
 }
 
+/* vase_sequence_info, only with metrics_sequence_labels: one series per live sequence, always 1,
+ * naming its id, its label, its arena, and its model's name with metrics_tenant_labels too (a
+ * model name tells whose engine it is). A series per sequence is one per request an engine
+ * serves, each kept by Prometheus for its retention: hence a setting, off by default. The label
+ * passed the wire's rule (nothing in it needs escaping) and is escaped like any value anyway. */
+static void render_sequences(const struct vased *d, struct vase_metrics_buf *b) {
+    if (!d->cfg.metrics_sequence_labels)
+        return;
+    vase_metrics_family(b, "vase_sequence_info", "gauge",
+                        "Always 1, one series per open sequence: its id, the label its engine "
+                        "gave it, its arena (and its model with metrics_tenant_labels).");
+    for (const struct vased_client *c = d->reg->clients; c; c = c->next)
+        for (const struct vased_seq *s = c->seqs; s; s = s->next) {
+            char id[16], arena[16];
+            snprintf(id, sizeof(id), "%u", s->id);
+            snprintf(arena, sizeof(arena), "%u", s->arena_id);
+            struct vase_metrics_label l[] = {
+                {"seq", id},
+                {"label", s->label},
+                {"arena", arena},
+                {"model", s->model && s->model->name ? s->model->name : ""}};
+            vase_metrics_sample(b, "vase_sequence_info", l, d->cfg.metrics_tenant_labels ? 4 : 3,
+                                1);
+        }
+}
+
 /* One counter family over the policies, from a field of struct vase_metrics_policy. */
 static void render_policy_counter(const struct vased *d, struct vase_metrics_buf *b,
                                   const char *name, const char *help, size_t offset,
@@ -420,6 +447,7 @@ int vase_metrics_render(const struct vased *d, struct vase_metrics_buf *b) {
     render_arenas(d, b);
     if (render_models(d, b) < 0)
         return -ENOMEM;
+    render_sequences(d, b);
     gauge(b, "vase_sequences", "Open sequences.", d->reg->n_seqs);
     gauge(b, "vase_clients", "Connected clients (engines).", d->reg->n_clients);
     gauge(b, "vase_clients_draining",

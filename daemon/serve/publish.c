@@ -76,6 +76,7 @@ void vase_publish_seq_info(const struct vased_seq *s, Vase__SeqInfo *ret) {
     ret->compact_seconds = s->engine_compact_seconds;
     ret->protect_prompt = s->max_params.protect_prompt != 0;
     ret->prompt_len = s->prompt_len;
+    ret->label = (char *)s->label;
 }
 
 void vase_publish_seq(struct vased *d, const struct vased_seq *s, bool open) {

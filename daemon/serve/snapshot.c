@@ -139,8 +139,8 @@ int vase_snapshot_read(struct vase_restore *rs, char *why, size_t why_size) {
 /*
  * A sequence's state in the snapshot, one row a field: its SnapshotSeq field, where a live
  * sequence holds it (struct vased_seq: the writer's side) and where the one read back does
- * (struct kept_seq: the reader's). The token, the model's name and the page lists are copied
- * by hand: they are not scalars.
+ * (struct kept_seq: the reader's). The token, the model's name, the label and the page lists
+ * are copied by hand: they are not scalars.
  */
 #define SEQ_FIELDS(X)                                                                              \
     X(id, id, sv.id)                                                                               \
@@ -193,13 +193,15 @@ bool vase_snapshot_seq_from_msg(const Vase__SnapshotSeq *m, const struct vased *
         return false;
     }
     if (m->resume_token.len != sizeof(sv->token) || strlen(m->model_name) > VASE_MAX_NAME ||
-        m->n_pages > VASE_ALLOC_MAX_UNITS || m->n_ring_pages > VASE_ALLOC_MAX_UNITS ||
-        m->n_plan_pages > VASE_ALLOC_MAX_UNITS) {
-        snprintf(msg, msg_size, "sequence %u: its token, model name or page lists are not valid",
-                 sv->id);
+        strlen(m->label) > VASE_WIRE_LABEL_MAX || m->n_pages > VASE_ALLOC_MAX_UNITS ||
+        m->n_ring_pages > VASE_ALLOC_MAX_UNITS || m->n_plan_pages > VASE_ALLOC_MAX_UNITS) {
+        snprintf(msg, msg_size,
+                 "sequence %u: its token, model name, label or page lists are not valid", sv->id);
         return false;
     }
     memcpy(sv->token, m->resume_token.data, sizeof(sv->token));
+    /* Its bytes are checked with the rest of the request (vase_registry_restore_seq()). */
+    memcpy(sv->req.label, m->label, strlen(m->label) + 1);
     sv->n_pages = (uint32_t)m->n_pages;
     sv->pages = m->pages;
     sv->n_ring_pages = (uint32_t)m->n_ring_pages;
@@ -229,6 +231,7 @@ void vase_snapshot_seq_to_msg(const struct vased_seq *s, Vase__SnapshotSeq *m) {
         (ProtobufCBinaryData){.len = sizeof(s->resume_token), .data = (uint8_t *)s->resume_token};
     /* A restored sequence, or an orphan, has no model (nor name) of its own. */
     m->model_name = s->model && s->model->name ? s->model->name : (char *)"";
+    m->label = (char *)s->label;
     m->n_pages = s->n_pages;
     m->pages = s->pages;
     m->n_ring_pages = s->n_ring_pages;

@@ -23,6 +23,7 @@ class Seq:
     rounds: int
     budget: int  # the budget its plans keep now (elastic: min_budget .. the budget opened with)
     min_budget: int  # the least budget it accepts (its budget when not elastic)
+    label: str  # what the engine calls it (Model.open()'s label=); "" when none
     stats: Dict[str, float]  # evictions, stalls, stall_seconds, compact_seconds,
                              # last_plan_seconds, budget_changes
     def append(self, n: int, /) -> bool: ...
@@ -58,7 +59,8 @@ class Model:
              rank: Optional[int] = None, lambda_: Optional[float] = None,
              smooth: Optional[int] = None, metric: Optional[str] = None,
              admission_wait_ms: Optional[int] = -1, min_budget: Optional[int] = 0,
-             weight: Optional[int] = 0, protect_prompt: bool = False) -> Seq: ...
+             weight: Optional[int] = 0, protect_prompt: bool = False,
+             label: Optional[str] = None) -> Seq: ...
 
 class Client:
     client_id: int

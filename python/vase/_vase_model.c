@@ -117,6 +117,28 @@ static int kw_metric(PyObject *o, const struct open_kw *kw, void *field) {
     return s && vase_metric_from_string(s, field) < 0 ? unknown_name(kw, s) : 0;
 }
 
+/* A str, kept by the arguments until vase_seq_open() copied it; None leaves no label. libvase
+ * checks it (VaseError EINVAL for one its rule refuses), as a C string: a NUL inside would cut
+ * it short unseen, so it is refused here. */
+static int kw_label(PyObject *o, const struct open_kw *kw, void *field) {
+    if (o == Py_None)
+        return 0;
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str or None", kw->name);
+        return -1;
+    }
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!s)
+        return -1;
+    if (strlen(s) != (size_t)n) {
+        vpy_raisef(-EINVAL, "label byte %zu is 0x00", strlen(s));
+        return -1;
+    }
+    *(const char **)field = s;
+    return 0;
+}
+
 static int kw_mode(PyObject *o, const struct open_kw *kw, void *field) {
     const char *s = vpy_get_str(o, kw->name);
     if (!s)
@@ -153,6 +175,7 @@ static const struct open_kw open_kws[] = {
     {.name = "min_budget", .parse = kw_u32, .field = AT(min_budget)},
     {.name = "weight", .parse = kw_u32, .field = AT(weight)},
     {.name = "protect_prompt", .parse = kw_flag, .field = AT(params.protect_prompt)},
+    {.name = "label", .parse = kw_label, .field = AT(label)},
 };
 #undef AT
 #define N_OPEN_KWS (sizeof(open_kws) / sizeof(open_kws[0]))
@@ -163,10 +186,11 @@ static int open_config(PyObject *args, PyObject *kw, struct vase_seq_config *ret
     PyObject *o[N_OPEN_KWS] = {0};
     for (size_t i = 0; i < N_OPEN_KWS; i++)
         kwlist[i] = (char *)open_kws[i].name;
-    _Static_assert(N_OPEN_KWS == 18, "the format and the pointers below: one per keyword");
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOO:open", kwlist, &o[0], &o[1],
+    _Static_assert(N_OPEN_KWS == 19, "the format and the pointers below: one per keyword");
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOOOOO:open", kwlist, &o[0], &o[1],
                                      &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10],
-                                     &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17]))
+                                     &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &o[17],
+                                     &o[18]))
         return -1;
     struct vase_seq_config cfg = {.policy = VASE_POLICY_VASE_ATTNV,
                                   .mode = VASE_MODE_ASYNC,
@@ -259,7 +283,7 @@ static PyMethodDef model_methods[] = {
      "seed=0, n_sink=None, n_large=None, temperature=None, rank=None, "
      "lambda_=None, smooth=None, "
      "metric=None, admission_wait_ms=-1, min_budget=0, weight=0, "
-     "protect_prompt=False)\n--\n\n"
+     "protect_prompt=False, label=None)\n--\n\n"
      "Opens a sequence "
      "(vase_seq_open); parameters "
      "not given are vase_params_default(budget)'s. budget is required. "
@@ -277,9 +301,11 @@ static PyMethodDef model_methods[] = {
      "prompt, the first "
      "prompt_len slots, whatever the policy; it counts against the budget, so "
      "prompt_len must "
-     "be at most budget - window (and min_budget - window when elastic). An "
-     "invalid min_budget, "
-     "weight or protected prompt raises VaseError(EINVAL)."},
+     "be at most budget - window (and min_budget - window when elastic). "
+     "label: what the engine calls the sequence (its request id, say), shown by "
+     "vasectl seqs: None or \"\" for none, else at most 64 characters of A-Z a-z 0-9 "
+     "and ._:/@+=- (Seq.label). An invalid min_budget, "
+     "weight, protected prompt or label raises VaseError(EINVAL)."},
     {NULL, NULL, 0, NULL},
 };
 

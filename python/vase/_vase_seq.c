@@ -375,6 +375,16 @@ SEQ_GET(rounds, uint32_t, PyLong_FromUnsignedLong)
 SEQ_GET(budget, uint32_t, PyLong_FromUnsignedLong)
 SEQ_GET(min_budget, uint32_t, PyLong_FromUnsignedLong)
 
+static PyObject *seq_get_label(SeqObject *self, void *c) {
+    (void)c;
+    if (seq_enter(self) < 0)
+        return NULL;
+    /* Set once, at the open: read without the client's mutex. */
+    PyObject *r = PyUnicode_FromString(vase_seq_label(self->s));
+    seq_leave(self);
+    return r;
+}
+
 static int do_set_budget(struct vase_seq *s, uint32_t budget) {
     return vase_seq_set_budget(s, budget);
 }
@@ -457,6 +467,8 @@ static PyGetSetDef seq_getset[] = {
      NULL},
     {"min_budget", (getter)seq_get_min_budget, NULL,
      "The least budget it accepts (its budget when it is not elastic).", NULL},
+    {"label", (getter)seq_get_label, NULL,
+     "The label it was opened with (Model.open()'s label=), \"\" when none.", NULL},
     {"stats", (getter)seq_get_stats, NULL,
      "vase_seq_get_stats() as a dict: evictions, stalls, stall_seconds, compact_seconds, "
      "last_plan_seconds, budget_changes (plans that lowered the budget, commits that raised it).",

@@ -395,8 +395,8 @@ check_dev_examples() {
             why+="make ($mode) failed: $(tail -n 5 "$work/ex-$mode.out" | tr '\n' ' '); "
             continue
         fi
-        if [ $mode = shared ] && ! ldd "$ex/synthetic_engine" | grep -Eq 'libvase\.so\.1 => (/usr)?/lib/libvase\.so\.1'; then
-            why+="the shared build does not take the installed libvase.so.1: $(ldd "$ex/synthetic_engine" | grep libvase); "
+        if [ $mode = shared ] && ! ldd "$ex/synthetic_engine" | grep -Eq 'libvase\.so\.2 => (/usr)?/lib/libvase\.so\.2'; then
+            why+="the shared build does not take the installed libvase.so.2: $(ldd "$ex/synthetic_engine" | grep libvase); "
         fi
         if [ $mode = static ] && ldd "$ex/synthetic_engine" | grep -q libvase; then
             why+="the static build still needs libvase.so; "

@@ -351,6 +351,48 @@ def test_protect_prompt(client):
         assert s.id > 0
 
 
+def seq_info(run, seq_id):
+    """The daemon's SeqInfo of a sequence (vasectl --json seq ID)."""
+    out = subprocess.run([os.path.join(BUILD, "vasectl"), f"--runtime-dir={run}", "--json",
+                          "seq", str(seq_id)], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def test_label(daemon, client):
+    """label=: the daemon's SeqInfo and Seq.label have it; None and "" are none; labels the rule
+    refuses (too long, a newline, a quote, non-ASCII, a NUL) raise VaseError(EINVAL) with
+    libvase's reason, and open nothing."""
+    m = model(client)
+    label = "chatcmpl-8f2c:0/a@b+c=d.e_f-" + "9" * 36
+    assert len(label) == 64
+    with m.open("streaming", budget=128, window=32, label=label) as s:
+        assert s.label == label
+        assert seq_info(daemon, s.id)["label"] == label
+    for none in (None, ""):
+        with m.open("streaming", budget=128, window=32, label=none) as s:
+            assert s.label == ""
+            assert seq_info(daemon, s.id).get("label", "") == ""
+    with m.open("streaming", budget=128, window=32) as s:
+        assert s.label == ""
+    refused = {"x" * 65: "label is longer than 64 bytes",
+               "req\n1": "label byte 3 is 0x0a",
+               'req"1': "label byte 3 is 0x22",
+               "caf\u00e9": "label byte 3 is 0xc3",
+               "req\x001": "label byte 3 is 0x00"}
+    for bad, why in refused.items():
+        with pytest.raises(vase.VaseError) as e:
+            m.open("streaming", budget=128, window=32, label=bad)
+        assert e.value.errno == errno.EINVAL, bad
+        assert why in str(e.value), (bad, str(e.value))
+    with pytest.raises(TypeError):
+        m.open("streaming", budget=128, window=32, label=b"req-1")
+    assert connected_clients(daemon)  # the daemon is still there
+    out = subprocess.run([os.path.join(BUILD, "vasectl"), f"--runtime-dir={daemon}", "--json",
+                          "seqs", str(client.client_id)], check=True, capture_output=True,
+                         text=True).stdout
+    assert json.loads(out).get("seqs", []) == []
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_set_budget(client, mode):
     m = model(client)

@@ -21,7 +21,7 @@ void vasectl_json_fields(FILE *f, const ProtobufCMessage *m, bool first);
 /* Writes m as one JSON object and a newline to stdout. */
 void vasectl_json_line(const ProtobufCMessage *m);
 
-#define VASECTL_MAX_COLS 16
+#define VASECTL_MAX_COLS 20
 
 /* Rows of formatted cells, printed with every column as wide as its widest cell. A header that
  * starts with '>' marks a right-aligned (numeric) column. */
@@ -48,6 +48,16 @@ const char *vasectl_fmt_count(uint64_t n, char *buf, size_t size);
 const char *vasectl_fmt_ms(double s, char *buf, size_t size);
 /* "sync" or "async". */
 const char *vasectl_mode_name(Vase__Mode m);
+
+/* The widest label a table shows (vasectl_fmt_label()). */
+#define VASECTL_LABEL_WIDTH 24
+/* A sequence's label (SeqInfo.label, at most 64 bytes) for a table cell: "-" when it has none;
+ * one longer than VASECTL_LABEL_WIDTH keeps its first 10 and last 11 bytes around "...", since
+ * request ids tend to differ at either end (a random middle, a counter at the end). Escaped
+ * (vase_admin_escape()): the daemon's rule keeps labels to plain ASCII, but vasectl may talk to
+ * another daemon. Into buf (size bytes, at least VASECTL_LABEL_WIDTH * 4 + 1), which is
+ * returned. */
+const char *vasectl_fmt_label(const char *label, char *buf, size_t size);
 
 /* Reports an error on stderr: a "vasectl: " line, or under --json one JSON object (vasectl.c).
  * Returns -abs(error), so that callers can return it. */

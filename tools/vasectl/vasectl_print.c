@@ -153,6 +153,30 @@ const char *vasectl_mode_name(Vase__Mode m) {
     return m == VASE__MODE__MODE_SYNC ? "sync" : "async";
 }
 
+const char *vasectl_fmt_label(const char *label, char *buf, size_t size) {
+    enum { HEAD = 10, TAIL = VASECTL_LABEL_WIDTH - HEAD - 3 };
+    char cut[VASECTL_LABEL_WIDTH + 1];
+    size_t len = label ? strlen(label) : 0;
+    if (len == 0)
+        label = "-";
+    else if (len > VASECTL_LABEL_WIDTH) {
+        snprintf(cut, sizeof(cut), "%.*s...%s", HEAD, label, label + len - TAIL);
+        label = cut;
+    }
+    vase_admin_escape(label, buf, size);
+    return buf;
+}
+
+/* Ends an event's line: " label L" (whole, escaped) for a sequence that has one. */
+static void print_label(const char *label) {
+    char clean[4 * 64 + 1];
+    if (label && *label) {
+        vase_admin_escape(label, clean, sizeof(clean));
+        printf(" label %s", clean);
+    }
+    putchar('\n');
+}
+
 void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json) {
     if (json) {
         /* The Event's own fields, after the topic it came under. */
@@ -190,10 +214,11 @@ void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json) {
         const Vase__SeqInfo *s =
             ev->body_case == VASE__EVENT__BODY_SEQ_OPEN ? ev->seq_open : ev->seq_close;
         printf("%s seq %" PRIu32 " client %" PRIu32 " %s %s budget %" PRIu32 " window %" PRIu32
-               " pages %" PRIu32 " bytes %" PRIu64 " rounds %" PRIu32 "\n",
+               " pages %" PRIu32 " bytes %" PRIu64 " rounds %" PRIu32,
                ev->body_case == VASE__EVENT__BODY_SEQ_OPEN ? "open " : "close", s->seq_id,
                s->client_id, s->policy, vasectl_mode_name(s->mode), s->budget, s->window, s->pages,
                s->bytes, s->rounds);
+        print_label(s->label);
         break;
     }
     case VASE__EVENT__BODY_EVICTION: {
@@ -208,8 +233,9 @@ void vasectl_print_event(const char *topic, const Vase__Event *ev, bool json) {
         char reason[4 * 32 + 1];
         vase_admin_escape(b->reason, reason, sizeof(reason));
         printf("seq %" PRIu32 " client %" PRIu32 " budget %" PRIu32 " -> %" PRIu32
-               " (%s) at round %" PRIu32 "\n",
+               " (%s) at round %" PRIu32,
                b->seq_id, b->client_id, b->old_budget, b->new_budget, reason, b->round);
+        print_label(b->label);
         break;
     }
     case VASE__EVENT__BODY_PRESSURE: {

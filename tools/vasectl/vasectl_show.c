@@ -4,7 +4,8 @@
  * The commands of vasectl that ask the daemon and show its answer: status, clients, seqs, seq
  * and config get. Each is one request through libvase's administrative API; the reply is printed
  * as tables and lines for people, or under --json as one JSON document (vasectl_json.c), and
- * freed here. Text a client chose (its name, a model's) is escaped before it reaches a terminal.
+ * freed here. Text a client chose (its name, a model's, a sequence's label) is escaped before it
+ * reaches a terminal.
  */
 
 #include <inttypes.h>
@@ -171,10 +172,11 @@ static const char *model_label(const Vase__SeqInfo *s, char *buf, size_t size) {
 }
 
 static int add_seq_row(struct table *t, const Vase__SeqInfo *s) {
-    char b[32], n1[32], n2[32], model[4 * 256 + 32];
+    char b[32], n1[32], n2[32], model[4 * 256 + 32], label[4 * VASECTL_LABEL_WIDTH + 1];
     int r;
 
     if ((r = vasectl_table_add(t, "%" PRIu32, s->seq_id)) < 0 ||
+        (r = vasectl_table_add(t, "%s", vasectl_fmt_label(s->label, label, sizeof(label)))) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->client_id)) < 0 ||
         (r = vasectl_table_add(t, "%" PRIu32, s->arena_id)) < 0 ||
         (r = vasectl_table_add(t, "%s", model_label(s, model, sizeof(model)))) < 0 ||
@@ -194,10 +196,10 @@ static int add_seq_row(struct table *t, const Vase__SeqInfo *s) {
 
 int vasectl_show_seqs(struct vase_admin *a, uint32_t client_id, bool json) {
     Vase__SeqsReply *sr;
-    struct table t = {.ncols = 16,
-                      .headers = {">ID", ">CLIENT", ">ARENA", "MODEL", "POLICY", "MODE", ">BUDGET",
-                                  ">WINDOW", ">LEN", ">CAPACITY", ">PAGES", ">MEMORY", ">ROUNDS",
-                                  ">POSITION", "STATE", ">LAST PLAN"}};
+    struct table t = {.ncols = 17,
+                      .headers = {">ID", "LABEL", ">CLIENT", ">ARENA", "MODEL", "POLICY", "MODE",
+                                  ">BUDGET", ">WINDOW", ">LEN", ">CAPACITY", ">PAGES", ">MEMORY",
+                                  ">ROUNDS", ">POSITION", "STATE", ">LAST PLAN"}};
     int r;
 
     r = vase_admin_seqs(a, client_id, &sr);
@@ -235,6 +237,10 @@ int vasectl_show_seq(struct vase_admin *a, uint32_t id, bool json) {
         vasectl_json_line(&s->base);
     else {
         printf("sequence    %" PRIu32 "\n", s->seq_id);
+        /* The whole label: the table cuts a long one. */
+        char label[4 * 64 + 1];
+        vase_admin_escape(s->label && *s->label ? s->label : "(none)", label, sizeof(label));
+        printf("label       %s\n", label);
         printf("client      %" PRIu32 "\n", s->client_id);
         char model[4 * 256 + 32];
         printf("model       %s\n", model_label(s, model, sizeof(model)));
