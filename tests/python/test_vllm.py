@@ -58,6 +58,14 @@ def test_bad_server_setting_stops_at_load():
     assert out.returncode != 0 and "VASE_VLLM_BUDGET='lots': not an integer" in out.stderr
 
 
+def test_label_is_the_request_id():
+    from vase.vllm.runtime import label_of
+
+    assert label_of("chatcmpl-6f1c2a-0") == "chatcmpl-6f1c2a-0"
+    assert label_of("cmpl id\n\"é") == "cmpl_id____"
+    assert label_of("x" * 80) == "x" * 64
+
+
 @pytest.mark.parametrize("args, message", [
     ({"vase_budget": "64"}, "vase_budget must be an integer"),
     ({"vase_budget": 0}, "vase_budget 0 is outside"),
@@ -154,12 +162,16 @@ def test_sequences_closed_after_requests_and_aborts(servers, run):
     stream = client.chat.completions.create(
         model="vase-tiny", messages=[{"role": "user", "content": PROMPTS[2]}], max_tokens=900,
         temperature=0, stream=True, extra_body=dict(ignore_eos=True))
-    got = 0
-    for _ in stream:
+    got, ident = 0, None
+    for chunk in stream:
+        ident = ident or chunk.id
         got += 1
         if got == 5:
             break
-    assert len(vasectl(run, "seqs")["seqs"]) >= 1  # the streamed request holds a sequence
+    # The streamed request holds a sequence, labelled with vLLM's id of the request.
+    labels = [s["label"] for s in vasectl(run, "seqs")["seqs"]]
+    assert ident.startswith("chatcmpl-")
+    assert any(l.startswith(ident) for l in labels), (ident, labels)
     stream.close()  # the client goes away: vLLM aborts the request
     for _ in range(200):
         if not vasectl(run, "seqs")["seqs"]:

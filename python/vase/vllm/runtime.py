@@ -21,6 +21,16 @@ from . import _env_int, defaults
 log = logging.getLogger("vllm.vase")
 
 
+_LABEL_BYTES = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:/@+=-")
+
+
+def label_of(req_id: str) -> str:
+    """The sequence's label: vLLM's request id in the bytes a label may hold (vase.h,
+    VASE_SEQ_LABEL_MAX): others become '_', and an id longer than 64 bytes keeps its first 64."""
+    raw = req_id.encode("utf-8", "replace")[:64]
+    return bytes(c if c in _LABEL_BYTES else 0x5F for c in raw).decode("ascii")
+
+
 @dataclass
 class _Req:
     """A request's vase sequence and what VaseCache keeps per sequence."""
@@ -65,7 +75,7 @@ class Requests(VaseCache):
         return s
 
     def open_request(self, req_id: str, spec: SeqSpec, prompt_len: int) -> "vase.Seq":
-        return self.adopt(req_id, self.open_seq(spec, prompt_len), spec)
+        return self.adopt(req_id, self.open_seq(spec, prompt_len, label=label_of(req_id)), spec)
 
     def close_request(self, req_id: str) -> bool:
         """Closes the request's sequence (its pages go back to the arena); False when it had
@@ -259,7 +269,7 @@ class Runtime:
                 spec = self.spec_of(req)
                 self.pending[req_id] = (self._pool.submit(
                     self.cache.open_seq, spec, int(req.num_prompt_tokens),
-                    admission_wait_ms=self.wait_ms), self.cache)
+                    admission_wait_ms=self.wait_ms, label=label_of(req_id)), self.cache)
                 self.pending[req_id][0].spec = spec
             hold.append(req)
         return hold
