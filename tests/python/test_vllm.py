@@ -4,6 +4,7 @@ the openai client; and its loading rules, in fresh interpreters."""
 
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -12,7 +13,10 @@ import openai
 import pytest
 
 from conftest import BUILD, private_vased, stop_vased
-from vllmutil import Server, vasectl
+from vllmutil import HeldRequest, Server, vasectl
+
+# vLLM's line for an aborted request (the server runs with --enable-log-requests).
+ABORTED = re.compile(r"Aborted request\(s\) (\S+)\.")
 
 PROMPTS = ["#include <stdio.h>", "int main(void) {", "/* the cache */ static int x =",
            "def f(x):\n    return"]
@@ -96,7 +100,8 @@ def servers(run, tmp_path_factory):
     logs = tmp_path_factory.mktemp("vllm")
     plain = Server(str(logs / "plain.log"))
     vased = Server(str(logs / "vase.log"), run=run, plugin=True,
-                   env={"VASE_VLLM_BUDGET": "1024", "VASE_VLLM_WINDOW": "32"})
+                   env={"VASE_VLLM_BUDGET": "1024", "VASE_VLLM_WINDOW": "32"},
+                   args=("--enable-log-requests",))
     try:
         plain.wait_ready()
         vased.wait_ready()
@@ -106,9 +111,20 @@ def servers(run, tmp_path_factory):
         vased.stop()
 
 
+def client_of(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=300,
+                         max_retries=0)
+
+
+def hold(server, run, prompt):
+    """A 900-token streamed request, held live (HeldRequest)."""
+    return HeldRequest(server, run, client_of(server), model="vase-tiny", max_tokens=900,
+                       temperature=0, messages=[{"role": "user", "content": prompt}],
+                       extra_body=dict(ignore_eos=True))
+
+
 def chat(server, prompt, max_tokens, **extra):
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=300,
-                           max_retries=0)
+    client = client_of(server)
     return client.chat.completions.create(
         model="vase-tiny", messages=[{"role": "user", "content": prompt}],
         max_tokens=max_tokens, temperature=0, logprobs=True, top_logprobs=3,
@@ -117,6 +133,15 @@ def chat(server, prompt, max_tokens, **extra):
 
 def token_ids(resp):
     return list(resp.choices[0].token_ids)
+
+
+def wait_for(get, what, seconds=60):
+    """get()'s first true value, polled for up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not (got := get()):
+        assert time.monotonic() < deadline, f"no {what} in {seconds} s"
+        time.sleep(0.05)
+    return got
 
 
 def test_budget_above_length_is_vllm_token_for_token(servers):
@@ -157,27 +182,17 @@ def test_bad_request_settings_are_the_clients_error(servers):
 
 def test_sequences_closed_after_requests_and_aborts(servers, run):
     plain, vased = servers
-    client = openai.OpenAI(base_url=vased.url + "/v1", api_key="none", timeout=300,
-                           max_retries=0)
-    stream = client.chat.completions.create(
-        model="vase-tiny", messages=[{"role": "user", "content": PROMPTS[2]}], max_tokens=900,
-        temperature=0, stream=True, extra_body=dict(ignore_eos=True))
-    got, ident = 0, None
-    for chunk in stream:
-        ident = ident or chunk.id
-        got += 1
-        if got == 5:
-            break
-    # The streamed request holds a sequence, labelled with vLLM's id of the request.
-    labels = [s["label"] for s in vasectl(run, "seqs")["seqs"]]
-    assert ident.startswith("chatcmpl-")
-    assert any(l.startswith(ident) for l in labels), (ident, labels)
-    stream.close()  # the client goes away: vLLM aborts the request
-    for _ in range(200):
-        if not vasectl(run, "seqs")["seqs"]:
-            break
-        time.sleep(0.1)
-    assert vasectl(run, "seqs")["seqs"] == []
+    held = hold(vased, run, PROMPTS[2])
+    try:
+        held.stream.close()  # the client goes away while the request is live: vLLM aborts it
+        ident = wait_for(lambda: ABORTED.findall(vased.log_text()), "vLLM's abort")[-1]
+    finally:
+        held.resume()
+    # The request held a sequence, labelled with vLLM's id of the request (all of whose bytes
+    # a label may hold, so the label is the id itself).
+    assert re.fullmatch(r"chatcmpl-[0-9a-f-]+", ident)
+    assert [s["label"] for s in held.seqs] == [ident]
+    wait_for(lambda: not vasectl(run, "seqs")["seqs"], "the aborted request's sequence closed")
     assert len(token_ids(chat(vased, PROMPTS[3], 8))) == 8
 
 
@@ -185,8 +200,7 @@ def test_sequences_closed_after_requests_and_aborts(servers, run):
 
 def stream_tokens(server, prompt, max_tokens, **extra):
     """A streamed chat completion's chunks, one at a time."""
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=300,
-                           max_retries=0)
+    client = client_of(server)
     return client.chat.completions.create(
         model="vase-tiny", messages=[{"role": "user", "content": prompt}],
         max_tokens=max_tokens, temperature=0, stream=True,
@@ -201,7 +215,8 @@ def test_no_room_fails_that_request_alone(servers, run):
     with pytest.raises(openai.InternalServerError):
         chat(vased, PROMPTS[1], 8, vllm_xargs={"vase_budget": 2000000})
     assert "request" in vased.log_text() and "no vase sequence" in vased.log_text()
-    assert sum(1 for _ in stream) > 0  # the streamed request went on
+    # The streamed request went on to its length, whenever the refusal came.
+    assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "length"
     assert len(token_ids(chat(vased, PROMPTS[1], 8))) == 8
 
 
@@ -215,13 +230,14 @@ def test_vased_restart_fails_its_requests_then_serves_again(tmp_path):
     try:
         server.wait_ready()
         assert len(token_ids(chat(server, PROMPTS[0], 8))) == 8
-        stream = stream_tokens(server, PROMPTS[1], 900)
-        it = iter(stream)
-        next(it)
-        proc.kill()  # vased dies with the request's sequence
-        proc.wait()
+        held = hold(server, run, PROMPTS[1])
+        try:
+            proc.kill()  # vased dies with the live request's sequence
+            proc.wait()
+        finally:
+            held.resume()
         with pytest.raises(openai.APIError):
-            for _ in it:
+            for _ in held.stream:
                 pass
         proc = start_vased(run, "--arena-bytes=256M", "--granule-bytes=256K")
         assert len(token_ids(chat(server, PROMPTS[2], 16))) == 16  # connected again
@@ -233,24 +249,17 @@ def test_vased_restart_fails_its_requests_then_serves_again(tmp_path):
 
 
 def test_killed_vllm_engine_leaks_no_page(run, tmp_path):
-    import psutil
-
     clients = vasectl(run, "status")["clients"]  # the other server's, if it is connected
     pages = sum(a["bytes_pages"] for a in vasectl(run, "status")["arenas"])
     server = Server(str(tmp_path / "vllm.log"), run=run, plugin=True)
     try:
         server.wait_ready()
-        stream = stream_tokens(server, PROMPTS[0], 900)
-        it = iter(stream)
-        next(it)
-        assert vasectl(run, "seqs")["seqs"]
-        engines = [p for p in psutil.Process(server.proc.pid).children(recursive=True)
-                   if "EngineCore" in " ".join(p.cmdline()) + p.name()]
-        assert engines, "no EngineCore process"
-        for p in engines:
+        held = hold(server, run, PROMPTS[0])
+        assert held.seqs  # the request is live, on vased, when its engine dies
+        for p in held.engines:
             p.kill()
         with pytest.raises(openai.APIError):
-            for _ in it:
+            for _ in held.stream:
                 pass
     finally:
         server.stop()
