@@ -121,13 +121,18 @@ def compare(ref: torch.Tensor, got: torch.Tensor, targets: torch.Tensor):
 
 
 def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run],
-                 walls: Dict[str, float]) -> float:
+                 walls: Dict[str, float], record=None) -> float:
     """Runs one document through the plain cache and every policy, budget and mode; adds the
-    results to runs. Returns the plain cache's perplexity on it."""
+    results to runs. Returns the plain cache's perplexity on it. record(mode, keys, logp,
+    cache), if given, gets each batch's log-probabilities [len(keys), predictions, vocab] and
+    its VaseCache, still open; the plain cache's first, as mode "-", keys [("plain", 0)] and no
+    cache."""
     prompt = args.prompt
     targets = tokens[prompt:]
     ref, plain_nll = run_plain(net, tokens, prompt, runs, walls)
-    full_budget = args.window * (tokens.numel() // args.window + 2)
+    if record:
+        record("-", [("plain", 0)], ref.unsqueeze(0), None)
+    budget_full = full_budget(args, tokens.numel())
     for mode in args.modes:
         # Every policy and budget of a mode in one batch: one forward pass per token for all of
         # them. The full cache through vase runs apart: its many more slots would pad the rest.
@@ -139,7 +144,7 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
             specs = [
                 SeqSpec(
                     policy="streaming" if policy == "full" else policy,
-                    budget=full_budget if policy == "full" else b,
+                    budget=budget_full if policy == "full" else b,
                     window=args.window,
                     mode=mode,
                     seed=args.seed,
@@ -152,6 +157,8 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
                 evictions = cache.evictions()
                 counters = cache.counters()
                 plans, calls = cache.plan_seconds, cache.call_seconds
+                if record:
+                    record(mode, keys, got, cache)
             batch = f"{mode} {keys[0][0]}" if len({p for p, _ in keys}) == 1 else f"{mode} all"
             walls[batch] = walls.get(batch, 0.0) + time.monotonic() - t0
             for i, (policy, b) in enumerate(keys):
@@ -167,6 +174,11 @@ def run_document(net, cfg, client, tokens, args, budgets, runs: Dict[tuple, Run]
                 r.plan += plans[i]
                 r.calls += calls[i]
     return math.exp(sum(plain_nll) / len(plain_nll))
+
+
+def full_budget(args, doc_len: int) -> int:
+    """The budget of the full row: above the document's length, so nothing is evicted."""
+    return args.window * (doc_len // args.window + 2)
 
 
 def run_plain(net, tokens, prompt: int, runs: Dict[tuple, Run], walls: Dict[str, float]):
