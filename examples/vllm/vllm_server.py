@@ -54,7 +54,7 @@ class Server:
         while time.time() < end:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"vllm serve exited with {self.proc.returncode}:\n"
-                                   + self.log_tail())
+                                   + self.log_errors() + self.log_tail())
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -67,6 +67,12 @@ class Server:
     def log_text(self):
         with open(self.log_path, errors="replace") as f:
             return f.read()
+
+    def log_errors(self, n=12):
+        """The log's first n error lines (the cause; its last lines are often a consequence)."""
+        lines = [l for l in self.log_text().splitlines(keepends=True)
+                 if " ERROR " in l or "Error:" in l or "Error(" in l]
+        return "".join(lines[:n]) + ("...\n" if lines else "")
 
     def log_tail(self, n=40):
         return "".join(self.log_text().splitlines(keepends=True)[-n:])
