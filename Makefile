@@ -510,6 +510,12 @@ PY_EXT := $(PY_PKG)/_vase.abi3.so
 # Their shared names stay inside the extension (-fvisibility=hidden): it exports PyInit__vase alone.
 PY_EXT_SRCS := $(wildcard $(PY_SRC_DIR)/*.c)
 PY_EXT_OBJS := $(PY_EXT_SRCS:$(PY_SRC_DIR)/%.c=$(BUILD)/python/obj/%.o)
+# Besides libvase, the extension carries the CPU paged attention (_vase_attend.c over
+# kernels/attend.c), which libvase does not: that file also sees kernels/vase_attend.h, a header
+# that includes nothing of vase (so no second vase_types.h beside the public one).
+PY_KERNEL_OBJS := $(BUILD)/kernels/attend.o
+PY_EXT_INC := -I$(PUBLIC_INCLUDE)
+$(BUILD)/python/obj/_vase_attend.o: PY_EXT_INC += -Ikernels
 PY_FILES := $(wildcard $(PY_SRC_DIR)/*.py $(PY_SRC_DIR)/*.pyi $(PY_SRC_DIR)/py.typed)
 # vase.vllm, the vLLM plugin (a subpackage), and the entry point vLLM finds it by: a
 # distribution's entry_points.txt (group vllm.general_plugins) beside the package, so that a
@@ -532,22 +538,23 @@ $(PY_ENTRY_POINTS): Makefile
 $(PY_EXT_OBJS): $(BUILD)/python/obj/%.o: $(PY_SRC_DIR)/%.c $(FLAGS_FILE) | $(DEPS_STAMP) $(PUBLIC_STAMP)
 	$(call say,CC,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -MMD -MP -I$(PUBLIC_INCLUDE) -I$(PY_INC) $(CFLAGS) -fvisibility=hidden -c -o $@ $<
+	$(Q)$(CC) -MMD -MP $(PY_EXT_INC) -I$(PY_INC) $(CFLAGS) -fvisibility=hidden -c -o $@ $<
 
-$(PY_EXT): $(PY_EXT_OBJS) $(LIBVASE_A) | $(PY_STAGED)
+$(PY_EXT): $(PY_EXT_OBJS) $(PY_KERNEL_OBJS) $(LIBVASE_A) | $(PY_STAGED)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,--exclude-libs,ALL -o $@ $^ $(LIBVASE_LIBS)
 
-# What setup.py builds the extension from: the version, the public headers, and the link words
-# of a program that links libvase statically (the self-contained archive, as vase.pc's
-# static_libs has it). Rewritten only when its text changes.
+# What setup.py builds the extension from: the version, the public headers, the kernels' folder
+# (for vase_attend.h), and the link words of a program that links libvase statically (the
+# self-contained archive, as vase.pc's static_libs has it) after the extension's kernel objects.
+# Rewritten only when its text changes.
 $(PY_SETUP_JSON): FORCE | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(PYTHON) -c 'import json, sys; print(json.dumps({"version": sys.argv[1], \
-	  "include": sys.argv[2], "link": sys.argv[3:]}, indent=1))' '$(VERSION)' \
-	  $(abspath $(PUBLIC_INCLUDE)) $(abspath $(LIBVASE_DIST_A)) $(ZMQ_LIBS) $(PROTOBUF_LIBS) \
-	  $(LIBVASE_DIST_LIBS) >$@.tmp
+	  "include": sys.argv[2], "kernels": sys.argv[3], "link": sys.argv[4:]}, indent=1))' \
+	  '$(VERSION)' $(abspath $(PUBLIC_INCLUDE)) $(abspath kernels) $(abspath $(PY_KERNEL_OBJS)) \
+	  $(abspath $(LIBVASE_DIST_A)) $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(LIBVASE_DIST_LIBS) >$@.tmp
 	$(Q)if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
 
 # A machine without Python's or DLPack's headers (python3-dev, libdlpack-dev; a GPU machine with
@@ -559,7 +566,8 @@ HAVE_PY_HEADERS := $(if $(PY_INC_NOW),$(shell \
   printf '\043include <Python.h>\n\043include <dlpack/dlpack.h>\nint v[PY_VERSION_HEX + DLPACK_VERSION];\n' | \
   $(CC) -fsyntax-only $(DEPS_CFLAGS) -I$(PY_INC_NOW) -x c - >/dev/null 2>&1 && echo 1))
 ifeq ($(HAVE_PY_HEADERS),1)
-all: $(PY_EXT) $(PY_STAGED) $(PY_ENTRY_POINTS) $(PY_SETUP_JSON) $(LIBVASE_DIST_A)
+all: $(PY_EXT) $(PY_STAGED) $(PY_ENTRY_POINTS) $(PY_SETUP_JSON) $(LIBVASE_DIST_A) \
+     $(PY_KERNEL_OBJS)
 else
 all: py-ext-skipped
 py-ext-skipped:
@@ -656,7 +664,7 @@ $(foreach n,$(EXAMPLE_NAMES),$(eval $(BUILD)/examples/$(n): \
 
 # ---- tests/ ---------------------------------------------------------------------------
 
-KERNEL_MODULES := view philox select score plan compact
+KERNEL_MODULES := view philox select score plan compact attend
 # plan.c's protected prompt has a binary of its own (test_plan_prompt).
 KERNEL_TESTS := $(KERNEL_MODULES:%=$(BUILD)/tests/test_%) $(BUILD)/tests/test_plan_prompt
 TEST_SUPPORT_OBJS := $(BUILD)/tests/npy.o $(BUILD)/tests/vcase.o $(BUILD)/tests/argnum.o

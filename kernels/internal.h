@@ -96,6 +96,21 @@ static VASE_HD float vase__float_of_bits(uint32_t u) {
 #endif
 }
 
+/* The float32 value of a binary16 pattern h (Inf and NaN stay so). Normal numbers rebias;
+ * subnormals go through a float product (exact); the selects keep it branch-free, so that loops
+ * over it vectorise. */
+static inline float vase__f16_value(uint32_t h) {
+    uint32_t sign = (h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    uint32_t normal = (em << 13) + ((127u - 15u) << 23);
+    float sub = (float)em * 0x1p-24f;
+    uint32_t sub_bits;
+    memcpy(&sub_bits, &sub, sizeof(sub_bits));
+    uint32_t special = 0x7f800000u | ((em & 0x3ffu) << 13);
+    uint32_t u = em >= 0x7c00u ? special : em >= 0x0400u ? normal : sub_bits;
+    return vase__float_of_bits(sign | u);
+}
+
 /* exp(x) for x <= 0 in float32 to about one ulp, 0 below the normal range; vectorisable. On the
  * device too, where --fmad=false makes it round exactly as the CPU's. */
 static VASE_HD float vase__exp_neg(float x) {

@@ -4,6 +4,7 @@
 /*
  * The eviction kernels: scoring, selection, compaction and random draws for every policy of
  * ALGORITHM.md. One C interface with no CUDA types; the CPU implementation is the reference.
+ * Beside them (vase_attend.h, a header of its own) the CPU paged attention over the arena.
  *
  * Every fallible function returns >= 0 on success and -errno on failure (-EINVAL for bad
  * parameters and for NaN or Inf in the data a policy reads, -ENOMEM when scratch memory cannot
@@ -14,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vase_attend.h"
 #include "vase_types.h"
 
 #ifdef __cplusplus

@@ -127,17 +127,8 @@ bool vase__all_finite(const float *x, size_t count) {
 VASE_HOT static bool convert_f16(const uint16_t *src, uint32_t count, float *out) {
     uint32_t bad = 0;
     for (uint32_t i = 0; i < count; i++) {
-        uint32_t h = src[i];
-        uint32_t sign = (h & 0x8000u) << 16;
-        uint32_t em = h & 0x7fffu;
-        /* Normal numbers rebias; subnormals go through a float product (exact); the select
-         * keeps the loop branch-free so it vectorises. */
-        uint32_t normal = (em << 13) + ((127u - 15u) << 23);
-        float sub = (float)em * 0x1p-24f;
-        uint32_t special = 0x7f800000u | ((em & 0x3ffu) << 13); /* Inf and NaN stay so */
-        uint32_t u = em >= 0x7c00u ? special : em >= 0x0400u ? normal : f32_bits(sub);
-        bad |= em >= 0x7c00u;
-        out[i] = bits_f32(sign | u);
+        bad |= (src[i] & 0x7fffu) >= 0x7c00u;
+        out[i] = vase__f16_value(src[i]);
     }
     return !bad;
 }

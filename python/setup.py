@@ -2,9 +2,10 @@
 """Builds vase._vase, the abi3 extension, against the libvase of a built vase tree.
 
 `make` writes $VASE_BUILD_DIR/python/setup.json: the version, the directory of the public
-headers, and the link words (the self-contained static libvase and the libraries it needs);
-this compiles vase/*.c (the module vase/_vase.c and a file per type) against those, so that
-`pip install ./python` and `make wheel` link the libvase the tree was built with.
+headers, the tree's kernels/ (vase_attend.h, the CPU paged attention's header), and the link
+words (the paged attention's object, the self-contained static libvase and the libraries they
+need); this compiles vase/*.c (the module vase/_vase.c and a file per type) against those, so
+that `pip install ./python` and `make wheel` link the libvase the tree was built with.
 VASE_BUILD_DIR defaults to ../build. setuptools' build and egg-info directories go under it
 too, never into the source tree.
 """
@@ -45,7 +46,7 @@ setup(
             sources=sources,
             depends=headers,
             extra_compile_args=["-fvisibility=hidden"],  # PyInit__vase alone is exported
-            include_dirs=[tree["include"]],
+            include_dirs=[tree["include"], tree["kernels"]],
             extra_objects=[w for w in words if not w.startswith("-")],
             extra_link_args=["-Wl,--exclude-libs,ALL"] + [w for w in words if w.startswith("-")],
             py_limited_api=True,

@@ -119,6 +119,11 @@ void vpy_client_unpin(ClientObject *self);
 /* __enter__ of Client and Seq. */
 PyObject *vpy_self_enter(PyObject *self, PyObject *unused);
 
+/* ---- paged attention (_vase_attend.c) ---- */
+
+/* vase._vase.paged_attention(). */
+PyObject *vpy_paged_attention(PyObject *mod, PyObject *args, PyObject *kw);
+
 /* ---- Seq (_vase_seq.c) ---- */
 
 /* Drops a pin of the sequence; the last one ends a closed sequence in libvase. */

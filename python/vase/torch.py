@@ -9,12 +9,13 @@ through three calls a decoder makes (the protocol of `examples/llm` and of `vase
   into the arena through the zero-copy tensors of the binding (`Model.kv_tensor`,
   `Seq.query_slot`; the queries only for the policies that read them);
 - ``attend(layer, q)``: attention of the new queries over what each sequence holds, read back
-  through its block table (`Seq.block_table`): on a CUDA arena with FlashInfer (any block size)
-  or FlashAttention-2 (blocks of a multiple of 256 tokens) installed, that kernel reads the
-  arena's pages through the table itself; otherwise one gather of the blocks of every sequence,
-  then masked attention over the slots each one holds (PyTorch's fused
-  scaled_dot_product_attention, or, for a policy that reads the attention each slot received,
-  the explicit softmax whose probabilities it pushes);
+  through its block table (`Seq.block_table`): on a host arena vase's own C kernel
+  (`vase._vase.paged_attention`), on a CUDA arena FlashInfer (any block size) or
+  FlashAttention-2 (blocks of a multiple of 256 tokens) where installed, each reading the
+  arena's pages through the table itself; otherwise, and for a policy that reads the attention
+  each slot received, one gather of the blocks of every sequence, then masked attention over the
+  slots each one holds (PyTorch's fused scaled_dot_product_attention, or the explicit softmax
+  whose probabilities the policy pushes);
 - ``step_done(n)``: the end of a forward pass: the new tokens are counted with `Seq.append`,
   and ready plans are applied with `Seq.poll`; from then on a sequence holds the slots its
   policy kept, in order. ``step_done`` also takes a count per sequence, for batches whose rows
@@ -56,9 +57,11 @@ class SeqSpec:
 
 
 # How attend() reads the cache: "gather" (any device: the blocks copied out, then masked
-# attention), the paged kernels reading the arena through the block table, or "auto": a kernel
-# when one applies, else gather.
-ATTENTION = ("auto", "gather", "flashinfer", "flash-attn")
+# attention), the paged kernels reading the arena through the block table ("paged-cpu", vase's
+# own, on a host arena, chosen only by name: it copies nothing but is slower than gather's
+# fused attention past a few hundred slots; FlashInfer and FlashAttention-2 on a CUDA one), or
+# "auto": a CUDA kernel when one applies, else gather.
+ATTENTION = ("auto", "gather", "paged-cpu", "flashinfer", "flash-attn")
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 # The torch element types of a model and the vase model's dtype for each.
 DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -66,6 +69,8 @@ DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 def _import_kernel(name: str):
     """The paged attention entry point of `name`, or None when it is not installed."""
+    if name == "paged-cpu":
+        return vase._vase.paged_attention
     try:
         if name == "flash-attn":
             from flash_attn import flash_attn_with_kvcache
@@ -84,8 +89,8 @@ def choose_attention(requested: str, device: torch.device, dtype: torch.dtype, b
 
     An explicit request that cannot be met raises ValueError saying why; "auto" takes
     FlashInfer, then FlashAttention-2, on a CUDA arena of fp16/bf16 when they apply, else
-    "gather". The kernels do not return the attention probabilities, so a batch holding a
-    sequence whose policy needs them (h2o) gathers."""
+    "gather" ("paged-cpu" is taken only by name). The kernels do not return the attention
+    probabilities, so a batch holding a sequence whose policy needs them (h2o) gathers."""
     if requested not in ATTENTION:
         raise ValueError(f"attention {requested!r}: one of {', '.join(ATTENTION)}")
     if requested == "gather":
@@ -98,6 +103,10 @@ def choose_attention(requested: str, device: torch.device, dtype: torch.dtype, b
             why.append(f"{name} is not installed")
         elif needs_probs:
             why.append(f"{name} returns no attention probabilities, which h2o reads")
+        elif name == "paged-cpu":
+            if device.type == "cpu":
+                return name, kernel
+            why.append(f"paged-cpu runs on a host arena ({device} here)")
         elif name == "flash-attn" and block % 256:
             why.append(f"flash-attn takes blocks of a multiple of 256 tokens, not {block}")
         elif requested == "auto" and (device.type != "cuda" or dtype not in KERNEL_DTYPES):
@@ -357,6 +366,8 @@ class VaseCache:
     def attend(self, layer: int, q: torch.Tensor, real: Optional[torch.Tensor] = None,
                scale: Optional[float] = None) -> torch.Tensor:
         st = self._tokens(q.shape[1], real)
+        if self.attention == "paged-cpu":
+            return self._attend_paged_cpu(layer, q, st, scale)
         if st["pad"] is None:
             if self.attention == "flash-attn":
                 return self._attend_flash_attn(layer, q, scale)
@@ -410,6 +421,32 @@ class VaseCache:
                 mask=sdpa_mask(st["visible"], self.q_heads // self.kv_heads, slots, self.device)
                 if not any(self._stats) else None)
         return st["gather"]
+
+    def _paged_cpu_plan(self, st: dict) -> dict:
+        """vase's CPU kernel's inputs this step, made once for every layer: each sequence's
+        block table, int32, -1 past its own blocks (so that a visible count beyond them is
+        refused instead of reading another sequence's blocks), and the slots each column's query
+        sees, int32, 0 for a padded query (whose output is then zeros)."""
+        if "paged-cpu" not in st:
+            width = self._tables.shape[1]
+            own = torch.arange(width).view(1, -1) < self._widths.view(-1, 1)
+            visible = st["visible"] if st["pad"] is None else st["visible"].masked_fill(
+                st["pad"], 0)
+            st["paged-cpu"] = dict(
+                table=self._tables.masked_fill(~own, -1).to(torch.int32).contiguous(),
+                visible=visible.to(torch.int32).contiguous())
+        return st["paged-cpu"]
+
+    def _attend_paged_cpu(self, layer: int, q: torch.Tensor, st: dict,
+                          scale: Optional[float] = None) -> torch.Tensor:
+        # One call reads every sequence's slots in the arena, through its block table, in
+        # place; the kernel checks the shapes, the table entries it reads and the counts.
+        plan = self._paged_cpu_plan(st)
+        qf = q.detach().to(device="cpu", dtype=torch.float32).contiguous()
+        out = torch.empty(qf.shape, dtype=torch.float32)
+        self._kernel(qf, self.k[layer], self.v[layer], plan["table"], plan["visible"], out,
+                     1.0 / math.sqrt(self.head_dim) if scale is None else scale)
+        return out.to(q.dtype)
 
     def _step_plan(self, n: int) -> dict:
         """What the paged kernels need this step, made once for every layer: per sequence the

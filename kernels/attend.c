@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * Paged attention on the CPU (vase_attend.h). For each query column and KV head, the group of
+ * query heads that share the head is scored against each slot the column sees, block by block
+ * through the sequence's table, so each K row is read once per group; then a softmax per query
+ * head (minus its maximum, vase__exp_neg), then the probability-weighted sum of the V rows.
+ * Everything in float32: rows of float16 or bfloat16 are widened as they are read (a block's
+ * K rows transposed, so that its scores are computed across slots). No loop reassociates a sum
+ * the C source does not: every instruction-set clone (VASE_HOT) rounds the same.
+ */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "vase_attend.h"
+
+/* Checks every visible count and every table entry a query will read; nothing is read from the
+ * cache. 0 or -EINVAL with why. */
+static int check(const struct vase_attend_cache *c, const struct vase_attend_batch *bt, char *why,
+                 size_t why_size) {
+    uint64_t most = (uint64_t)bt->width * c->block_tokens;
+    for (uint32_t i = 0; i < bt->b; i++) {
+        int32_t row_max = 0;
+        for (uint32_t j = 0; j < bt->n; j++) {
+            int32_t vis = bt->visible[(size_t)i * bt->n + j];
+            if (vis < 0 || (uint64_t)vis > most) {
+                snprintf(why, why_size, "visible[%u][%u] = %d: want 0 to %llu", i, j, (int)vis,
+                         (unsigned long long)most);
+                return -EINVAL;
+            }
+            if (vis > row_max)
+                row_max = vis;
+        }
+        uint32_t need = (uint32_t)(((uint64_t)row_max + c->block_tokens - 1) / c->block_tokens);
+        for (uint32_t p = 0; p < need; p++) {
+            int32_t blk = bt->table[(size_t)i * bt->width + p];
+            if (blk < 0 || (uint32_t)blk >= c->blocks) {
+                snprintf(why, why_size,
+                         "table[%u][%u] = %d: not one of the %u blocks (a query of sequence %u "
+                         "sees %d slots)",
+                         i, p, (int)blk, c->blocks, i, (int)row_max);
+                return -EINVAL;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The rows of one block's tokens 0 .. span - 1 of K (one head), as float32, transposed: out[e *
+ * width + t] is element e of token t (width >= span; the columns past span are left as they
+ * are). */
+static inline void block_t(const void *base, enum vase_attend_dtype t, const int64_t stride[3],
+                           int32_t block, uint32_t span, uint32_t width, uint32_t head, uint32_t d,
+                           float *restrict out) {
+    for (uint32_t tok = 0; tok < span; tok++) {
+        int64_t at =
+            (int64_t)block * stride[0] + (int64_t)tok * stride[1] + (int64_t)head * stride[2];
+        if (t == VASE_ATTEND_F32) {
+            const float *r = (const float *)base + at;
+            for (uint32_t e = 0; e < d; e++)
+                out[(size_t)e * width + tok] = r[e];
+        } else if (t == VASE_ATTEND_BF16) {
+            const uint16_t *r = (const uint16_t *)base + at;
+            for (uint32_t e = 0; e < d; e++)
+                out[(size_t)e * width + tok] = vase__float_of_bits((uint32_t)r[e] << 16);
+        } else {
+            const uint16_t *r = (const uint16_t *)base + at;
+            for (uint32_t e = 0; e < d; e++)
+                out[(size_t)e * width + tok] = vase__f16_value(r[e]);
+        }
+    }
+}
+
+/* Slots at a time in the scores' registers. */
+#define ATTEND_TILE 16
+
+/* Row (block, token, head) of V as float32: the row itself for float32, else widened into
+ * tmp. */
+static inline const float *row(const void *base, enum vase_attend_dtype t, const int64_t stride[3],
+                               int32_t block, uint32_t token, uint32_t head, uint32_t d,
+                               float *restrict tmp) {
+    int64_t at =
+        (int64_t)block * stride[0] + (int64_t)token * stride[1] + (int64_t)head * stride[2];
+    if (t == VASE_ATTEND_F32)
+        return (const float *)base + at;
+    const uint16_t *h = (const uint16_t *)base + at;
+    if (t == VASE_ATTEND_BF16)
+        for (uint32_t e = 0; e < d; e++)
+            tmp[e] = vase__float_of_bits((uint32_t)h[e] << 16);
+    else
+        for (uint32_t e = 0; e < d; e++)
+            tmp[e] = vase__f16_value(h[e]);
+    return tmp;
+}
+
+/* The output rows of one query column's group of query heads over its vis slots. scratch:
+ * group * vis scores, group * d accumulators, a block's K transposed (d rows of block_tokens
+ * rounded up to ATTEND_TILE), and group sums. The loops run across slots or across a row's
+ * elements, never reducing across a vector: they vectorise in every clone with the same rounding
+ * (sums in eight lanes where one total is needed). */
+VASE_HOT static void attend_group(const struct vase_attend_cache *c, const int32_t *table,
+                                  const float *q, uint32_t group, uint32_t head, uint32_t vis,
+                                  float scale, float *scratch, float *out) {
+    const uint32_t d = c->head_dim, bt = c->block_tokens;
+    float *scores = scratch, *acc = scores + (size_t)group * vis, *kt = acc + (size_t)group * d;
+    const uint32_t width = (bt + ATTEND_TILE - 1) / ATTEND_TILE * ATTEND_TILE;
+    float *total = kt + (size_t)d * width;
+
+    for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
+        uint32_t span = vis - s0 < bt ? vis - s0 : bt;
+        block_t(c->k, c->dtype, c->k_stride, table[p], span, width, head, d, kt);
+        for (uint32_t t0 = 0; t0 < span; t0 += ATTEND_TILE) {
+            uint32_t m = span - t0 < ATTEND_TILE ? span - t0 : ATTEND_TILE;
+            for (uint32_t g = 0; g < group; g++) {
+                const float *qg = q + (size_t)g * d;
+                float a[ATTEND_TILE] = {0};
+                for (uint32_t e = 0; e < d; e++) {
+                    const float qe = qg[e], *ke = kt + (size_t)e * width + t0;
+                    for (uint32_t l = 0; l < ATTEND_TILE; l++)
+                        a[l] += qe * ke[l];
+                }
+                float *sc = scores + (size_t)g * vis + s0 + t0;
+                for (uint32_t l = 0; l < m; l++)
+                    sc[l] = a[l] * scale;
+            }
+        }
+    }
+    for (uint32_t g = 0; g < group; g++) {
+        float *sc = scores + (size_t)g * vis;
+        float top[8], part[8];
+        for (uint32_t l = 0; l < 8; l++)
+            top[l] = sc[0], part[l] = 0;
+        uint32_t s = 0;
+        for (; s + 8 <= vis; s += 8)
+            for (uint32_t l = 0; l < 8; l++)
+                top[l] = sc[s + l] > top[l] ? sc[s + l] : top[l];
+        for (; s < vis; s++)
+            top[0] = sc[s] > top[0] ? sc[s] : top[0];
+        float m = top[0];
+        for (uint32_t l = 1; l < 8; l++)
+            m = top[l] > m ? top[l] : m;
+        for (s = 0; s < vis; s++)
+            sc[s] = vase__exp_neg(sc[s] - m);
+        for (s = 0; s + 8 <= vis; s += 8)
+            for (uint32_t l = 0; l < 8; l++)
+                part[l] += sc[s + l];
+        float tail = 0;
+        for (; s < vis; s++)
+            tail += sc[s];
+        total[g] = ((part[0] + part[4]) + (part[1] + part[5])) +
+                   ((part[2] + part[6]) + (part[3] + part[7])) + tail;
+    }
+    memset(acc, 0, (size_t)group * d * sizeof(float));
+    for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
+        uint32_t span = vis - s0 < bt ? vis - s0 : bt;
+        for (uint32_t t = 0; t < span; t++) {
+            const float *v = row(c->v, c->dtype, c->v_stride, table[p], t, head, d, kt);
+            for (uint32_t g = 0; g < group; g++) {
+                const float w = scores[(size_t)g * vis + s0 + t];
+                float *a = acc + (size_t)g * d;
+                for (uint32_t e = 0; e < d; e++)
+                    a[e] += w * v[e];
+            }
+        }
+    }
+    for (uint32_t g = 0; g < group; g++) {
+        const float inv = 1.0f / total[g];
+        for (uint32_t e = 0; e < d; e++)
+            out[(size_t)g * d + e] = acc[(size_t)g * d + e] * inv;
+    }
+}
+
+int vase_paged_attention(const struct vase_attend_cache *c, const struct vase_attend_batch *bt,
+                         float *out, char *why, size_t why_size) {
+    if (!c || !bt || !out || !c->k || !c->v || !bt->q || !bt->table || !bt->visible ||
+        !c->kv_heads || !c->head_dim || !c->block_tokens || bt->q_heads % c->kv_heads ||
+        (c->dtype != VASE_ATTEND_F32 && c->dtype != VASE_ATTEND_F16 &&
+         c->dtype != VASE_ATTEND_BF16)) {
+        snprintf(why, why_size, "bad arguments");
+        return -EINVAL;
+    }
+    int r = check(c, bt, why, why_size);
+    if (r < 0)
+        return r;
+    const uint32_t d = c->head_dim, group = bt->q_heads / c->kv_heads;
+    uint32_t most = 0;
+    for (size_t x = 0; x < (size_t)bt->b * bt->n; x++)
+        most = (uint32_t)bt->visible[x] > most ? (uint32_t)bt->visible[x] : most;
+    float *scratch = calloc(1, ((size_t)group * most + (size_t)group * d +
+                                (size_t)d * (c->block_tokens + ATTEND_TILE) + group) *
+                                   sizeof(float));
+    if (!scratch) {
+        snprintf(why, why_size, "out of memory");
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < bt->b; i++) {
+        const int32_t *table = bt->table + (size_t)i * bt->width;
+        for (uint32_t j = 0; j < bt->n; j++) {
+            size_t col = (size_t)i * bt->n + j;
+            uint32_t vis = (uint32_t)bt->visible[col];
+            const float *q = bt->q + col * bt->q_heads * d;
+            float *o = out + col * bt->q_heads * d;
+            if (!vis) {
+                memset(o, 0, (size_t)bt->q_heads * d * sizeof(float));
+                continue;
+            }
+            for (uint32_t h = 0; h < c->kv_heads; h++)
+                attend_group(c, table, q + (size_t)h * group * d, group, h, vis, bt->scale, scratch,
+                             o + (size_t)h * group * d);
+        }
+    }
+    free(scratch);
+    return 0;
+}

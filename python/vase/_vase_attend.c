@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: MIT */
+
+/*
+ * vase._vase.paged_attention(): the CPU paged attention of kernels/attend.c (vase_attend.h) over
+ * tensors taken through DLPack. Everything the kernel reads is checked here or by the kernel
+ * before out is written: the type, shape, strides and device of each tensor, then the visible
+ * counts and the table entries the queries need. The computation runs with the GIL released;
+ * the capsules, held until it returns, keep the producers' memory alive.
+ */
+
+#include "_vase.h"
+
+#include <errno.h>
+#include <math.h>
+
+#include "vase_attend.h"
+
+/* A tensor taken from an object's __dlpack__(): the capsule (owned) and its DLTensor. */
+struct dl {
+    PyObject *cap;
+    const DLTensor *t;
+    const char *name;
+};
+
+static void dl_release(struct dl *x) {
+    Py_CLEAR(x->cap); /* an unconsumed "dltensor" capsule's destructor calls the deleter */
+}
+
+static int take(PyObject *obj, const char *name, struct dl *ret) {
+    ret->name = name;
+    PyObject *meth = PyObject_GetAttrString(obj, "__dlpack__");
+    if (!meth) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a tensor (an object with __dlpack__)", name);
+        return -1;
+    }
+    ret->cap = PyObject_CallNoArgs(meth);
+    Py_DECREF(meth);
+    if (!ret->cap)
+        return -1;
+    if (!PyCapsule_IsValid(ret->cap, "dltensor")) {
+        PyErr_Format(PyExc_TypeError, "%s: __dlpack__() gave no \"dltensor\" capsule", name);
+        return -1;
+    }
+    const DLManagedTensor *mt = PyCapsule_GetPointer(ret->cap, "dltensor");
+    ret->t = &mt->dl_tensor;
+    if (ret->t->device.device_type != kDLCPU) {
+        PyErr_Format(PyExc_ValueError, "%s is on DLPack device type %d: it runs on the CPU", name,
+                     (int)ret->t->device.device_type);
+        return -1;
+    }
+    return 0;
+}
+
+static int is(const struct dl *x, uint8_t code, uint8_t bits) {
+    return x->t->dtype.code == code && x->t->dtype.bits == bits && x->t->dtype.lanes == 1;
+}
+
+static int need_dims(const struct dl *x, int ndim) {
+    if (x->t->ndim == ndim)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "%s has %d dimensions, not %d", x->name, (int)x->t->ndim, ndim);
+    return -1;
+}
+
+/* The element stride of dimension i (DLPack: NULL strides mean row-major). */
+static int64_t stride(const struct dl *x, int i) {
+    if (x->t->strides)
+        return x->t->strides[i];
+    int64_t s = 1;
+    for (int j = x->t->ndim - 1; j > i; j--)
+        s *= x->t->shape[j];
+    return s;
+}
+
+static int contiguous(const struct dl *x) {
+    int64_t want = 1;
+    for (int i = x->t->ndim - 1; i >= 0; i--) {
+        if (x->t->shape[i] != 1 && stride(x, i) != want)
+            return 0;
+        want *= x->t->shape[i];
+    }
+    return 1;
+}
+
+/* The first element's address, or NULL (with the error) when it is not aligned to its type. */
+static const void *data(const struct dl *x) {
+    uintptr_t at = (uintptr_t)x->t->data + (uintptr_t)x->t->byte_offset;
+    if (at % (x->t->dtype.bits / 8)) {
+        PyErr_Format(PyExc_ValueError, "%s is not aligned to its elements", x->name);
+        return NULL;
+    }
+    return (const void *)at;
+}
+
+static int fits_u32(const struct dl *x) {
+    for (int i = 0; i < x->t->ndim; i++)
+        if (x->t->shape[i] < 0 || x->t->shape[i] > (int64_t)UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "%s: dimension %d of %lld", x->name, i,
+                         (long long)x->t->shape[i]);
+            return 0;
+        }
+    return 1;
+}
+
+/* Checks k and v and fills the kernel's description of them. */
+static int cache_of(const struct dl *k, const struct dl *v, struct vase_attend_cache *c) {
+    if (is(k, kDLFloat, 32))
+        c->dtype = VASE_ATTEND_F32;
+    else if (is(k, kDLFloat, 16))
+        c->dtype = VASE_ATTEND_F16;
+    else if (is(k, kDLBfloat, 16))
+        c->dtype = VASE_ATTEND_BF16;
+    else {
+        PyErr_SetString(PyExc_TypeError, "k must be float32, float16 or bfloat16");
+        return -1;
+    }
+    if (k->t->dtype.code != v->t->dtype.code || k->t->dtype.bits != v->t->dtype.bits ||
+        v->t->dtype.lanes != 1) {
+        PyErr_SetString(PyExc_TypeError, "v must be of k's dtype");
+        return -1;
+    }
+    if (need_dims(k, 4) || need_dims(v, 4) || !fits_u32(k))
+        return -1;
+    for (int i = 0; i < 4; i++)
+        if (k->t->shape[i] != v->t->shape[i]) {
+            PyErr_SetString(PyExc_ValueError, "v must be of k's shape");
+            return -1;
+        }
+    for (const struct dl *x = k; x; x = x == k ? v : NULL)
+        if (x->t->shape[3] > 1 && stride(x, 3) != 1) {
+            PyErr_Format(PyExc_ValueError, "%s must be contiguous in its last dimension", x->name);
+            return -1;
+        }
+    if (!(c->k = data(k)) || !(c->v = data(v)))
+        return -1;
+    c->blocks = (uint32_t)k->t->shape[0];
+    c->block_tokens = (uint32_t)k->t->shape[1];
+    c->kv_heads = (uint32_t)k->t->shape[2];
+    c->head_dim = (uint32_t)k->t->shape[3];
+    for (int i = 0; i < 3; i++) {
+        c->k_stride[i] = stride(k, i);
+        c->v_stride[i] = stride(v, i);
+    }
+    if (!c->block_tokens || !c->kv_heads || !c->head_dim) {
+        PyErr_SetString(PyExc_ValueError, "k has an empty dimension");
+        return -1;
+    }
+    return 0;
+}
+
+/* Checks q, out, table and visible against each other and k, and fills the batch. */
+static int batch_of(const struct dl *q, const struct dl *table, const struct dl *visible,
+                    const struct dl *out, const struct vase_attend_cache *c,
+                    struct vase_attend_batch *bt) {
+    const struct dl *f32[] = {q, out};
+    for (int i = 0; i < 2; i++)
+        if (!is(f32[i], kDLFloat, 32)) {
+            PyErr_Format(PyExc_TypeError, "%s must be float32", f32[i]->name);
+            return -1;
+        }
+    const struct dl *i32[] = {table, visible};
+    for (int i = 0; i < 2; i++)
+        if (!is(i32[i], kDLInt, 32)) {
+            PyErr_Format(PyExc_TypeError, "%s must be int32", i32[i]->name);
+            return -1;
+        }
+    if (need_dims(q, 4) || !fits_u32(q))
+        return -1;
+    if (out->t->ndim != 4)
+        goto out_shape;
+    for (int i = 0; i < 4; i++)
+        if (out->t->shape[i] != q->t->shape[i])
+            goto out_shape;
+    const int64_t *qs = q->t->shape;
+    if (qs[2] % c->kv_heads) {
+        PyErr_Format(PyExc_ValueError,
+                     "q's %lld query heads are not a multiple of k's %u KV heads (grouped-query "
+                     "attention: each KV head serves as many)",
+                     (long long)qs[2], c->kv_heads);
+        return -1;
+    }
+    if (qs[3] != c->head_dim) {
+        PyErr_Format(PyExc_ValueError,
+                     "k's last dimension is %u: it must agree with q's head_dim (%lld)",
+                     c->head_dim, (long long)qs[3]);
+        return -1;
+    }
+    if (table->t->ndim != 2 || table->t->shape[0] != qs[0] || !fits_u32(table)) {
+        PyErr_SetString(PyExc_ValueError, "table must be [b, blocks] with q's b");
+        return -1;
+    }
+    if (visible->t->ndim != 2 || visible->t->shape[0] != qs[0] || visible->t->shape[1] != qs[1]) {
+        PyErr_SetString(PyExc_ValueError, "visible must be [b, n] with q's b and n");
+        return -1;
+    }
+    const struct dl *dense[] = {q, out, table, visible};
+    for (int i = 0; i < 4; i++)
+        if (!contiguous(dense[i])) {
+            PyErr_Format(PyExc_ValueError, "%s must be contiguous", dense[i]->name);
+            return -1;
+        }
+    if (!(bt->q = data(q)) || !(bt->table = data(table)) || !(bt->visible = data(visible)) ||
+        !data(out))
+        return -1;
+    bt->b = (uint32_t)qs[0];
+    bt->n = (uint32_t)qs[1];
+    bt->q_heads = (uint32_t)qs[2];
+    bt->width = (uint32_t)table->t->shape[1];
+    return 0;
+out_shape:
+    PyErr_SetString(PyExc_ValueError, "out must be of q's shape");
+    return -1;
+}
+
+PyObject *vpy_paged_attention(PyObject *mod, PyObject *args, PyObject *kw) {
+    (void)mod;
+    static char *kwlist[] = {"q", "k", "v", "table", "visible", "out", "scale", NULL};
+    PyObject *o[6];
+    double scale;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOd:paged_attention", kwlist, &o[0], &o[1],
+                                     &o[2], &o[3], &o[4], &o[5], &scale))
+        return NULL;
+    static const char *names[] = {"q", "k", "v", "table", "visible", "out"};
+    struct dl x[6] = {0};
+    PyObject *result = NULL;
+    for (int i = 0; i < 6; i++)
+        if (take(o[i], names[i], &x[i]) < 0)
+            goto done;
+    struct vase_attend_cache c = {0};
+    struct vase_attend_batch bt = {0};
+    if (cache_of(&x[1], &x[2], &c) < 0 || batch_of(&x[0], &x[3], &x[4], &x[5], &c, &bt) < 0)
+        goto done;
+    if (!isfinite(scale) || !isfinite((float)scale)) {
+        PyErr_SetString(PyExc_ValueError, "scale is not a finite float32");
+        goto done;
+    }
+    bt.scale = (float)scale;
+    float *out = (float *)data(&x[5]);
+    char why[256] = "";
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+        ;
+        r = vase_paged_attention(&c, &bt, out, why, sizeof(why));
+    Py_END_ALLOW_THREADS;
+    if (r == -ENOMEM)
+        PyErr_NoMemory();
+    else if (r < 0)
+        PyErr_Format(PyExc_ValueError, "paged_attention: %s", why);
+    else
+        result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < 6; i++)
+        dl_release(&x[i]);
+    return result;
+}
