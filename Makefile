@@ -33,17 +33,17 @@ endif
 # Besides the libraries: python3 and python3-numpy run the vector generator (python3-dev and
 # libdlpack-dev build the Python package's extension, python3-venv makes the virtual environment
 # in which PyTorch, transformers and pytest from PyPI test it: VENV below; libtcmalloc-minimal4
-# is the allocator vLLM's CPU worker insists on and libnuma1 a library its kernels link, for the
-# vLLM plugin's tests), systemd gives the tools of check-systemd (systemd-analyze,
-# systemd-sysusers, systemd-tmpfiles); scdoc writes the man pages and man-db's man renders them
-# in make check (both optional for a build);
+# is the allocator vLLM's CPU worker insists on, libnuma1 a library its kernels link and g++ the
+# compiler PyTorch's inductor compiles its model with, for the vLLM plugin's tests), systemd
+# gives the tools of check-systemd (systemd-analyze, systemd-sysusers, systemd-tmpfiles); scdoc
+# writes the man pages and man-db's man renders them in make check (both optional for a build);
 # libmicrohttpd-dev serves vased's metrics, and prometheus gives the promtool that make check
-# runs on a scrape of them (a test tool only). The README's Set-up lists every one in a table, which
-# tests/test_setup.sh keeps equal to this list.
+# runs on a scrape of them (a test tool only). The README's Set-up lists every one in a table,
+# which tests/test_setup.sh keeps equal to this list.
 DEB_PACKAGES := gcc make pkg-config libopenblas-pthread-dev libcmocka-dev libzmq3-dev \
                 libprotobuf-c-dev protobuf-c-compiler libsystemd-dev libinih-dev \
                 python3 python3-numpy valgrind systemd clang-format \
-                python3-dev python3-venv libdlpack-dev libtcmalloc-minimal4 libnuma1 \
+                python3-dev python3-venv libdlpack-dev libtcmalloc-minimal4 libnuma1 g++ \
                 scdoc man-db libmicrohttpd-dev prometheus
 # tmux is the terminal in which tests/test_top_tmux.sh drives `vasectl top`; dpkg-dev's
 # dpkg-shlibdeps names the library packages of `make deb`'s packages.
