@@ -5,9 +5,15 @@
  * query heads that share the head is scored against each slot the column sees, block by block
  * through the sequence's table, so each K row is read once per group; then a softmax per query
  * head (minus its maximum, vase__exp_neg), then the probability-weighted sum of the V rows.
- * Everything in float32: rows of float16 or bfloat16 are widened as they are read (a block's
- * K rows transposed, so that its scores are computed across slots). No loop reassociates a sum
- * the C source does not: every instruction-set clone (VASE_HOT) rounds the same.
+ * Everything in float32: rows of float16 or bfloat16 are widened as they are read.
+ *
+ * Two paths. The portable one transposes a block's K rows so that its scores are computed across
+ * slots; no loop reassociates a sum the C source does not, so every instruction-set clone
+ * (VASE_HOT) rounds the same. Where the CPU has AVX-512 and the pages are float32 with rows of a
+ * multiple of 16 elements, the scores gather 16 slots' elements into a register and the weighted
+ * sum of V keeps its rows in registers, with fused multiply-adds: it rounds differently from the
+ * portable path (both within a few float32 ulps of exact attention; tests/test_attend.c checks
+ * both on one machine through vase__attend_portable).
  */
 
 #include <errno.h>
@@ -16,6 +22,13 @@
 
 #include "internal.h"
 #include "vase_attend.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ATTEND_AVX512 1
+#else
+#define ATTEND_AVX512 0
+#endif
 
 /* Checks every visible count and every table entry a query will read; nothing is read from the
  * cache. 0 or -EINVAL with why. */
@@ -96,19 +109,14 @@ static inline const float *row(const void *base, enum vase_attend_dtype t, const
     return tmp;
 }
 
-/* The output rows of one query column's group of query heads over its vis slots. scratch:
- * group * vis scores, group * d accumulators, a block's K transposed (d rows of block_tokens
- * rounded up to ATTEND_TILE), and group sums. The loops run across slots or across a row's
- * elements, never reducing across a vector: they vectorise in every clone with the same rounding
- * (sums in eight lanes where one total is needed). */
-VASE_HOT static void attend_group(const struct vase_attend_cache *c, const int32_t *table,
-                                  const float *q, uint32_t group, uint32_t head, uint32_t vis,
-                                  float scale, float *scratch, float *out) {
+/* The scores of one query column's group of query heads against its vis slots, into
+ * scores[g * vis + slot], times scale. kt: a block's K transposed (d rows of block_tokens rounded
+ * up to ATTEND_TILE). The loop runs across slots, a tile of them in registers. */
+VASE_HOT static void scores_portable(const struct vase_attend_cache *c, const int32_t *table,
+                                     const float *q, uint32_t group, uint32_t head, uint32_t vis,
+                                     float scale, float *scores, float *kt) {
     const uint32_t d = c->head_dim, bt = c->block_tokens;
-    float *scores = scratch, *acc = scores + (size_t)group * vis, *kt = acc + (size_t)group * d;
     const uint32_t width = (bt + ATTEND_TILE - 1) / ATTEND_TILE * ATTEND_TILE;
-    float *total = kt + (size_t)d * width;
-
     for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
         uint32_t span = vis - s0 < bt ? vis - s0 : bt;
         block_t(c->k, c->dtype, c->k_stride, table[p], span, width, head, d, kt);
@@ -128,6 +136,11 @@ VASE_HOT static void attend_group(const struct vase_attend_cache *c, const int32
             }
         }
     }
+}
+
+/* Each query head's scores become exp(score - its maximum); total[g] their sum (eight lanes,
+ * added pairwise). */
+VASE_HOT static void softmax(float *scores, uint32_t group, uint32_t vis, float *total) {
     for (uint32_t g = 0; g < group; g++) {
         float *sc = scores + (size_t)g * vis;
         float top[8], part[8];
@@ -153,11 +166,20 @@ VASE_HOT static void attend_group(const struct vase_attend_cache *c, const int32
         total[g] = ((part[0] + part[4]) + (part[1] + part[5])) +
                    ((part[2] + part[6]) + (part[3] + part[7])) + tail;
     }
+}
+
+/* out[g] = sum over the slots of p[g][slot] v[slot] / total[g]. acc: group * d floats; tmp: d
+ * floats for a widened row. */
+VASE_HOT static void values_portable(const struct vase_attend_cache *c, const int32_t *table,
+                                     const float *scores, const float *total, uint32_t group,
+                                     uint32_t head, uint32_t vis, float *acc, float *tmp,
+                                     float *out) {
+    const uint32_t d = c->head_dim, bt = c->block_tokens;
     memset(acc, 0, (size_t)group * d * sizeof(float));
     for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
         uint32_t span = vis - s0 < bt ? vis - s0 : bt;
         for (uint32_t t = 0; t < span; t++) {
-            const float *v = row(c->v, c->dtype, c->v_stride, table[p], t, head, d, kt);
+            const float *v = row(c->v, c->dtype, c->v_stride, table[p], t, head, d, tmp);
             for (uint32_t g = 0; g < group; g++) {
                 const float w = scores[(size_t)g * vis + s0 + t];
                 float *a = acc + (size_t)g * d;
@@ -173,6 +195,146 @@ VASE_HOT static void attend_group(const struct vase_attend_cache *c, const int32
     }
 }
 
+#if ATTEND_AVX512
+/* The AVX-512 scores of float32 pages: 16 slots of a block in the lanes, their elements e
+ * gathered (the token stride apart) and multiplied by each query head's element e, G query heads
+ * (a constant in each instance) in registers. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+scores16(const float *base, __m512i idx, __mmask16 mask, const float *q, uint32_t d, float scale,
+         uint32_t G, float *const *sc) {
+    __m512 acc[8];
+    for (uint32_t g = 0; g < G; g++)
+        acc[g] = _mm512_setzero_ps();
+    for (uint32_t e = 0; e < d; e++) {
+        __m512 k = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, idx, base + e, 4);
+        for (uint32_t g = 0; g < G; g++)
+            acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)g * d + e]), k, acc[g]);
+    }
+    for (uint32_t g = 0; g < G; g++)
+        _mm512_mask_storeu_ps(sc[g], mask, _mm512_mul_ps(acc[g], _mm512_set1_ps(scale)));
+}
+
+__attribute__((target("avx512f"))) static void
+scores_avx512(const struct vase_attend_cache *c, const int32_t *table, const float *q,
+              uint32_t group, uint32_t head, uint32_t vis, float scale, float *scores) {
+    const uint32_t d = c->head_dim, bt = c->block_tokens;
+    const int32_t ts = (int32_t)c->k_stride[1];
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(ts));
+    float *sc[8];
+    for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
+        uint32_t span = vis - s0 < bt ? vis - s0 : bt;
+        const float *blk = (const float *)c->k + (int64_t)table[p] * c->k_stride[0] +
+                           (int64_t)head * c->k_stride[2];
+        for (uint32_t t0 = 0; t0 < span; t0 += 16) {
+            uint32_t m = span - t0 < 16 ? span - t0 : 16;
+            __mmask16 mask = (__mmask16)((1u << m) - 1u);
+            const float *base = blk + (int64_t)t0 * ts;
+            for (uint32_t g = 0; g < group; g++)
+                sc[g] = scores + (size_t)g * vis + s0 + t0;
+            switch (group) { /* G a constant: its loops unrolled, acc in registers */
+            case 1:
+                scores16(base, idx, mask, q, d, scale, 1, sc);
+                break;
+            case 2:
+                scores16(base, idx, mask, q, d, scale, 2, sc);
+                break;
+            case 4:
+                scores16(base, idx, mask, q, d, scale, 4, sc);
+                break;
+            case 8:
+                scores16(base, idx, mask, q, d, scale, 8, sc);
+                break;
+            default:
+                for (uint32_t g = 0; g < group; g++)
+                    scores16(base, idx, mask, q + (size_t)g * d, d, scale, 1, sc + g);
+            }
+        }
+    }
+}
+
+/* The AVX-512 weighted sum of float32 V rows: 32 elements of the rows at a time, in two
+ * registers per query head. d is a multiple of 16. */
+__attribute__((target("avx512f"))) static void
+values_avx512(const struct vase_attend_cache *c, const int32_t *table, const float *scores,
+              const float *total, uint32_t group, uint32_t head, uint32_t vis, float *out) {
+    const uint32_t d = c->head_dim, bt = c->block_tokens;
+    for (uint32_t g0 = 0; g0 < group; g0 += 4) {
+        const uint32_t gn = group - g0 < 4 ? group - g0 : 4;
+        for (uint32_t e0 = 0; e0 < d; e0 += 32) {
+            const int two = d - e0 >= 32;
+            __m512 a[4][2];
+            for (uint32_t g = 0; g < 4; g++)
+                a[g][0] = a[g][1] = _mm512_setzero_ps();
+            for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
+                uint32_t span = vis - s0 < bt ? vis - s0 : bt;
+                const float *blk = (const float *)c->v + (int64_t)table[p] * c->v_stride[0] +
+                                   (int64_t)head * c->v_stride[2] + e0;
+                for (uint32_t t = 0; t < span; t++) {
+                    const float *v = blk + (int64_t)t * c->v_stride[1];
+                    __m512 v0 = _mm512_loadu_ps(v), v1 = two ? _mm512_loadu_ps(v + 16) : v0;
+                    for (uint32_t g = 0; g < gn; g++) {
+                        __m512 w = _mm512_set1_ps(scores[(size_t)(g0 + g) * vis + s0 + t]);
+                        a[g][0] = _mm512_fmadd_ps(w, v0, a[g][0]);
+                        a[g][1] = _mm512_fmadd_ps(w, v1, a[g][1]);
+                    }
+                }
+            }
+            for (uint32_t g = 0; g < gn; g++) {
+                __m512 inv = _mm512_set1_ps(1.0f / total[g0 + g]);
+                float *o = out + (size_t)(g0 + g) * d + e0;
+                _mm512_storeu_ps(o, _mm512_mul_ps(a[g][0], inv));
+                if (two)
+                    _mm512_storeu_ps(o + 16, _mm512_mul_ps(a[g][1], inv));
+            }
+        }
+    }
+}
+#endif
+
+int vase__attend_portable = 0;
+
+/* Whether the AVX-512 path reads this cache: float32 pages, rows of a multiple of 16 elements,
+ * token strides that gather's 32-bit indices hold, on a CPU that has it. */
+static bool use_avx512(const struct vase_attend_cache *c) {
+#if ATTEND_AVX512
+    static int have = -1;
+    if (have < 0)
+        have = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    return have && !vase__attend_portable && c->dtype == VASE_ATTEND_F32 && c->head_dim % 16 == 0 &&
+           c->k_stride[1] > 0 && (int64_t)c->k_stride[1] * 16 < INT32_MAX / 4;
+#else
+    (void)c;
+    return false;
+#endif
+}
+
+/* The output rows of one query column's group of query heads over its vis slots. scratch:
+ * group * vis scores, group * d accumulators, a block's K transposed (d rows of block_tokens
+ * rounded up to ATTEND_TILE), and group sums. */
+static void attend_group(const struct vase_attend_cache *c, const int32_t *table, const float *q,
+                         uint32_t group, uint32_t head, uint32_t vis, float scale, bool avx512,
+                         float *scratch, float *out) {
+    const uint32_t d = c->head_dim, bt = c->block_tokens;
+    float *scores = scratch, *acc = scores + (size_t)group * vis, *kt = acc + (size_t)group * d;
+    const uint32_t width = (bt + ATTEND_TILE - 1) / ATTEND_TILE * ATTEND_TILE;
+    float *total = kt + (size_t)d * width;
+#if ATTEND_AVX512
+    if (avx512) {
+        scores_avx512(c, table, q, group, head, vis, scale, scores);
+        softmax(scores, group, vis, total);
+        values_avx512(c, table, scores, total, group, head, vis, out);
+        return;
+    }
+#else
+    (void)avx512;
+#endif
+    scores_portable(c, table, q, group, head, vis, scale, scores, kt);
+    softmax(scores, group, vis, total);
+    values_portable(c, table, scores, total, group, head, vis, acc, kt, out);
+}
+
 int vase_paged_attention(const struct vase_attend_cache *c, const struct vase_attend_batch *bt,
                          float *out, char *why, size_t why_size) {
     if (!c || !bt || !out || !c->k || !c->v || !bt->q || !bt->table || !bt->visible ||
@@ -186,6 +348,7 @@ int vase_paged_attention(const struct vase_attend_cache *c, const struct vase_at
     if (r < 0)
         return r;
     const uint32_t d = c->head_dim, group = bt->q_heads / c->kv_heads;
+    const bool avx512 = use_avx512(c);
     uint32_t most = 0;
     for (size_t x = 0; x < (size_t)bt->b * bt->n; x++)
         most = (uint32_t)bt->visible[x] > most ? (uint32_t)bt->visible[x] : most;
@@ -208,8 +371,8 @@ int vase_paged_attention(const struct vase_attend_cache *c, const struct vase_at
                 continue;
             }
             for (uint32_t h = 0; h < c->kv_heads; h++)
-                attend_group(c, table, q + (size_t)h * group * d, group, h, vis, bt->scale, scratch,
-                             o + (size_t)h * group * d);
+                attend_group(c, table, q + (size_t)h * group * d, group, h, vis, bt->scale, avx512,
+                             scratch, o + (size_t)h * group * d);
         }
     }
     free(scratch);

@@ -96,6 +96,10 @@ static VASE_HD float vase__float_of_bits(uint32_t u) {
 #endif
 }
 
+/* Set by tests: the paged attention (attend.c) takes its portable path even where the CPU has
+ * AVX-512, so that both paths are checked on one machine. */
+extern int vase__attend_portable;
+
 /* The float32 value of a binary16 pattern h (Inf and NaN stay so). Normal numbers rebias;
  * subnormals go through a float product (exact); the selects keep it branch-free, so that loops
  * over it vectorise. */

@@ -364,10 +364,13 @@ class VaseCache:
         return st["ring"]
 
     def attend(self, layer: int, q: torch.Tensor, real: Optional[torch.Tensor] = None,
-               scale: Optional[float] = None) -> torch.Tensor:
+               scale: Optional[float] = None, out: Optional[torch.Tensor] = None
+               ) -> torch.Tensor:
+        # out: where "paged-cpu" may write the result (float32, contiguous, q's shape), saving a
+        # copy; the other attentions ignore it. The result is returned either way.
         st = self._tokens(q.shape[1], real)
         if self.attention == "paged-cpu":
-            return self._attend_paged_cpu(layer, q, st, scale)
+            return self._attend_paged_cpu(layer, q, st, scale, out)
         if st["pad"] is None:
             if self.attention == "flash-attn":
                 return self._attend_flash_attn(layer, q, scale)
@@ -438,12 +441,15 @@ class VaseCache:
         return st["paged-cpu"]
 
     def _attend_paged_cpu(self, layer: int, q: torch.Tensor, st: dict,
-                          scale: Optional[float] = None) -> torch.Tensor:
+                          scale: Optional[float] = None, out: Optional[torch.Tensor] = None
+                          ) -> torch.Tensor:
         # One call reads every sequence's slots in the arena, through its block table, in
         # place; the kernel checks the shapes, the table entries it reads and the counts.
         plan = self._paged_cpu_plan(st)
         qf = q.detach().to(device="cpu", dtype=torch.float32).contiguous()
-        out = torch.empty(qf.shape, dtype=torch.float32)
+        if (out is None or out.dtype != torch.float32 or out.shape != qf.shape
+                or not out.is_contiguous()):
+            out = torch.empty(qf.shape, dtype=torch.float32)
         self._kernel(qf, self.k[layer], self.v[layer], plan["table"], plan["visible"], out,
                      1.0 / math.sqrt(self.head_dim) if scale is None else scale)
         return out.to(q.dtype)

@@ -347,7 +347,7 @@ def reference(q, k, v, table, visible, scale):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
-@pytest.mark.parametrize("group", [1, 2, 4])
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
 @pytest.mark.parametrize("n", [1, 5])
 @pytest.mark.parametrize("block", [16, 128])
 def test_paged_cpu_kernel_is_masked_attention(dtype, group, n, block):

@@ -120,7 +120,7 @@ class Requests(VaseCache):
             self._batch = []
             self.seqs = []
 
-    def attend(self, layer, q, real=None, scale=None):
+    def attend(self, layer, q, real=None, scale=None, out=None):
         # The paged kernels return no attention probabilities: a batch with an h2o request
         # gathers.
         if any(self._stats) and self.attention != "gather":
@@ -129,7 +129,7 @@ class Requests(VaseCache):
                 return super().attend(layer, q, real, scale)
             finally:
                 self.attention = chosen
-        return super().attend(layer, q, real, scale)
+        return super().attend(layer, q, real, scale, out)
 
     def close(self) -> None:
         failed = None
@@ -158,6 +158,9 @@ class Step:
     cols: Optional[torch.Tensor] = None
     layers_done: set = field(default_factory=set)
     partial: bool = False  # some tokens of the batch are failed requests': their output is 0
+    # Every request brings the same count and none failed: the [b, n] rows are the flat tokens
+    # in order, views of vLLM's tensors (no gather, the output written in place).
+    contiguous: bool = False
     broken: bool = False  # vase failed during the step: every layer's output is 0 from then
 
 
@@ -374,6 +377,7 @@ class Runtime:
         uniform = bool(real.all())
         st = Step(served, [counts[i] for i in rows], int(cu[-1]), index,
                   None if uniform else real, partial=len(served) < len(req_ids))
+        st.contiguous = uniform and not st.partial and bool(rows)
         if not uniform:
             st.rows, st.cols = real.nonzero(as_tuple=True)
         self.step = st
@@ -422,15 +426,24 @@ class Runtime:
             output[:t] = 0  # failed requests' tokens: what they compute is never delivered
         if st.broken or not st.req_ids:
             return output
-        idx = st.index.to(query.device)
-        q, k, v = query[idx], key[idx], value[idx]  # [b, n, heads, d]
+        if st.contiguous:
+            b = len(st.req_ids)
+            q, k, v, o = (x[:t].view(b, t // b, *x.shape[1:])
+                          for x in (query, key, value, output))
+        else:
+            idx = st.index.to(query.device)
+            q, k, v, o = query[idx], key[idx], value[idx], None  # [b, n, heads, d]
         real = st.real
         try:
             self.cache.append(layer, k, v, q, real)
-            out = self.cache.attend(layer, q, real, scale)
+            out = self.cache.attend(layer, q, real, scale, o)
         except (vase.VaseError, RuntimeError) as e:
             self._fail_step(f"attention of layer {layer}: {e}", e)
             output[:t] = 0
+            return output
+        if o is not None:
+            if out is not o:
+                o.copy_(out)
             return output
         flat = st.index.view(-1) if real is None else st.index[st.rows, st.cols]
         got = out.reshape(-1, *out.shape[2:]) if real is None else out[
