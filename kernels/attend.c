@@ -10,8 +10,9 @@
  * Two paths. The portable one transposes a block's K rows so that its scores are computed across
  * slots; no loop reassociates a sum the C source does not, so every instruction-set clone
  * (VASE_HOT) rounds the same. Where the CPU has AVX-512 and the pages are float32 with rows of a
- * multiple of 16 elements, the scores gather 16 slots' elements into a register and the weighted
- * sum of V keeps its rows in registers, with fused multiply-adds: it rounds differently from the
+ * multiple of 16 elements, 16 slots' rows are multiplied lane by lane with a query head's and their
+ * lanes summed together, and the weighted sum of V keeps its rows in registers, with fused
+ * multiply-adds: it rounds differently from the
  * portable path (both within a few float32 ulps of exact attention; tests/test_attend.c checks
  * both on one machine through vase__attend_portable).
  */
@@ -196,59 +197,51 @@ VASE_HOT static void values_portable(const struct vase_attend_cache *c, const in
 }
 
 #if ATTEND_AVX512
-/* The AVX-512 scores of float32 pages: 16 slots of a block in the lanes, their elements e
- * gathered (the token stride apart) and multiplied by each query head's element e, G query heads
- * (a constant in each instance) in registers. */
-__attribute__((target("avx512f"), always_inline)) static inline void
-scores16(const float *base, __m512i idx, __mmask16 mask, const float *q, uint32_t d, float scale,
-         uint32_t G, float *const *sc) {
-    __m512 acc[8];
-    for (uint32_t g = 0; g < G; g++)
-        acc[g] = _mm512_setzero_ps();
-    for (uint32_t e = 0; e < d; e++) {
-        __m512 k = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, idx, base + e, 4);
-        for (uint32_t g = 0; g < G; g++)
-            acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)g * d + e]), k, acc[g]);
-    }
-    for (uint32_t g = 0; g < G; g++)
-        _mm512_mask_storeu_ps(sc[g], mask, _mm512_mul_ps(acc[g], _mm512_set1_ps(scale)));
+/* The sums of the 16 lanes of each of v[0..15], lane i of the result the sum of v[i]: pairs
+ * added within 128-bit lanes, then the 128-bit lanes transposed and added. */
+__attribute__((target("avx512f"))) static inline __m512 sum16(const __m512 *v) {
+    __m512 t[8], u[4];
+    for (int i = 0; i < 8; i++)
+        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xee));
+    __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88),
+                              _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
+    __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88),
+                              _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xdd));
 }
 
+/* The AVX-512 scores of float32 pages, 16 slots of a block at a time: each slot's row read
+ * whole (16 elements a register), multiplied lane by lane with a query head's row, then the 16
+ * products' lanes summed together (sum16). */
 __attribute__((target("avx512f"))) static void
 scores_avx512(const struct vase_attend_cache *c, const int32_t *table, const float *q,
               uint32_t group, uint32_t head, uint32_t vis, float scale, float *scores) {
     const uint32_t d = c->head_dim, bt = c->block_tokens;
-    const int32_t ts = (int32_t)c->k_stride[1];
-    const __m512i idx =
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(ts));
-    float *sc[8];
+    const __m512 sv = _mm512_set1_ps(scale);
+    __m512 prod[16];
     for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
         uint32_t span = vis - s0 < bt ? vis - s0 : bt;
         const float *blk = (const float *)c->k + (int64_t)table[p] * c->k_stride[0] +
                            (int64_t)head * c->k_stride[2];
         for (uint32_t t0 = 0; t0 < span; t0 += 16) {
             uint32_t m = span - t0 < 16 ? span - t0 : 16;
-            __mmask16 mask = (__mmask16)((1u << m) - 1u);
-            const float *base = blk + (int64_t)t0 * ts;
-            for (uint32_t g = 0; g < group; g++)
-                sc[g] = scores + (size_t)g * vis + s0 + t0;
-            switch (group) { /* G a constant: its loops unrolled, acc in registers */
-            case 1:
-                scores16(base, idx, mask, q, d, scale, 1, sc);
-                break;
-            case 2:
-                scores16(base, idx, mask, q, d, scale, 2, sc);
-                break;
-            case 4:
-                scores16(base, idx, mask, q, d, scale, 4, sc);
-                break;
-            case 8:
-                scores16(base, idx, mask, q, d, scale, 8, sc);
-                break;
-            default:
-                for (uint32_t g = 0; g < group; g++)
-                    scores16(base, idx, mask, q + (size_t)g * d, d, scale, 1, sc + g);
+            for (uint32_t g = 0; g < group; g++) {
+                const float *qg = q + (size_t)g * d;
+                for (uint32_t t = 0; t < 16; t++) {
+                    prod[t] = _mm512_setzero_ps();
+                    if (t >= m)
+                        continue;
+                    const float *k = blk + (int64_t)(t0 + t) * c->k_stride[1];
+                    for (uint32_t e = 0; e < d; e += 16)
+                        prod[t] = _mm512_fmadd_ps(_mm512_loadu_ps(qg + e), _mm512_loadu_ps(k + e),
+                                                  prod[t]);
+                }
+                _mm512_mask_storeu_ps(scores + (size_t)g * vis + s0 + t0,
+                                      (__mmask16)((1u << m) - 1u), _mm512_mul_ps(sum16(prod), sv));
             }
         }
     }
@@ -296,14 +289,13 @@ values_avx512(const struct vase_attend_cache *c, const int32_t *table, const flo
 int vase__attend_portable = 0;
 
 /* Whether the AVX-512 path reads this cache: float32 pages, rows of a multiple of 16 elements,
- * token strides that gather's 32-bit indices hold, on a CPU that has it. */
+ * on a CPU that has it. */
 static bool use_avx512(const struct vase_attend_cache *c) {
 #if ATTEND_AVX512
     static int have = -1;
     if (have < 0)
         have = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    return have && !vase__attend_portable && c->dtype == VASE_ATTEND_F32 && c->head_dim % 16 == 0 &&
-           c->k_stride[1] > 0 && (int64_t)c->k_stride[1] * 16 < INT32_MAX / 4;
+    return have && !vase__attend_portable && c->dtype == VASE_ATTEND_F32 && c->head_dim % 16 == 0;
 #else
     (void)c;
     return false;

@@ -9,8 +9,10 @@ greedy, ignore_eos) generating `--batch` requests of `--tokens` tokens each from
 - ``vase-full``: the plugin with a budget above every request's length (no eviction);
 - ``vase-quarter``: the plugin with a budget of a quarter of the output length.
 
-They run `--rounds` times, interleaved (vllm, vase-full, vase-quarter, vllm, ...), each round
-in its own process against the same private vased; the table gives the median tokens/s
+The plugin's two configurations run once per attention of `--attention` (vase.torch's way of
+reading the arena: ``gather`` and ``paged-cpu`` by default, VASE_VLLM_ATTENTION). They run
+`--rounds` times, interleaved (vllm, then each plugin configuration, then vllm again, ...), each
+round in its own process against the same private vased; the table gives the median tokens/s
 (generated tokens over generate()'s wall time, engine start excluded) and the ratio to vLLM's
 median. KV bytes: for vLLM, the blocks its block manager gives the batch at its longest
 (ceil(tokens / block) per request, times the bytes of a block of every layer); for the plugin,
@@ -102,16 +104,17 @@ def serve_env(plugin: bool) -> dict:
     return env
 
 
-def one_round(args, config: str) -> dict:
+def one_round(args, config: str, attention: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", config, "--batch",
            str(args.batch), "--tokens", str(args.tokens), "--window", str(args.window),
            "--policy", args.policy, "--max-len", str(args.max_len)]
     stop, peak = threading.Event(), [0]
     sampler = threading.Thread(target=vased_bytes, args=(stop, peak), daemon=True)
     sampler.start()
+    env = serve_env(config != "vllm")
+    env["VASE_VLLM_ATTENTION"] = attention
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True,
-                             env=serve_env(config != "vllm"), timeout=1800)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     finally:
         stop.set()
         sampler.join()
@@ -131,6 +134,8 @@ def main(argv=None) -> int:
     p.add_argument("--policy", default="vase-attnv")
     p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--attention", default="gather,paged-cpu",
+                   help="vase.torch attentions of the plugin's rows, a comma-separated list")
     p.add_argument("--out", default=None)
     p.add_argument("--child", choices=CONFIGS, dest="config", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -139,31 +144,33 @@ def main(argv=None) -> int:
         return 0
     if not os.environ.get("VASE_RUNTIME_DIR"):
         raise SystemExit("bench.py: run it under examples/with_vased.sh (VASE_RUNTIME_DIR)")
-    results = {c: [] for c in CONFIGS}
+    runs = [("vllm", "-")] + [(c, a) for a in args.attention.split(",") for c in CONFIGS[1:]]
+    results = {r: [] for r in runs}
     for i in range(args.rounds):
-        for c in CONFIGS:
-            r = one_round(args, c)
-            results[c].append(r)
-            print(f"round {i + 1} {c}: {r['tokens'] / r['wall']:.1f} tok/s "
+        for c, a in runs:
+            r = one_round(args, c, a if a != "-" else "auto")
+            results[(c, a)].append(r)
+            print(f"round {i + 1} {c} ({a}): {r['tokens'] / r['wall']:.1f} tok/s "
                   f"({r['tokens']} tokens in {r['wall']:.2f} s), vased peak "
                   f"{r['vase_kv_bytes'] / 2**20:.1f} MiB", flush=True)
-    base = statistics.median(r["tokens"] / r["wall"] for r in results["vllm"])
+    base = statistics.median(r["tokens"] / r["wall"] for r in results[("vllm", "-")])
     rows = []
-    for c in CONFIGS:
-        tps = statistics.median(r["tokens"] / r["wall"] for r in results[c])
-        kv = (max(r["vllm_kv_bytes"] for r in results[c]) if c == "vllm"
-              else max(r["vase_kv_bytes"] for r in results[c]))
+    for c, a in runs:
+        got = results[(c, a)]
+        tps = statistics.median(r["tokens"] / r["wall"] for r in got)
+        kv = (max(r["vllm_kv_bytes"] for r in got) if c == "vllm"
+              else max(r["vase_kv_bytes"] for r in got))
         budget = {"vllm": "-", "vase-full": str(args.max_len),
                   "vase-quarter": str(args.tokens // 4)}[c]
-        rows.append(dict(config=c, budget=budget, tok_s=round(tps, 1),
+        rows.append(dict(config=c, attention=a, budget=budget, tok_s=round(tps, 1),
                          x_vllm=round(tps / base, 3), kv_mib=round(kv / 2**20, 2),
-                         rounds=" ".join(f"{r['tokens'] / r['wall']:.1f}" for r in results[c])))
+                         rounds=" ".join(f"{r['tokens'] / r['wall']:.1f}" for r in got)))
     lines = [f"{args.batch} requests x {args.tokens} tokens, greedy, float32, CPU; median of "
              f"{args.rounds} rounds; policy {args.policy}, window {args.window}", "",
-             "| configuration | budget | tok/s | x vLLM | peak KV MiB | tok/s per round |",
-             "|---|---:|---:|---:|---:|---|"]
-    lines += [f"| {r['config']} | {r['budget']} | {r['tok_s']} | {r['x_vllm']} | {r['kv_mib']} "
-              f"| {r['rounds']} |" for r in rows]
+             "| configuration | attention | budget | tok/s | x vLLM | peak KV MiB | tok/s per "
+             "round |", "|---|---|---:|---:|---:|---:|---|"]
+    lines += [f"| {r['config']} | {r['attention']} | {r['budget']} | {r['tok_s']} | "
+              f"{r['x_vllm']} | {r['kv_mib']} | {r['rounds']} |" for r in rows]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
