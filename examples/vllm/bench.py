@@ -48,7 +48,7 @@ def child(args) -> None:
     """One round of one configuration: prints one JSON line."""
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=MODEL, dtype="float32", enforce_eager=True, max_model_len=args.max_len,
+    llm = LLM(model=args.model, dtype="float32", enforce_eager=True, max_model_len=args.max_len,
               seed=0, max_num_seqs=args.batch)
     xargs = None
     if args.config != "vllm":
@@ -107,7 +107,7 @@ def serve_env(plugin: bool) -> dict:
 def one_round(args, config: str, attention: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", config, "--batch",
            str(args.batch), "--tokens", str(args.tokens), "--window", str(args.window),
-           "--policy", args.policy, "--max-len", str(args.max_len)]
+           "--policy", args.policy, "--max-len", str(args.max_len), "--model", args.model]
     stop, peak = threading.Event(), [0]
     sampler = threading.Thread(target=vased_bytes, args=(stop, peak), daemon=True)
     sampler.start()
@@ -134,6 +134,9 @@ def main(argv=None) -> int:
     p.add_argument("--policy", default="vase-attnv")
     p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--model", default=MODEL,
+                   help="the checkpoint (the shipped one; examples/vllm/make_model.py makes "
+                        "larger ones)")
     p.add_argument("--attention", default="gather,paged-cpu",
                    help="vase.torch attentions of the plugin's rows, a comma-separated list")
     p.add_argument("--out", default=None)
@@ -166,7 +169,8 @@ def main(argv=None) -> int:
                          x_vllm=round(tps / base, 3), kv_mib=round(kv / 2**20, 2),
                          rounds=" ".join(f"{r['tokens'] / r['wall']:.1f}" for r in got)))
     lines = [f"{args.batch} requests x {args.tokens} tokens, greedy, float32, CPU; median of "
-             f"{args.rounds} rounds; policy {args.policy}, window {args.window}", "",
+             f"{args.rounds} rounds; policy {args.policy}, window {args.window}; model "
+             f"{os.path.relpath(args.model, REPO)}", "",
              "| configuration | attention | budget | tok/s | x vLLM | peak KV MiB | tok/s per "
              "round |", "|---|---|---:|---:|---:|---:|---|"]
     lines += [f"| {r['config']} | {r['attention']} | {r['budget']} | {r['tok_s']} | "
