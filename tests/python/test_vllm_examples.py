@@ -56,3 +56,18 @@ def test_two_servers_both_phases(tmp_path):
     assert rows[0]["budget_shrinks"] == 0
     assert "after both phases: 0 sequences open, 0 arena bytes in pages" in (
         tmp_path / "two_servers.md").read_text()
+
+
+def test_make_model(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    run_example("make_model.py", "--out", str(tmp_path), "--hidden", "64", "--layers", "3",
+                "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--intermediate", "96")
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32)
+    cfg = model.config
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
+            cfg.num_key_value_heads, cfg.head_dim) == (64, 3, 4, 2, 16)
+    assert (tmp_path / "tokenizer.json").exists()
+    logits = model(torch.tensor([[256, 65, 66]])).logits
+    assert logits.shape == (1, 3, cfg.vocab_size) and bool(torch.isfinite(logits).all())
