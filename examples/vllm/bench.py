@@ -32,6 +32,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -45,7 +46,7 @@ CONFIGS = ("vllm", "vase-full", "vase-quarter")
 
 
 def child(args) -> None:
-    """One round of one configuration: prints one JSON line."""
+    """One round of one configuration: writes its figures, JSON, to --result."""
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=args.model, dtype="float32", enforce_eager=True, max_model_len=args.max_len,
@@ -72,8 +73,10 @@ def child(args) -> None:
                    * mc.get_head_size() * 4)
     vllm_kv = sum(-(-(len(o.prompt_token_ids) + len(o.outputs[0].token_ids)) // block)
                   for o in outs) * block_bytes
-    print("RESULT " + json.dumps(dict(config=args.config, tokens=gen, wall=wall,
-                                      longest=longest, vllm_kv_bytes=vllm_kv)), flush=True)
+    # A file of its own: the engine's processes share this one's stdout.
+    with open(args.result, "w") as f:
+        json.dump(dict(config=args.config, tokens=gen, wall=wall, longest=longest,
+                       vllm_kv_bytes=vllm_kv), f)
 
 
 def vased_bytes(stop: threading.Event, peak: list) -> None:
@@ -113,15 +116,19 @@ def one_round(args, config: str, attention: str) -> dict:
     sampler.start()
     env = serve_env(config != "vllm")
     env["VASE_VLLM_ATTENTION"] = attention
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    finally:
-        stop.set()
-        sampler.join()
-    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-    if out.returncode or not lines:
-        raise SystemExit(f"bench.py: {config} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    r = json.loads(lines[-1][len("RESULT "):])
+    with tempfile.TemporaryDirectory(prefix="vase-bench-") as tmp:
+        result = os.path.join(tmp, "result.json")
+        try:
+            out = subprocess.run(cmd + ["--result", result], capture_output=True, text=True,
+                                 env=env, timeout=1800)
+        finally:
+            stop.set()
+            sampler.join()
+        if out.returncode or not os.path.exists(result):
+            raise SystemExit(f"bench.py: {config} failed ({out.returncode}):\n"
+                             f"{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+        with open(result) as f:
+            r = json.load(f)
     r["vase_kv_bytes"] = peak[0]
     return r
 
@@ -141,6 +148,7 @@ def main(argv=None) -> int:
                    help="vase.torch attentions of the plugin's rows, a comma-separated list")
     p.add_argument("--out", default=None)
     p.add_argument("--child", choices=CONFIGS, dest="config", help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.config:
         child(args)

@@ -215,6 +215,10 @@ def test_no_room_fails_that_request_alone(servers, run):
     with pytest.raises(openai.InternalServerError):
         chat(vased, PROMPTS[1], 8, vllm_xargs={"vase_budget": 2000000})
     assert "request" in vased.log_text() and "no vase sequence" in vased.log_text()
+    # Streamed, it fails before its first token: the stream ends with an error event.
+    with pytest.raises(openai.APIError):
+        for _ in stream_tokens(vased, PROMPTS[1], 8, vllm_xargs={"vase_budget": 2000000}):
+            pass
     # The streamed request went on to its length, whenever the refusal came.
     assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "length"
     assert len(token_ids(chat(vased, PROMPTS[1], 8))) == 8
@@ -230,6 +234,8 @@ def test_vased_restart_fails_its_requests_then_serves_again(tmp_path):
     try:
         server.wait_ready()
         assert len(token_ids(chat(server, PROMPTS[0], 8))) == 8
+        # Held as soon as its sequence opens: the failure comes before or after its first
+        # token, and the stream reports it either way.
         held = hold(server, run, PROMPTS[1])
         try:
             proc.kill()  # vased dies with the live request's sequence
@@ -239,6 +245,7 @@ def test_vased_restart_fails_its_requests_then_serves_again(tmp_path):
         with pytest.raises(openai.APIError):
             for _ in held.stream:
                 pass
+        held.stream.close()
         proc = start_vased(run, "--arena-bytes=256M", "--granule-bytes=256K")
         assert len(token_ids(chat(server, PROMPTS[2], 16))) == 16  # connected again
         assert vasectl(run, "seqs")["seqs"] == []

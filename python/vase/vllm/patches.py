@@ -114,11 +114,40 @@ def _update_from_output(original):
                 eco.outputs.append(EngineCoreOutput(
                     request_id=req.request_id, new_token_ids=[],
                     finish_reason=req.get_finished_reason(), events=req.take_events(),
+                    stop_reason=f"{FAILED_PREFIX}{failed[req.request_id]}",
                     trace_headers=req.trace_headers,
                     num_cached_tokens=max(0, req.num_cached_tokens)))  # -1: never scheduled
         return outputs
 
     return update_from_output
+
+
+# The stop reason of a request vase.vllm failed: this prefix, then why.
+FAILED_PREFIX = "vase.vllm: "
+
+
+def _process_outputs(original):
+    def process_outputs(self, engine_core_outputs, *args, **kwargs):
+        # The front end's side of a request vase failed. vLLM's chat stream skips an output with
+        # neither text nor tokens before the request's first token, error or not, so a streamed
+        # request that failed before its first token would end without an error: its stream
+        # gets the failure as an exception instead, which the server sends as an error event.
+        from vllm.v1.engine import FinishReason
+
+        errors = []
+        for o in engine_core_outputs:
+            why = o.stop_reason
+            if (o.finish_reason == FinishReason.ERROR and isinstance(why, str)
+                    and why.startswith(FAILED_PREFIX)):
+                st = self.request_states.get(o.request_id)
+                if st is not None and st.queue is not None and st.queue.aggregate:
+                    errors.append((st.queue, why))
+        out = original(self, engine_core_outputs, *args, **kwargs)
+        for queue, why in errors:
+            queue.put(RuntimeError(why))
+        return out
+
+    return process_outputs
 
 
 def _schedule(original):
@@ -172,6 +201,7 @@ def apply() -> None:
     from vllm.sampling_params import SamplingParams
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
     from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.output_processor import OutputProcessor
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     register_backend(AttentionBackendEnum.CPU_ATTN, "vase.vllm.cpu.VaseCPUAttentionBackend")
@@ -190,6 +220,7 @@ def apply() -> None:
     _wrap(SamplingParams, "_verify_args", _verify_args)
     _wrap(Scheduler, "update_from_output", _update_from_output)
     _wrap(Scheduler, "schedule", _schedule)
+    _wrap(OutputProcessor, "process_outputs", _process_outputs)
     _applied = True
     log.info("vase.vllm: on (vLLM %s, platform %s)", _version(), platform.__name__)
 
