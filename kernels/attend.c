@@ -32,10 +32,11 @@
 #endif
 
 /* Checks every visible count and every table entry a query will read; nothing is read from the
- * cache. 0 or -EINVAL with why. */
-static int check(const struct vase_attend_cache *c, const struct vase_attend_batch *bt, char *why,
-                 size_t why_size) {
+ * cache. 0 and the most slots any query sees in *ret_most, or -EINVAL with why. */
+static int check(const struct vase_attend_cache *c, const struct vase_attend_batch *bt,
+                 uint32_t *ret_most, char *why, size_t why_size) {
     uint64_t most = (uint64_t)bt->width * c->block_tokens;
+    uint32_t seen = 0;
     for (uint32_t i = 0; i < bt->b; i++) {
         int32_t row_max = 0;
         for (uint32_t j = 0; j < bt->n; j++) {
@@ -59,40 +60,14 @@ static int check(const struct vase_attend_cache *c, const struct vase_attend_bat
                 return -EINVAL;
             }
         }
+        seen = (uint32_t)row_max > seen ? (uint32_t)row_max : seen;
     }
+    *ret_most = seen;
     return 0;
 }
 
-/* The rows of one block's tokens 0 .. span - 1 of K (one head), as float32, transposed: out[e *
- * width + t] is element e of token t (width >= span; the columns past span are left as they
- * are). */
-static inline void block_t(const void *base, enum vase_attend_dtype t, const int64_t stride[3],
-                           int32_t block, uint32_t span, uint32_t width, uint32_t head, uint32_t d,
-                           float *restrict out) {
-    for (uint32_t tok = 0; tok < span; tok++) {
-        int64_t at =
-            (int64_t)block * stride[0] + (int64_t)tok * stride[1] + (int64_t)head * stride[2];
-        if (t == VASE_ATTEND_F32) {
-            const float *r = (const float *)base + at;
-            for (uint32_t e = 0; e < d; e++)
-                out[(size_t)e * width + tok] = r[e];
-        } else if (t == VASE_ATTEND_BF16) {
-            const uint16_t *r = (const uint16_t *)base + at;
-            for (uint32_t e = 0; e < d; e++)
-                out[(size_t)e * width + tok] = vase__float_of_bits((uint32_t)r[e] << 16);
-        } else {
-            const uint16_t *r = (const uint16_t *)base + at;
-            for (uint32_t e = 0; e < d; e++)
-                out[(size_t)e * width + tok] = vase__f16_value(r[e]);
-        }
-    }
-}
-
-/* Slots at a time in the scores' registers. */
-#define ATTEND_TILE 16
-
-/* Row (block, token, head) of V as float32: the row itself for float32, else widened into
- * tmp. */
+/* Row (block, token, head) of K or V as float32: the row itself for float32, else widened into
+ * tmp (vase__convert, whose finiteness report is not needed here). */
 static inline const float *row(const void *base, enum vase_attend_dtype t, const int64_t stride[3],
                                int32_t block, uint32_t token, uint32_t head, uint32_t d,
                                float *restrict tmp) {
@@ -100,27 +75,50 @@ static inline const float *row(const void *base, enum vase_attend_dtype t, const
         (int64_t)block * stride[0] + (int64_t)token * stride[1] + (int64_t)head * stride[2];
     if (t == VASE_ATTEND_F32)
         return (const float *)base + at;
-    const uint16_t *h = (const uint16_t *)base + at;
-    if (t == VASE_ATTEND_BF16)
-        for (uint32_t e = 0; e < d; e++)
-            tmp[e] = vase__float_of_bits((uint32_t)h[e] << 16);
-    else
-        for (uint32_t e = 0; e < d; e++)
-            tmp[e] = vase__f16_value(h[e]);
+    (void)vase__convert((const uint16_t *)base + at,
+                        t == VASE_ATTEND_BF16 ? VASE_DTYPE_BF16 : VASE_DTYPE_F16, d, tmp);
     return tmp;
+}
+
+/* The rows of one block's tokens 0 .. span - 1 of K (one head), as float32, transposed: out[e *
+ * width + t] is element e of token t (width >= span; the columns past span are left as they
+ * are). tmp: d floats. */
+static inline void block_t(const struct vase_attend_cache *c, int32_t block, uint32_t span,
+                           uint32_t width, uint32_t head, float *restrict tmp,
+                           float *restrict out) {
+    for (uint32_t tok = 0; tok < span; tok++) {
+        const float *r = row(c->k, c->dtype, c->k_stride, block, tok, head, c->head_dim, tmp);
+        for (uint32_t e = 0; e < c->head_dim; e++)
+            out[(size_t)e * width + tok] = r[e];
+    }
+}
+
+/* Slots at a time in the scores' registers. */
+#define ATTEND_TILE 16
+
+/* The width of a block's transposed K: block_tokens rounded up to ATTEND_TILE. */
+static uint32_t kt_width(const struct vase_attend_cache *c) {
+    return (c->block_tokens + ATTEND_TILE - 1) / ATTEND_TILE * ATTEND_TILE;
+}
+
+/* The floats of the scratch attend_group() takes: group * vis scores, group * d accumulators, a
+ * block's K transposed (d rows of block_tokens rounded up to ATTEND_TILE), and group sums. */
+static size_t scratch_floats(const struct vase_attend_cache *c, uint32_t group, uint32_t vis) {
+    return (size_t)group * vis + (size_t)group * c->head_dim + (size_t)c->head_dim * kt_width(c) +
+           group;
 }
 
 /* The scores of one query column's group of query heads against its vis slots, into
  * scores[g * vis + slot], times scale. kt: a block's K transposed (d rows of block_tokens rounded
- * up to ATTEND_TILE). The loop runs across slots, a tile of them in registers. */
+ * up to ATTEND_TILE); tmp: d floats. The loop runs across slots, a tile of them in registers. */
 VASE_HOT static void scores_portable(const struct vase_attend_cache *c, const int32_t *table,
                                      const float *q, uint32_t group, uint32_t head, uint32_t vis,
-                                     float scale, float *scores, float *kt) {
+                                     float scale, float *scores, float *kt, float *tmp) {
     const uint32_t d = c->head_dim, bt = c->block_tokens;
-    const uint32_t width = (bt + ATTEND_TILE - 1) / ATTEND_TILE * ATTEND_TILE;
+    const uint32_t width = kt_width(c);
     for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
         uint32_t span = vis - s0 < bt ? vis - s0 : bt;
-        block_t(c->k, c->dtype, c->k_stride, table[p], span, width, head, d, kt);
+        block_t(c, table[p], span, width, head, tmp, kt);
         for (uint32_t t0 = 0; t0 < span; t0 += ATTEND_TILE) {
             uint32_t m = span - t0 < ATTEND_TILE ? span - t0 : ATTEND_TILE;
             for (uint32_t g = 0; g < group; g++) {
@@ -302,15 +300,14 @@ static bool use_avx512(const struct vase_attend_cache *c) {
 #endif
 }
 
-/* The output rows of one query column's group of query heads over its vis slots. scratch:
- * group * vis scores, group * d accumulators, a block's K transposed (d rows of block_tokens
- * rounded up to ATTEND_TILE), and group sums. */
+/* The output rows of one query column's group of query heads over its vis slots. scratch: at
+ * least scratch_floats(c, group, vis) floats. */
 static void attend_group(const struct vase_attend_cache *c, const int32_t *table, const float *q,
                          uint32_t group, uint32_t head, uint32_t vis, float scale, bool avx512,
                          float *scratch, float *out) {
-    const uint32_t d = c->head_dim, bt = c->block_tokens;
+    const uint32_t d = c->head_dim;
     float *scores = scratch, *acc = scores + (size_t)group * vis, *kt = acc + (size_t)group * d;
-    const uint32_t width = (bt + ATTEND_TILE - 1) / ATTEND_TILE * ATTEND_TILE;
+    const uint32_t width = kt_width(c);
     float *total = kt + (size_t)d * width;
 #if ATTEND_AVX512
     if (avx512) {
@@ -322,7 +319,7 @@ static void attend_group(const struct vase_attend_cache *c, const int32_t *table
 #else
     (void)avx512;
 #endif
-    scores_portable(c, table, q, group, head, vis, scale, scores, kt);
+    scores_portable(c, table, q, group, head, vis, scale, scores, kt, acc);
     softmax(scores, group, vis, total);
     values_portable(c, table, scores, total, group, head, vis, acc, kt, out);
 }
@@ -336,17 +333,13 @@ int vase_paged_attention(const struct vase_attend_cache *c, const struct vase_at
         snprintf(why, why_size, "bad arguments");
         return -EINVAL;
     }
-    int r = check(c, bt, why, why_size);
+    uint32_t most;
+    int r = check(c, bt, &most, why, why_size);
     if (r < 0)
         return r;
     const uint32_t d = c->head_dim, group = bt->q_heads / c->kv_heads;
     const bool avx512 = use_avx512(c);
-    uint32_t most = 0;
-    for (size_t x = 0; x < (size_t)bt->b * bt->n; x++)
-        most = (uint32_t)bt->visible[x] > most ? (uint32_t)bt->visible[x] : most;
-    float *scratch = calloc(1, ((size_t)group * most + (size_t)group * d +
-                                (size_t)d * (c->block_tokens + ATTEND_TILE) + group) *
-                                   sizeof(float));
+    float *scratch = calloc(scratch_floats(c, group, most), sizeof(float));
     if (!scratch) {
         snprintf(why, why_size, "out of memory");
         return -ENOMEM;

@@ -9,9 +9,9 @@ through three calls a decoder makes (the protocol of `examples/llm` and of `vase
   into the arena through the zero-copy tensors of the binding (`Model.kv_tensor`,
   `Seq.query_slot`; the queries only for the policies that read them);
 - ``attend(layer, q)``: attention of the new queries over what each sequence holds, read back
-  through its block table (`Seq.block_table`): on a host arena vase's own C kernel
-  (`vase._vase.paged_attention`), on a CUDA arena FlashInfer (any block size) or
-  FlashAttention-2 (blocks of a multiple of 256 tokens) where installed, each reading the
+  through its block table (`Seq.block_table`): on a CUDA arena FlashInfer (any block size) or
+  FlashAttention-2 (blocks of a multiple of 256 tokens) where installed, and on a host arena
+  vase's own C kernel (`vase._vase.paged_attention`) when asked for by name, each reading the
   arena's pages through the table itself; otherwise, and for a policy that reads the attention
   each slot received, one gather of the blocks of every sequence, then masked attention over the
   slots each one holds (PyTorch's fused scaled_dot_product_attention, or the explicit softmax

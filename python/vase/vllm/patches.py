@@ -114,7 +114,7 @@ def _update_from_output(original):
                 eco.outputs.append(EngineCoreOutput(
                     request_id=req.request_id, new_token_ids=[],
                     finish_reason=req.get_finished_reason(), events=req.take_events(),
-                    stop_reason=f"{FAILED_PREFIX}{failed[req.request_id]}",
+                    stop_reason=FAILED,
                     trace_headers=req.trace_headers,
                     num_cached_tokens=max(0, req.num_cached_tokens)))  # -1: never scheduled
         return outputs
@@ -122,8 +122,9 @@ def _update_from_output(original):
     return update_from_output
 
 
-# The stop reason of a request vase.vllm failed: this prefix, then why.
-FAILED_PREFIX = "vase.vllm: "
+# The stop reason of a request vase.vllm failed; the engine's log says why (the client is not
+# told the daemon's details).
+FAILED = "vase.vllm: the request could not be served (the server's log says why)"
 
 
 def _process_outputs(original):
@@ -134,17 +135,15 @@ def _process_outputs(original):
         # gets the failure as an exception instead, which the server sends as an error event.
         from vllm.v1.engine import FinishReason
 
-        errors = []
+        streams = []
         for o in engine_core_outputs:
-            why = o.stop_reason
-            if (o.finish_reason == FinishReason.ERROR and isinstance(why, str)
-                    and why.startswith(FAILED_PREFIX)):
+            if o.finish_reason == FinishReason.ERROR and o.stop_reason == FAILED:
                 st = self.request_states.get(o.request_id)
                 if st is not None and st.queue is not None and st.queue.aggregate:
-                    errors.append((st.queue, why))
+                    streams.append(st.queue)
         out = original(self, engine_core_outputs, *args, **kwargs)
-        for queue, why in errors:
-            queue.put(RuntimeError(why))
+        for queue in streams:
+            queue.put(RuntimeError(FAILED))
         return out
 
     return process_outputs
