@@ -515,7 +515,10 @@ PY_EXT_OBJS := $(PY_EXT_SRCS:$(PY_SRC_DIR)/%.c=$(BUILD)/python/obj/%.o)
 # that includes nothing of vase (so no second vase_types.h beside the public one).
 PY_KERNEL_OBJS := $(BUILD)/kernels/attend.o
 PY_EXT_INC := -I$(PUBLIC_INCLUDE)
-$(BUILD)/python/obj/_vase_attend.o: PY_EXT_INC += -Ikernels
+# The paged attention runs on the OpenMP threads of the process (GCC's libgomp, which PyTorch
+# loads too: one pool for both).
+PY_OPENMP := -fopenmp
+$(BUILD)/python/obj/_vase_attend.o $(BUILD)/python/obj/_vase_batch.o: PY_EXT_INC += -Ikernels
 PY_FILES := $(wildcard $(PY_SRC_DIR)/*.py $(PY_SRC_DIR)/*.pyi $(PY_SRC_DIR)/py.typed)
 # vase.vllm, the vLLM plugin (a subpackage), and the entry point vLLM finds it by: a
 # distribution's entry_points.txt (group vllm.general_plugins) beside the package, so that a
@@ -538,12 +541,12 @@ $(PY_ENTRY_POINTS): Makefile
 $(PY_EXT_OBJS): $(BUILD)/python/obj/%.o: $(PY_SRC_DIR)/%.c $(FLAGS_FILE) | $(DEPS_STAMP) $(PUBLIC_STAMP)
 	$(call say,CC,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -MMD -MP $(PY_EXT_INC) -I$(PY_INC) $(CFLAGS) -fvisibility=hidden -c -o $@ $<
+	$(Q)$(CC) -MMD -MP $(PY_EXT_INC) -I$(PY_INC) $(CFLAGS) $(PY_OPENMP) -fvisibility=hidden -c -o $@ $<
 
 $(PY_EXT): $(PY_EXT_OBJS) $(PY_KERNEL_OBJS) $(LIBVASE_A) | $(PY_STAGED)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -shared -Wl,--exclude-libs,ALL -o $@ $^ $(LIBVASE_LIBS)
+	$(Q)$(CC) $(LDFLAGS) $(PY_OPENMP) -shared -Wl,--exclude-libs,ALL -o $@ $^ $(LIBVASE_LIBS)
 
 # What setup.py builds the extension from: the version, the public headers, the kernels' folder
 # (for vase_attend.h), and the link words of a program that links libvase statically (the
@@ -554,7 +557,7 @@ $(PY_SETUP_JSON): FORCE | $(DEPS_STAMP)
 	$(Q)$(PYTHON) -c 'import json, sys; print(json.dumps({"version": sys.argv[1], \
 	  "include": sys.argv[2], "kernels": sys.argv[3], "link": sys.argv[4:]}, indent=1))' \
 	  '$(VERSION)' $(abspath $(PUBLIC_INCLUDE)) $(abspath kernels) $(abspath $(PY_KERNEL_OBJS)) \
-	  $(abspath $(LIBVASE_DIST_A)) $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(LIBVASE_DIST_LIBS) >$@.tmp
+	  $(abspath $(LIBVASE_DIST_A)) $(ZMQ_LIBS) $(PROTOBUF_LIBS) $(LIBVASE_DIST_LIBS) $(PY_OPENMP) >$@.tmp
 	$(Q)if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
 
 # A machine without Python's or DLPack's headers (python3-dev, libdlpack-dev; a GPU machine with

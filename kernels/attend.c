@@ -212,36 +212,76 @@ __attribute__((target("avx512f"))) static inline __m512 sum16(const __m512 *v) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xdd));
 }
 
+/* Asks for the rows of block `block`'s tokens 0 .. span - 1 (one head, row_bytes each) to be
+ * brought into the cache while the current block is computed. */
+__attribute__((target("avx512f"))) static inline void
+prefetch_rows(const float *base, int64_t token_stride, uint32_t span, uint32_t row_bytes) {
+    for (uint32_t t = 0; t < span; t++)
+        for (uint32_t b = 0; b < row_bytes; b += 64)
+            _mm_prefetch((const char *)(base + (int64_t)t * token_stride) + b, _MM_HINT_T0);
+}
+
 /* The AVX-512 scores of float32 pages, 16 slots of a block at a time: each slot's row read
  * whole (16 elements a register), multiplied lane by lane with a query head's row, then the 16
- * products' lanes summed together (sum16). */
-__attribute__((target("avx512f"))) static void
-scores_avx512(const struct vase_attend_cache *c, const int32_t *table, const float *q,
-              uint32_t group, uint32_t head, uint32_t vis, float scale, float *scores) {
-    const uint32_t d = c->head_dim, bt = c->block_tokens;
+ * products' lanes summed together (sum16). Inlined into scores_avx512 once per common head_dim
+ * (d is then a constant: the products stay in registers). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+scores_tiles(const struct vase_attend_cache *c, const int32_t *table, const float *q,
+             uint32_t group, uint32_t head, uint32_t vis, float scale, float *scores,
+             const uint32_t d) {
+    const uint32_t bt = c->block_tokens;
+    const int64_t ts = c->k_stride[1];
     const __m512 sv = _mm512_set1_ps(scale);
-    __m512 prod[16];
     for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
         uint32_t span = vis - s0 < bt ? vis - s0 : bt;
         const float *blk = (const float *)c->k + (int64_t)table[p] * c->k_stride[0] +
                            (int64_t)head * c->k_stride[2];
+        if (s0 + bt < vis) {
+            uint32_t next = vis - s0 - bt < bt ? vis - s0 - bt : bt;
+            prefetch_rows((const float *)c->k + (int64_t)table[p + 1] * c->k_stride[0] +
+                              (int64_t)head * c->k_stride[2],
+                          ts, next, d * 4);
+        }
         for (uint32_t t0 = 0; t0 < span; t0 += 16) {
-            uint32_t m = span - t0 < 16 ? span - t0 : 16;
+            const uint32_t m = span - t0 < 16 ? span - t0 : 16;
+            const float *k0 = blk + (int64_t)t0 * ts;
             for (uint32_t g = 0; g < group; g++) {
                 const float *qg = q + (size_t)g * d;
+                __m512 prod[16];
+#pragma GCC unroll 16
                 for (uint32_t t = 0; t < 16; t++) {
-                    prod[t] = _mm512_setzero_ps();
-                    if (t >= m)
-                        continue;
-                    const float *k = blk + (int64_t)(t0 + t) * c->k_stride[1];
-                    for (uint32_t e = 0; e < d; e += 16)
-                        prod[t] = _mm512_fmadd_ps(_mm512_loadu_ps(qg + e), _mm512_loadu_ps(k + e),
-                                                  prod[t]);
+                    if (t < m) {
+                        const float *k = k0 + (int64_t)t * ts;
+                        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qg), _mm512_loadu_ps(k));
+                        for (uint32_t e = 16; e < d; e += 16)
+                            a = _mm512_fmadd_ps(_mm512_loadu_ps(qg + e), _mm512_loadu_ps(k + e), a);
+                        prod[t] = a;
+                    } else {
+                        prod[t] = _mm512_setzero_ps();
+                    }
                 }
                 _mm512_mask_storeu_ps(scores + (size_t)g * vis + s0 + t0,
                                       (__mmask16)((1u << m) - 1u), _mm512_mul_ps(sum16(prod), sv));
             }
         }
+    }
+}
+
+__attribute__((target("avx512f"))) static void
+scores_avx512(const struct vase_attend_cache *c, const int32_t *table, const float *q,
+              uint32_t group, uint32_t head, uint32_t vis, float scale, float *scores) {
+    switch (c->head_dim) {
+    case 32:
+        scores_tiles(c, table, q, group, head, vis, scale, scores, 32);
+        break;
+    case 64:
+        scores_tiles(c, table, q, group, head, vis, scale, scores, 64);
+        break;
+    case 128:
+        scores_tiles(c, table, q, group, head, vis, scale, scores, 128);
+        break;
+    default:
+        scores_tiles(c, table, q, group, head, vis, scale, scores, c->head_dim);
     }
 }
 
@@ -262,6 +302,10 @@ values_avx512(const struct vase_attend_cache *c, const int32_t *table, const flo
                 uint32_t span = vis - s0 < bt ? vis - s0 : bt;
                 const float *blk = (const float *)c->v + (int64_t)table[p] * c->v_stride[0] +
                                    (int64_t)head * c->v_stride[2] + e0;
+                if (e0 == 0 && s0 + bt < vis)
+                    prefetch_rows((const float *)c->v + (int64_t)table[p + 1] * c->v_stride[0] +
+                                      (int64_t)head * c->v_stride[2],
+                                  c->v_stride[1], vis - s0 - bt < bt ? vis - s0 - bt : bt, d * 4);
                 for (uint32_t t = 0; t < span; t++) {
                     const float *v = blk + (int64_t)t * c->v_stride[1];
                     __m512 v0 = _mm512_loadu_ps(v), v1 = two ? _mm512_loadu_ps(v + 16) : v0;
@@ -324,17 +368,31 @@ static void attend_group(const struct vase_attend_cache *c, const int32_t *table
     values_portable(c, table, scores, total, group, head, vis, acc, kt, out);
 }
 
-int vase_paged_attention(const struct vase_attend_cache *c, const struct vase_attend_batch *bt,
-                         float *out, char *why, size_t why_size) {
-    if (!c || !bt || !out || !c->k || !c->v || !bt->q || !bt->table || !bt->visible ||
-        !c->kv_heads || !c->head_dim || !c->block_tokens || bt->q_heads % c->kv_heads ||
+/* The arguments' checks: 0 and the most slots a query sees, or -EINVAL with why. */
+static int check_all(const struct vase_attend_cache *c, const struct vase_attend_batch *bt,
+                     uint32_t *ret_most, char *why, size_t why_size) {
+    if (!c || !bt || !c->k || !c->v || !bt->q || !bt->table || !bt->visible || !c->kv_heads ||
+        !c->head_dim || !c->block_tokens || bt->q_heads % c->kv_heads ||
         (c->dtype != VASE_ATTEND_F32 && c->dtype != VASE_ATTEND_F16 &&
          c->dtype != VASE_ATTEND_BF16)) {
         snprintf(why, why_size, "bad arguments");
         return -EINVAL;
     }
+    return check(c, bt, ret_most, why, why_size);
+}
+
+int vase_paged_attention_check(const struct vase_attend_cache *c,
+                               const struct vase_attend_batch *bt, char *why, size_t why_size) {
     uint32_t most;
-    int r = check(c, bt, &most, why, why_size);
+    return check_all(c, bt, &most, why, why_size);
+}
+
+int vase_paged_attention(const struct vase_attend_cache *c, const struct vase_attend_batch *bt,
+                         float *out, char *why, size_t why_size) {
+    uint32_t most;
+    int r = out ? check_all(c, bt, &most, why, why_size) : -EINVAL;
+    if (!out)
+        snprintf(why, why_size, "bad arguments");
     if (r < 0)
         return r;
     const uint32_t d = c->head_dim, group = bt->q_heads / c->kv_heads;

@@ -59,6 +59,13 @@ int vase_paged_attention(const struct vase_attend_cache *cache,
                          const struct vase_attend_batch *batch, float *out, char *why,
                          size_t why_size);
 
+/* The checks vase_paged_attention() makes before it computes anything (the arguments, every
+ * visible count and every table entry a query reads): 0, or -EINVAL with why. A caller that
+ * splits a batch across threads checks the whole of it first, so that a refusal leaves all of
+ * out untouched. */
+int vase_paged_attention_check(const struct vase_attend_cache *cache,
+                               const struct vase_attend_batch *batch, char *why, size_t why_size);
+
 #ifdef __cplusplus
 }
 #endif

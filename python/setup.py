@@ -45,7 +45,8 @@ setup(
             "vase._vase",
             sources=sources,
             depends=headers,
-            extra_compile_args=["-fvisibility=hidden"],  # PyInit__vase alone is exported
+            # PyInit__vase alone is exported; the paged attention runs on OpenMP threads.
+            extra_compile_args=["-fvisibility=hidden", "-fopenmp"],
             include_dirs=[tree["include"], tree["kernels"]],
             extra_objects=[w for w in words if not w.startswith("-")],
             extra_link_args=["-Wl,--exclude-libs,ALL"] + [w for w in words if w.startswith("-")],

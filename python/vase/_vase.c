@@ -20,14 +20,15 @@ static PyMethodDef module_methods[] = {
      "connect(runtime_dir=None, name=None, timeout_ms=0)\n--\n\nConnects to vased."},
     {"paged_attention", (PyCFunction)(void (*)(void))vpy_paged_attention,
      METH_VARARGS | METH_KEYWORDS,
-     "paged_attention(q, k, v, table, visible, out, scale)\n--\n\n"
+     "paged_attention(q, k, v, table, visible, out, scale, threads=1)\n--\n\n"
      "Attention of new queries over a host arena's pages, read in place (kernels/attend.c). "
      "q: float32 [b, n, q_heads, d], contiguous; k, v: a layer's paged K and V, [num_blocks, "
      "block_tokens, kv_heads, d], float32, float16 or bfloat16 (Model.kv_tensor(), or a "
      "strided view of it); table: int32 [b, blocks], contiguous, the block table of each "
      "sequence; visible: int32 [b, n], contiguous: query j of sequence i sees slots 0 .. "
      "visible[i, j] - 1, and 0 makes its output zeros; out: float32 [b, n, q_heads, d], "
-     "contiguous, written; scale: the scores' factor. Tensors through DLPack, on the CPU. "
+     "contiguous, written; scale: the scores' factor; threads: OpenMP threads to run on (each "
+     "takes a run of the sequences). Tensors through DLPack (or DLPack capsules), on the CPU. "
      "TypeError for a wrong dtype, ValueError for a wrong shape, stride or device, a visible "
      "count beyond the table's blocks or a table entry read that is not a block of k."},
     {"_set_error_type", vpy_set_error_type, METH_O, NULL},
@@ -53,7 +54,8 @@ PyMODINIT_FUNC PyInit__vase(void) {
     if (add_type(mod, "Client", &vpy_client_spec, &vpy_client_type) < 0 ||
         add_type(mod, "Model", &vpy_model_spec, &vpy_model_type) < 0 ||
         add_type(mod, "Seq", &vpy_seq_spec, &vpy_seq_type) < 0 ||
-        add_type(mod, "Tensor", &vpy_tensor_spec, &vpy_tensor_type) < 0) {
+        add_type(mod, "Tensor", &vpy_tensor_spec, &vpy_tensor_type) < 0 ||
+        add_type(mod, "Batch", &vpy_batch_spec, &vpy_batch_type) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

@@ -71,8 +71,9 @@ typedef struct {
 } TensorObject;
 
 /* The types, made from their specs when the module is imported (_vase.c). */
-extern PyTypeObject *vpy_client_type, *vpy_model_type, *vpy_seq_type, *vpy_tensor_type;
-extern PyType_Spec vpy_client_spec, vpy_model_spec, vpy_seq_spec, vpy_tensor_spec;
+extern PyTypeObject *vpy_client_type, *vpy_model_type, *vpy_seq_type, *vpy_tensor_type,
+    *vpy_batch_type;
+extern PyType_Spec vpy_client_spec, vpy_model_spec, vpy_seq_spec, vpy_tensor_spec, vpy_batch_spec;
 
 /* ---- errors (_vase_errors.c) ---- */
 
@@ -119,8 +120,37 @@ void vpy_client_unpin(ClientObject *self);
 /* __enter__ of Client and Seq. */
 PyObject *vpy_self_enter(PyObject *self, PyObject *unused);
 
-/* ---- paged attention (_vase_attend.c) ---- */
+/* ---- tensors taken through DLPack, and the paged attention (_vase_attend.c) ---- */
 
+/* A tensor a caller gave: an object's __dlpack__() capsule, or a "dltensor" capsule the caller
+ * made (borrowed, left unconsumed), owned until vpy_dl_release(); its DLTensor; its name for
+ * the messages. */
+struct vpy_dl {
+    PyObject *cap;
+    const DLTensor *t;
+    const char *name;
+};
+/* Takes obj (0), or raises TypeError/ValueError (-1): not a tensor, not on the CPU. */
+int vpy_dl_take(PyObject *obj, const char *name, struct vpy_dl *ret);
+void vpy_dl_release(struct vpy_dl *x);
+int vpy_dl_is(const struct vpy_dl *x, uint8_t code, uint8_t bits);
+/* The element stride of dimension i. */
+int64_t vpy_dl_stride(const struct vpy_dl *x, int i);
+/* Whether dimensions first .. ndim - 1 are row-major without gaps. */
+int vpy_dl_dense_from(const struct vpy_dl *x, int first);
+/* The first element's address, or NULL with ValueError when it is not aligned to its type. */
+const void *vpy_dl_data(const struct vpy_dl *x);
+
+/* The most threads a paged attention call runs on. */
+#define VPY_MAX_THREADS 64u
+
+struct vase_attend_cache;
+struct vase_attend_batch;
+/* vase_paged_attention() on up to `threads` threads (OpenMP, the pool PyTorch's operators use
+ * in the same process), each taking a run of the batch's sequences of about equal work. The
+ * whole batch is checked first: a refusal leaves out untouched. Call without the GIL. */
+int vpy_attend(const struct vase_attend_cache *c, const struct vase_attend_batch *bt, float *out,
+               uint32_t threads, char *why, size_t why_size);
 /* vase._vase.paged_attention(). */
 PyObject *vpy_paged_attention(PyObject *mod, PyObject *args, PyObject *kw);
 
@@ -128,5 +158,15 @@ PyObject *vpy_paged_attention(PyObject *mod, PyObject *args, PyObject *kw);
 
 /* Drops a pin of the sequence; the last one ends a closed sequence in libvase. */
 void vpy_seq_unpin(SeqObject *self);
+/* Pins the sequence and its client for a call (0), or raises VaseError(EBADF) when either is
+ * closed (-1); vpy_seq_leave() drops both pins. */
+int vpy_seq_enter(SeqObject *self);
+void vpy_seq_leave(SeqObject *self);
+
+/* ---- Batch (_vase_batch.c) ---- */
+
+/* Model.batch(): a Batch of the model (ValueError for a CUDA arena or another dtype than
+ * float32). */
+PyObject *vpy_batch_new(ModelObject *m);
 
 #endif

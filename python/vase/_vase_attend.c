@@ -12,34 +12,37 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 
 #include "vase_attend.h"
 
-/* A tensor taken from an object's __dlpack__(): the capsule (owned) and its DLTensor. */
-struct dl {
-    PyObject *cap;
-    const DLTensor *t;
-    const char *name;
-};
-
-static void dl_release(struct dl *x) {
+void vpy_dl_release(struct vpy_dl *x) {
     Py_CLEAR(x->cap); /* an unconsumed "dltensor" capsule's destructor calls the deleter */
 }
 
-static int take(PyObject *obj, const char *name, struct dl *ret) {
+int vpy_dl_take(PyObject *obj, const char *name, struct vpy_dl *ret) {
     ret->name = name;
-    PyObject *meth = PyObject_GetAttrString(obj, "__dlpack__");
-    if (!meth) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s must be a tensor (an object with __dlpack__)", name);
-        return -1;
+    if (PyCapsule_CheckExact(obj)) {
+        /* A capsule the caller made (torch.utils.dlpack.to_dlpack): borrowed, left unconsumed,
+         * so that its own destructor frees it. */
+        Py_INCREF(obj);
+        ret->cap = obj;
+    } else {
+        PyObject *meth = PyObject_GetAttrString(obj, "__dlpack__");
+        if (!meth) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "%s must be a tensor (an object with __dlpack__, or a DLPack capsule)",
+                         name);
+            return -1;
+        }
+        ret->cap = PyObject_CallNoArgs(meth);
+        Py_DECREF(meth);
+        if (!ret->cap)
+            return -1;
     }
-    ret->cap = PyObject_CallNoArgs(meth);
-    Py_DECREF(meth);
-    if (!ret->cap)
-        return -1;
     if (!PyCapsule_IsValid(ret->cap, "dltensor")) {
-        PyErr_Format(PyExc_TypeError, "%s: __dlpack__() gave no \"dltensor\" capsule", name);
+        PyErr_Format(PyExc_TypeError, "%s: not an unconsumed \"dltensor\" capsule", name);
         return -1;
     }
     const DLManagedTensor *mt = PyCapsule_GetPointer(ret->cap, "dltensor");
@@ -52,19 +55,18 @@ static int take(PyObject *obj, const char *name, struct dl *ret) {
     return 0;
 }
 
-static int is(const struct dl *x, uint8_t code, uint8_t bits) {
+int vpy_dl_is(const struct vpy_dl *x, uint8_t code, uint8_t bits) {
     return x->t->dtype.code == code && x->t->dtype.bits == bits && x->t->dtype.lanes == 1;
 }
 
-static int need_dims(const struct dl *x, int ndim) {
+static int need_dims(const struct vpy_dl *x, int ndim) {
     if (x->t->ndim == ndim)
         return 0;
     PyErr_Format(PyExc_ValueError, "%s has %d dimensions, not %d", x->name, (int)x->t->ndim, ndim);
     return -1;
 }
 
-/* The element stride of dimension i (DLPack: NULL strides mean row-major). */
-static int64_t stride(const struct dl *x, int i) {
+int64_t vpy_dl_stride(const struct vpy_dl *x, int i) {
     if (x->t->strides)
         return x->t->strides[i];
     int64_t s = 1;
@@ -73,18 +75,17 @@ static int64_t stride(const struct dl *x, int i) {
     return s;
 }
 
-static int contiguous(const struct dl *x) {
+int vpy_dl_dense_from(const struct vpy_dl *x, int first) {
     int64_t want = 1;
-    for (int i = x->t->ndim - 1; i >= 0; i--) {
-        if (x->t->shape[i] != 1 && stride(x, i) != want)
+    for (int i = x->t->ndim - 1; i >= first; i--) {
+        if (x->t->shape[i] != 1 && vpy_dl_stride(x, i) != want)
             return 0;
         want *= x->t->shape[i];
     }
     return 1;
 }
 
-/* The first element's address, or NULL (with the error) when it is not aligned to its type. */
-static const void *data(const struct dl *x) {
+const void *vpy_dl_data(const struct vpy_dl *x) {
     uintptr_t at = (uintptr_t)x->t->data + (uintptr_t)x->t->byte_offset;
     if (at % (x->t->dtype.bits / 8)) {
         PyErr_Format(PyExc_ValueError, "%s is not aligned to its elements", x->name);
@@ -93,7 +94,7 @@ static const void *data(const struct dl *x) {
     return (const void *)at;
 }
 
-static int fits_u32(const struct dl *x) {
+static int fits_u32(const struct vpy_dl *x) {
     for (int i = 0; i < x->t->ndim; i++)
         if (x->t->shape[i] < 0 || x->t->shape[i] > (int64_t)UINT32_MAX) {
             PyErr_Format(PyExc_ValueError, "%s: dimension %d of %lld", x->name, i,
@@ -104,12 +105,12 @@ static int fits_u32(const struct dl *x) {
 }
 
 /* Checks k and v and fills the kernel's description of them. */
-static int cache_of(const struct dl *k, const struct dl *v, struct vase_attend_cache *c) {
-    if (is(k, kDLFloat, 32))
+static int cache_of(const struct vpy_dl *k, const struct vpy_dl *v, struct vase_attend_cache *c) {
+    if (vpy_dl_is(k, kDLFloat, 32))
         c->dtype = VASE_ATTEND_F32;
-    else if (is(k, kDLFloat, 16))
+    else if (vpy_dl_is(k, kDLFloat, 16))
         c->dtype = VASE_ATTEND_F16;
-    else if (is(k, kDLBfloat, 16))
+    else if (vpy_dl_is(k, kDLBfloat, 16))
         c->dtype = VASE_ATTEND_BF16;
     else {
         PyErr_SetString(PyExc_TypeError, "k must be float32, float16 or bfloat16");
@@ -127,20 +128,20 @@ static int cache_of(const struct dl *k, const struct dl *v, struct vase_attend_c
             PyErr_SetString(PyExc_ValueError, "v must be of k's shape");
             return -1;
         }
-    for (const struct dl *x = k; x; x = x == k ? v : NULL)
-        if (x->t->shape[3] > 1 && stride(x, 3) != 1) {
+    for (const struct vpy_dl *x = k; x; x = x == k ? v : NULL)
+        if (x->t->shape[3] > 1 && vpy_dl_stride(x, 3) != 1) {
             PyErr_Format(PyExc_ValueError, "%s must be contiguous in its last dimension", x->name);
             return -1;
         }
-    if (!(c->k = data(k)) || !(c->v = data(v)))
+    if (!(c->k = vpy_dl_data(k)) || !(c->v = vpy_dl_data(v)))
         return -1;
     c->blocks = (uint32_t)k->t->shape[0];
     c->block_tokens = (uint32_t)k->t->shape[1];
     c->kv_heads = (uint32_t)k->t->shape[2];
     c->head_dim = (uint32_t)k->t->shape[3];
     for (int i = 0; i < 3; i++) {
-        c->k_stride[i] = stride(k, i);
-        c->v_stride[i] = stride(v, i);
+        c->k_stride[i] = vpy_dl_stride(k, i);
+        c->v_stride[i] = vpy_dl_stride(v, i);
     }
     if (!c->block_tokens || !c->kv_heads || !c->head_dim) {
         PyErr_SetString(PyExc_ValueError, "k has an empty dimension");
@@ -150,18 +151,18 @@ static int cache_of(const struct dl *k, const struct dl *v, struct vase_attend_c
 }
 
 /* Checks q, out, table and visible against each other and k, and fills the batch. */
-static int batch_of(const struct dl *q, const struct dl *table, const struct dl *visible,
-                    const struct dl *out, const struct vase_attend_cache *c,
-                    struct vase_attend_batch *bt) {
-    const struct dl *f32[] = {q, out};
+static int batch_of(const struct vpy_dl *q, const struct vpy_dl *table,
+                    const struct vpy_dl *visible, const struct vpy_dl *out,
+                    const struct vase_attend_cache *c, struct vase_attend_batch *bt) {
+    const struct vpy_dl *f32[] = {q, out};
     for (int i = 0; i < 2; i++)
-        if (!is(f32[i], kDLFloat, 32)) {
+        if (!vpy_dl_is(f32[i], kDLFloat, 32)) {
             PyErr_Format(PyExc_TypeError, "%s must be float32", f32[i]->name);
             return -1;
         }
-    const struct dl *i32[] = {table, visible};
+    const struct vpy_dl *i32[] = {table, visible};
     for (int i = 0; i < 2; i++)
-        if (!is(i32[i], kDLInt, 32)) {
+        if (!vpy_dl_is(i32[i], kDLInt, 32)) {
             PyErr_Format(PyExc_TypeError, "%s must be int32", i32[i]->name);
             return -1;
         }
@@ -194,14 +195,14 @@ static int batch_of(const struct dl *q, const struct dl *table, const struct dl 
         PyErr_SetString(PyExc_ValueError, "visible must be [b, n] with q's b and n");
         return -1;
     }
-    const struct dl *dense[] = {q, out, table, visible};
+    const struct vpy_dl *dense[] = {q, out, table, visible};
     for (int i = 0; i < 4; i++)
-        if (!contiguous(dense[i])) {
+        if (!vpy_dl_dense_from(dense[i], 0)) {
             PyErr_Format(PyExc_ValueError, "%s must be contiguous", dense[i]->name);
             return -1;
         }
-    if (!(bt->q = data(q)) || !(bt->table = data(table)) || !(bt->visible = data(visible)) ||
-        !data(out))
+    if (!(bt->q = vpy_dl_data(q)) || !(bt->table = vpy_dl_data(table)) ||
+        !(bt->visible = vpy_dl_data(visible)) || !vpy_dl_data(out))
         return -1;
     bt->b = (uint32_t)qs[0];
     bt->n = (uint32_t)qs[1];
@@ -213,19 +214,74 @@ out_shape:
     return -1;
 }
 
+int vpy_attend(const struct vase_attend_cache *c, const struct vase_attend_batch *bt, float *out,
+               uint32_t threads, char *why, size_t why_size) {
+    if (threads > VPY_MAX_THREADS)
+        threads = VPY_MAX_THREADS;
+    if (threads > bt->b)
+        threads = bt->b;
+    if (threads <= 1)
+        return vase_paged_attention(c, bt, out, why, why_size);
+    int r = vase_paged_attention_check(c, bt, why, why_size);
+    if (r < 0)
+        return r;
+    /* The sequences cut into `threads` runs of about equal work: the slots their queries see. */
+    uint64_t total = 0;
+    for (size_t i = 0; i < (size_t)bt->b * bt->n; i++)
+        total += (uint64_t)(bt->visible[i] > 0 ? bt->visible[i] : 0) + 1;
+    uint32_t first[VPY_MAX_THREADS + 1];
+    uint64_t done = 0;
+    uint32_t k = 1;
+    first[0] = 0;
+    for (uint32_t i = 0; i < bt->b && k < threads; i++) {
+        for (uint32_t j = 0; j < bt->n; j++)
+            done += (uint64_t)(bt->visible[(size_t)i * bt->n + j] > 0
+                                   ? bt->visible[(size_t)i * bt->n + j]
+                                   : 0) +
+                    1;
+        while (k < threads && done * threads >= total * k)
+            first[k++] = i + 1;
+    }
+    while (k <= threads)
+        first[k++] = bt->b;
+    int rc[VPY_MAX_THREADS] = {0};
+    char whys[VPY_MAX_THREADS][128];
+    const size_t row = (size_t)bt->n * bt->q_heads * c->head_dim;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (uint32_t t = 0; t < threads; t++) {
+        struct vase_attend_batch part = *bt;
+        part.b = first[t + 1] - first[t];
+        whys[t][0] = 0;
+        if (!part.b)
+            continue;
+        part.q = bt->q + first[t] * row;
+        part.table = bt->table + (size_t)first[t] * bt->width;
+        part.visible = bt->visible + (size_t)first[t] * bt->n;
+        rc[t] = vase_paged_attention(c, &part, out + first[t] * row, whys[t], sizeof(whys[t]));
+    }
+    for (uint32_t t = 0; t < threads; t++)
+        if (rc[t] < 0) {
+            snprintf(why, why_size, "%s", whys[t]);
+            return rc[t];
+        }
+    return 0;
+}
+
 PyObject *vpy_paged_attention(PyObject *mod, PyObject *args, PyObject *kw) {
     (void)mod;
-    static char *kwlist[] = {"q", "k", "v", "table", "visible", "out", "scale", NULL};
-    PyObject *o[6];
+    static char *kwlist[] = {"q", "k", "v", "table", "visible", "out", "scale", "threads", NULL};
+    PyObject *o[6], *othreads = NULL;
     double scale;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOd:paged_attention", kwlist, &o[0], &o[1],
-                                     &o[2], &o[3], &o[4], &o[5], &scale))
+    uint32_t threads = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOd|O:paged_attention", kwlist, &o[0], &o[1],
+                                     &o[2], &o[3], &o[4], &o[5], &scale, &othreads) ||
+        (othreads && vpy_get_u32(othreads, "threads", &threads) < 0))
         return NULL;
     static const char *names[] = {"q", "k", "v", "table", "visible", "out"};
-    struct dl x[6] = {0};
+    struct vpy_dl x[6] = {0};
     PyObject *result = NULL;
     for (int i = 0; i < 6; i++)
-        if (take(o[i], names[i], &x[i]) < 0)
+        if (vpy_dl_take(o[i], names[i], &x[i]) < 0)
             goto done;
     struct vase_attend_cache c = {0};
     struct vase_attend_batch bt = {0};
@@ -236,12 +292,12 @@ PyObject *vpy_paged_attention(PyObject *mod, PyObject *args, PyObject *kw) {
         goto done;
     }
     bt.scale = (float)scale;
-    float *out = (float *)data(&x[5]);
+    float *out = (float *)vpy_dl_data(&x[5]);
     char why[256] = "";
     int r;
     Py_BEGIN_ALLOW_THREADS
         ;
-        r = vase_paged_attention(&c, &bt, out, why, sizeof(why));
+        r = vpy_attend(&c, &bt, out, threads, why, sizeof(why));
     Py_END_ALLOW_THREADS;
     if (r == -ENOMEM)
         PyErr_NoMemory();
@@ -251,6 +307,6 @@ PyObject *vpy_paged_attention(PyObject *mod, PyObject *args, PyObject *kw) {
         result = Py_NewRef(Py_None);
 done:
     for (int i = 0; i < 6; i++)
-        dl_release(&x[i]);
+        vpy_dl_release(&x[i]);
     return result;
 }

@@ -270,7 +270,15 @@ static PyObject *model_get_dtype(ModelObject *self, void *c) {
     return PyUnicode_FromString(vase_dtype_to_string(self->dtype));
 }
 
+static PyObject *model_batch(ModelObject *self, PyObject *unused) {
+    (void)unused;
+    return vpy_batch_new(self);
+}
+
 static PyMethodDef model_methods[] = {
+    {"batch", (PyCFunction)model_batch, METH_NOARGS,
+     "batch($self, /)\n--\n\nA Batch of this model: an engine step over many sequences in "
+     "three calls (begin, layer per layer, finish), on a host arena of float32."},
     {"kv_tensor", (PyCFunction)(void (*)(void))model_kv_tensor, METH_VARARGS | METH_KEYWORDS,
      "kv_tensor($self, layer, kv)\n--\n\nK (kv='k') or V (kv='v') of one layer "
      "over the whole "

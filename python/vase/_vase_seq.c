@@ -33,7 +33,7 @@ static int seq_close_now(SeqObject *self, struct errbuf *e) {
     return r;
 }
 
-static int seq_enter(SeqObject *self) {
+int vpy_seq_enter(SeqObject *self) {
     if (self->closed || !self->s) {
         vpy_raisef(-EBADF, "sequence %u is closed", self->id);
         return -1;
@@ -49,7 +49,7 @@ void vpy_seq_unpin(SeqObject *self) {
         seq_close_now(self, NULL);
 }
 
-static void seq_leave(SeqObject *self) {
+void vpy_seq_leave(SeqObject *self) {
     vpy_seq_unpin(self);
     vpy_client_unpin(self->client);
 }
@@ -86,7 +86,7 @@ static PyObject *seq_exit(SeqObject *self, PyObject *args) {
 
 /* The calls that may wait for the daemon: 0/1 from libvase, or an error. */
 static int seq_call(SeqObject *self, int (*fn)(struct vase_seq *, uint32_t), uint32_t arg) {
-    if (seq_enter(self) < 0)
+    if (vpy_seq_enter(self) < 0)
         return -1;
     struct errbuf e;
     int r;
@@ -95,7 +95,7 @@ static int seq_call(SeqObject *self, int (*fn)(struct vase_seq *, uint32_t), uin
         if (r < 0)
             vpy_save_error(self->client->c, &e);
     Py_END_ALLOW_THREADS
-    seq_leave(self);
+    vpy_seq_leave(self);
     if (r < 0) {
         vpy_raise(r, e.msg);
         return -1;
@@ -171,7 +171,7 @@ static PyObject *seq_push_stats(SeqObject *self, PyObject *args, PyObject *kw) {
         return NULL;
     }
     uint32_t len = (uint32_t)view.shape[1];
-    if (seq_enter(self) < 0) {
+    if (vpy_seq_enter(self) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -182,7 +182,7 @@ static PyObject *seq_push_stats(SeqObject *self, PyObject *args, PyObject *kw) {
         if (r < 0)
             vpy_save_error(self->client->c, &e);
     Py_END_ALLOW_THREADS
-    seq_leave(self);
+    vpy_seq_leave(self);
     PyBuffer_Release(&view);
     if (r < 0)
         return vpy_raise(r, e.msg);
@@ -206,7 +206,7 @@ static PyObject *seq_set_draws(SeqObject *self, PyObject *args, PyObject *kw) {
             goto fail;
         have_gauss = 1;
     }
-    if (seq_enter(self) < 0)
+    if (vpy_seq_enter(self) < 0)
         goto fail;
     int r =
         vase_seq_set_draws(self->s, have_exp ? bexp.buf : NULL, have_exp ? (size_t)bexp.len / 4 : 0,
@@ -214,7 +214,7 @@ static PyObject *seq_set_draws(SeqObject *self, PyObject *args, PyObject *kw) {
     struct errbuf e;
     if (r < 0)
         vpy_save_error(self->client->c, &e);
-    seq_leave(self);
+    vpy_seq_leave(self);
     if (have_exp)
         PyBuffer_Release(&bexp);
     if (have_gauss)
@@ -230,7 +230,7 @@ fail:
 
 static PyObject *seq_block_table(SeqObject *self, PyObject *unused) {
     (void)unused;
-    if (seq_enter(self) < 0)
+    if (vpy_seq_enter(self) < 0)
         return NULL;
     const int32_t *table;
     uint32_t n;
@@ -241,7 +241,7 @@ static PyObject *seq_block_table(SeqObject *self, PyObject *unused) {
         vpy_save_error(self->client->c, &e);
     else if ((copy = malloc((n ? n : 1) * sizeof(*copy))) != NULL)
         memcpy(copy, table, n * sizeof(*copy));
-    seq_leave(self);
+    vpy_seq_leave(self);
     if (r < 0)
         return vpy_raise(r, e.msg);
     if (!copy)
@@ -259,7 +259,7 @@ static PyObject *seq_block_table(SeqObject *self, PyObject *unused) {
 
 static PyObject *seq_block_table_device(SeqObject *self, PyObject *unused) {
     (void)unused;
-    if (seq_enter(self) < 0)
+    if (vpy_seq_enter(self) < 0)
         return NULL;
     const int32_t *table, *dev = vase_seq_block_table_device(self->s);
     uint32_t n = 0;
@@ -279,7 +279,7 @@ static PyObject *seq_block_table_device(SeqObject *self, PyObject *unused) {
             (PyObject *)vpy_tensor_new(self->client, self, (void *)dev, (DLDataType){kDLInt, 32, 1},
                                        self->model->device, 1, &shape, &stride);
     }
-    seq_leave(self);
+    vpy_seq_leave(self);
     return ret;
 }
 
@@ -290,7 +290,7 @@ static PyObject *seq_query_slot(SeqObject *self, PyObject *args, PyObject *kw) {
     unsigned long long pos;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:query_slot", kwlist, &ol, &op) ||
         vpy_get_u32(ol, "layer", &layer) < 0 || vpy_get_int(op, "pos", 0, UINT64_MAX, &pos) < 0 ||
-        seq_enter(self) < 0)
+        vpy_seq_enter(self) < 0)
         return NULL;
     ModelObject *m = self->model;
     void *p = vase_seq_query_ptr(self->s, layer, pos, 0);
@@ -316,7 +316,7 @@ static PyObject *seq_query_slot(SeqObject *self, PyObject *args, PyObject *kw) {
         ret = (PyObject *)vpy_tensor_new(self->client, NULL, p, vpy_dl_dtype(m->dtype), m->device,
                                          2, shape, strides);
     }
-    seq_leave(self);
+    vpy_seq_leave(self);
     return ret;
 }
 
@@ -327,7 +327,7 @@ static PyObject *seq_kv_slot(SeqObject *self, PyObject *args, PyObject *kw) {
     enum vase_kv kv;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:kv_slot", kwlist, &ol, &okv, &os) ||
         vpy_get_u32(ol, "layer", &layer) < 0 || vpy_get_kv(okv, &kv) < 0 ||
-        vpy_get_u32(os, "slot", &slot) < 0 || seq_enter(self) < 0)
+        vpy_get_u32(os, "slot", &slot) < 0 || vpy_seq_enter(self) < 0)
         return NULL;
     ModelObject *m = self->model;
     void *p = vase_seq_kv_ptr(self->s, layer, kv, slot, 0);
@@ -340,7 +340,7 @@ static PyObject *seq_kv_slot(SeqObject *self, PyObject *args, PyObject *kw) {
         ret = (PyObject *)vpy_tensor_new(self->client, NULL, p, vpy_dl_dtype(m->dtype), m->device,
                                          2, shape, strides);
     }
-    seq_leave(self);
+    vpy_seq_leave(self);
     return ret;
 }
 
@@ -359,13 +359,13 @@ static PyObject *seq_get_closed(SeqObject *self, void *c) {
 #define SEQ_GET(name, type, conv)                                                                  \
     static PyObject *seq_get_##name(SeqObject *self, void *c) {                                    \
         (void)c;                                                                                   \
-        if (seq_enter(self) < 0)                                                                   \
+        if (vpy_seq_enter(self) < 0)                                                               \
             return NULL;                                                                           \
         type v;                                                                                    \
         Py_BEGIN_ALLOW_THREADS                                                                     \
             v = vase_seq_##name(self->s);                                                          \
         Py_END_ALLOW_THREADS                                                                       \
-        seq_leave(self);                                                                           \
+        vpy_seq_leave(self);                                                                       \
         return conv(v);                                                                            \
     }
 SEQ_GET(len, uint32_t, PyLong_FromUnsignedLong)
@@ -377,11 +377,11 @@ SEQ_GET(min_budget, uint32_t, PyLong_FromUnsignedLong)
 
 static PyObject *seq_get_label(SeqObject *self, void *c) {
     (void)c;
-    if (seq_enter(self) < 0)
+    if (vpy_seq_enter(self) < 0)
         return NULL;
     /* Set once, at the open: read without the client's mutex. */
     PyObject *r = PyUnicode_FromString(vase_seq_label(self->s));
-    seq_leave(self);
+    vpy_seq_leave(self);
     return r;
 }
 
@@ -398,13 +398,13 @@ static PyObject *seq_set_budget(SeqObject *self, PyObject *arg) {
 
 static PyObject *seq_get_stats(SeqObject *self, void *c) {
     (void)c;
-    if (seq_enter(self) < 0)
+    if (vpy_seq_enter(self) < 0)
         return NULL;
     struct vase_seq_stats st = {0};
     Py_BEGIN_ALLOW_THREADS
         vase_seq_get_stats(self->s, &st);
     Py_END_ALLOW_THREADS
-    seq_leave(self);
+    vpy_seq_leave(self);
     return Py_BuildValue("{sKsKsdsdsdsK}", "evictions", (unsigned long long)st.evictions, "stalls",
                          (unsigned long long)st.stalls, "stall_seconds", st.stall_seconds,
                          "compact_seconds", st.compact_seconds, "last_plan_seconds",

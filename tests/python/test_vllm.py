@@ -144,18 +144,39 @@ def wait_for(get, what, seconds=60):
     return got
 
 
-def test_budget_above_length_is_vllm_token_for_token(servers):
-    plain, vased = servers
+def like_vllm(plain, vased):
+    """Greedy, the budget above the length: the plugin's tokens are vLLM's."""
     for prompt in PROMPTS:
         a, b = chat(plain, prompt, 64), chat(vased, prompt, 64)
         assert token_ids(a) == token_ids(b), prompt
         # Every position's top-3 log-probabilities, to float32 noise (the two attend through
-        # different kernels: vLLM's paged CPU kernel, PyTorch's SDPA over the arena's slots).
+        # different kernels: vLLM's paged CPU kernel, and vase's over the arena's slots).
         la = [u.logprob for t in a.choices[0].logprobs.content for u in t.top_logprobs]
         lb = [u.logprob for t in b.choices[0].logprobs.content for u in t.top_logprobs]
         assert len(la) == len(lb) == 3 * 64
         assert max(abs(x - y) for x, y in zip(la, lb)) < 5e-5, prompt
     assert "vase.vllm: request" in vased.log_text()  # the requests went through vase
+
+
+def test_budget_above_length_is_vllm_token_for_token(servers):
+    plain, vased = servers
+    like_vllm(plain, vased)
+    # The default on a host arena of float32: the native step (vase.Batch), on torch's threads.
+    assert re.search(r"attention native, \d+ threads", vased.log_text())
+
+
+def test_gather_attention_is_vllm_token_for_token(servers, run, tmp_path):
+    """VASE_VLLM_ATTENTION=gather: the Python step (vase.torch's gather and SDPA)."""
+    plain, _ = servers
+    server = Server(str(tmp_path / "gather.log"), run=run, plugin=True,
+                    env={"VASE_VLLM_BUDGET": "1024", "VASE_VLLM_WINDOW": "32",
+                         "VASE_VLLM_ATTENTION": "gather"})
+    try:
+        server.wait_ready()
+        like_vllm(plain, server)
+    finally:
+        server.stop()
+    assert "attention gather;" in server.log_text()
 
 
 def test_budget_below_length_evicts(servers, run):

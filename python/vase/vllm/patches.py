@@ -54,9 +54,7 @@ def _execute_model(original):
         finally:
             rt.scheduler_output = None
             if rt.step is not None:  # the forward pass raised
-                rt.step = None
-                if rt.cache is not None:
-                    rt.cache.seqs = []
+                rt.abort_step()
 
     return execute_model
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
+from torch.utils.dlpack import to_dlpack as _dlpack  # C: a tenth of Tensor.__dlpack__'s cost
 
 import vase
 from vase.torch import _GONE, DTYPES, STATS_POLICIES, SeqSpec, VaseCache, _has_ring
@@ -162,6 +164,9 @@ class Step:
     # in order, views of vLLM's tensors (no gather, the output written in place).
     contiguous: bool = False
     broken: bool = False  # vase failed during the step: every layer's output is 0 from then
+    # The step runs through vase.Batch (one native call per layer): the batch's request ids in
+    # its order, None for the requests vase does not serve.
+    native: Optional[List[Optional[str]]] = None
 
 
 class Runtime:
@@ -182,6 +187,10 @@ class Runtime:
         self.block = vllm_config.cache_config.block_size
         self.client: Optional["vase.Client"] = None
         self.cache: Optional[Requests] = None
+        # The native step (vase.Batch) on a host arena of float32, unless VASE_VLLM_ATTENTION
+        # asks for another attention than vase's own kernel; its attention's threads: PyTorch's.
+        self.batch = None
+        self.threads = max(1, torch.get_num_threads())
         self.step: Optional[Step] = None
         self.scheduler_output = None
         self._layer_of: Dict[str, int] = {}
@@ -201,14 +210,16 @@ class Runtime:
 
     def _connect(self) -> None:
         """Connects to vased and registers the model (at start, and after vased went away)."""
-        import os
-
         client = vase.connect()
         try:
             self.cache = Requests(client, self.layers, self.q_heads, self.kv_heads,
                                   self.head_dim, DTYPES[self.dtype], self.block,
                                   os.environ.get("VASE_VLLM_NAME", "") or "vllm",
                                   os.environ.get("VASE_VLLM_ATTENTION", "") or "auto")
+            attention = os.environ.get("VASE_VLLM_ATTENTION", "") or "auto"
+            native = (attention in ("auto", "paged-cpu") and self.cache.device.type == "cpu"
+                      and self.dtype == "float32")
+            self.batch = self.cache.model.batch() if native else None
         except BaseException:
             client.close()
             raise
@@ -216,12 +227,17 @@ class Runtime:
         log.info("vase.vllm: process %d: model of %d layers, %d/%d heads of %d, %s, blocks of "
                  "%d tokens, arena %d, attention %s; default %s", os.getpid(), self.layers,
                  self.q_heads, self.kv_heads, self.head_dim, self.dtype, self.cache.block,
-                 self.cache.model.arena, self.cache.attention, self.defaults)
+                 self.cache.model.arena,
+                 f"native, {self.threads} threads" if self.batch is not None
+                 else self.cache.attention, self.defaults)
 
     def _disconnect(self, why: str) -> None:
         """Drops the connection after vased went away: every open request fails (its KV went
         with the daemon's sequences); the next step connects again."""
         cache, client, self.cache, self.client = self.cache, self.client, None, None
+        if self.batch is not None:
+            self.batch.cancel()
+            self.batch = None
         if cache is not None:
             for req_id in list(cache.open_reqs):
                 self.fail(req_id, why)
@@ -365,6 +381,8 @@ class Runtime:
         ok = [self.cache is not None and self._admit(runner, r, done)
               for r, done in zip(req_ids, computed)]
         served = [r for r, good in zip(req_ids, ok) if good]
+        if self.batch is not None and self._begin_native(req_ids, counts, ok, served):
+            return
         if self.cache is not None:
             self.cache.begin(served)
         cu = torch.tensor([0] + counts, dtype=torch.long).cumsum(0)
@@ -381,6 +399,25 @@ class Runtime:
         if not uniform:
             st.rows, st.cols = real.nonzero(as_tuple=True)
         self.step = st
+
+    def _begin_native(self, req_ids: List[str], counts: List[int], ok: List[bool],
+                      served: List[str]) -> bool:
+        """Begins the step through vase.Batch; False when a request of it needs the Python path
+        (a policy that reads the attention its slots received)."""
+        reqs = self.cache.open_reqs
+        if any(reqs[r].stats for r in served):
+            return False
+        st = Step(served, [c for c, good in zip(counts, ok) if good], sum(counts), None, None,
+                  partial=len(served) < len(req_ids))
+        st.native = [r if good else None for r, good in zip(req_ids, ok)]
+        self.step = st
+        if served:
+            try:
+                self.batch.begin([reqs[r].seq if r is not None else None for r in st.native],
+                                 counts)
+            except (vase.VaseError, ValueError, TypeError) as e:
+                self._fail_step(f"beginning the step: {e}", e)
+        return True
 
     def _admit(self, runner, req_id: str, done: int) -> bool:
         """Whether vase serves the request this step: its sequence is open (opened now for a
@@ -422,6 +459,15 @@ class Runtime:
             raise RuntimeError(f"vase.vllm: layer {layer} attended twice in one step")
         st.layers_done.add(layer)
         t = st.total
+        if st.native is not None and not st.broken and st.req_ids:
+            # One native call: the failed requests' rows come back as zeros.
+            try:
+                self.batch.layer(layer, _dlpack(query), _dlpack(key), _dlpack(value),
+                                 _dlpack(output), scale, self.threads)
+            except (RuntimeError, ValueError, TypeError) as e:
+                self._fail_step(f"attention of layer {layer}: {e}", e)
+                output[:t] = 0
+            return output
         if st.partial or st.broken or not st.req_ids:
             output[:t] = 0  # failed requests' tokens: what they compute is never delivered
         if st.broken or not st.req_ids:
@@ -455,6 +501,8 @@ class Runtime:
         """vase failed in the middle of a step: every request of it fails."""
         st = self.step
         st.broken = True
+        if self.batch is not None:
+            self.batch.cancel()
         if isinstance(e, vase.VaseError) and e.errno in _GONE:
             self._disconnect(f"vased went away: {e}")
         for r in st.req_ids:
@@ -472,14 +520,37 @@ class Runtime:
                 self._fail_step(f"the step attended {len(st.layers_done)} of {self.layers} "
                                 "layers", RuntimeError())
                 return
+            if st.native is not None:
+                self._finish_native(st)
+                return
             try:
                 self.cache.finish()
             except vase.VaseError as e:
                 self._fail_step(f"ending the step: {e}", e)
         finally:
-            self.step = None
-            if self.cache is not None:
-                self.cache.seqs = []
+            self.abort_step()
+
+    def _finish_native(self, st: Step) -> None:
+        """Counts the step's tokens and applies ready plans, every sequence of the step in one
+        native call; a request whose calls failed fails alone (all of them when vased went
+        away)."""
+        failed = self.batch.finish()
+        gone = None
+        for i, err, msg in failed:
+            if err in _GONE:
+                gone = gone or f"vased went away: {msg or os.strerror(err)}"
+            else:
+                self.fail(st.native[i], f"ending the step: {msg or os.strerror(err)}")
+        if gone is not None:
+            self._disconnect(gone)
+
+    def abort_step(self) -> None:
+        """Forgets the step in progress (ended, or its forward pass raised)."""
+        self.step = None
+        if self.batch is not None:
+            self.batch.cancel()
+        if self.cache is not None:
+            self.cache.seqs = []
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
