@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # Type stub of the extension module vase._vase (python/vase/_vase.c and _vase_*.c).
 from types import TracebackType
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 class Tensor:
     shape: Tuple[int, ...]
@@ -42,6 +42,16 @@ class Seq:
     def __exit__(self, t: Optional[Type[BaseException]], v: Optional[BaseException],
                  tb: Optional[TracebackType]) -> None: ...
 
+class Batch:
+    """An engine step over many sequences of a host arena of float32 (Model.batch())."""
+    tokens: int  # the step's tokens, 0 outside a step
+    active: bool  # between begin() and finish()/cancel()
+    def begin(self, seqs: List[Optional[Seq]], counts: List[int], /) -> None: ...
+    def layer(self, layer: int, q: Any, k: Any, v: Any, out: Any, scale: float,
+              threads: int = 1) -> None: ...
+    def finish(self) -> List[Tuple[int, int, str]]: ...  # (index, errno, message) per failure
+    def cancel(self) -> None: ...
+
 class Model:
     layers: int
     q_heads: int
@@ -52,6 +62,7 @@ class Model:
     page_bytes: int
     dtype: str
     def kv_tensor(self, layer: int, kv: str) -> Tensor: ...
+    def batch(self) -> Batch: ...
     def open(self, policy: str = "vase-attnv", budget: int = ..., window: Optional[int] = 64,
              prompt_len: Optional[int] = 0, mode: str = "async", slack: Optional[int] = -1,
              seed: Optional[int] = 0, n_sink: Optional[int] = None,
@@ -79,5 +90,5 @@ class Client:
 def connect(runtime_dir: Optional[str] = None, name: Optional[str] = None,
             timeout_ms: int = 0) -> Client: ...
 def paged_attention(q: Any, k: Any, v: Any, table: Any, visible: Any, out: Any,
-                    scale: float) -> None: ...
+                    scale: float, threads: int = 1) -> None: ...
 def _set_error_type(cls: type, /) -> None: ...

@@ -35,17 +35,18 @@ typedef struct {
     struct vase_tensor *k, *v;
     /* The step, between begin() and finish(). */
     int active;
+    int busy; /* a call runs without the GIL: the others refuse meanwhile */
     Py_ssize_t nseq;
-    SeqObject **seqs;   /* [nseq]: pinned, or NULL for tokens that are not vase's */
-    uint32_t *counts;   /* [nseq] */
-    uint32_t tokens;    /* their sum */
-    int32_t *dest;      /* [tokens]: arena block of the token's slot, -1 when not vase's */
-    uint32_t *offset;   /* [tokens]: its token within the block */
-    int32_t *table;     /* [tokens][width]: the block table of the token's sequence, -1 after */
-    int32_t *visible;   /* [tokens]: slots the token's query sees, 0 when not vase's */
+    SeqObject **seqs; /* [nseq]: pinned, or NULL for tokens that are not vase's */
+    uint32_t *counts; /* [nseq] */
+    uint32_t tokens;  /* their sum */
+    int32_t *dest;    /* [tokens]: arena block of the token's slot, -1 when not vase's */
+    uint32_t *offset; /* [tokens]: its token within the block */
+    int32_t *table;   /* [tokens][width]: the block table of the token's sequence, -1 after */
+    int32_t *visible; /* [tokens]: slots the token's query sees, 0 when not vase's */
     uint32_t width;
-    void **ring;        /* [layers][tokens]: where the token's query goes, or NULL */
-    float *qbuf;        /* [tokens][q_heads][head_dim]: q made dense when it is not */
+    void **ring; /* [layers][tokens]: where the token's query goes, or NULL */
+    float *qbuf; /* [tokens][q_heads][head_dim]: q made dense when it is not */
     size_t cap_tokens, cap_table, cap_seqs;
 } BatchObject;
 
@@ -83,6 +84,14 @@ static void batch_dealloc(BatchObject *self) {
     Py_DECREF(tp);
 }
 
+/* Refuses a call while another thread's runs without the GIL (-1, RuntimeError). */
+static int idle(BatchObject *self) {
+    if (!self->busy)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "the Batch is in use by another thread");
+    return -1;
+}
+
 /* Grows *p to hold n elements of size bytes; 0 or -1 with MemoryError. */
 static int grow(void *pp, size_t n, size_t size) {
     void **p = pp;
@@ -118,6 +127,7 @@ PyObject *vpy_batch_new(ModelObject *m) {
     Py_INCREF((PyObject *)m);
     self->model = m;
     self->active = 0;
+    self->busy = 0;
     self->nseq = 0;
     self->seqs = NULL;
     self->counts = NULL;
@@ -175,7 +185,7 @@ static int reserve(BatchObject *self, Py_ssize_t nseq, size_t tokens, size_t wid
 /* begin(seqs, counts): the step's sequences (Seq, or None) and the tokens each brings. */
 static PyObject *batch_begin(BatchObject *self, PyObject *args) {
     PyObject *oseqs, *ocounts;
-    if (!PyArg_ParseTuple(args, "OO:begin", &oseqs, &ocounts))
+    if (!PyArg_ParseTuple(args, "OO:begin", &oseqs, &ocounts) || idle(self) < 0)
         return NULL;
     release(self);
     if (!PyList_Check(oseqs) || !PyList_Check(ocounts)) {
@@ -265,8 +275,7 @@ static PyObject *batch_begin(BatchObject *self, PyObject *args) {
         uint32_t nt;
         int r = vase_seq_block_table(s->s, &tab, &nt);
         if (r < 0) {
-            vpy_raisef(r, "sequence %u: its block table: %s", s->id,
-                       vase_last_error(s->client->c));
+            vpy_raisef(r, "sequence %u: its block table: %s", s->id, vase_last_error(s->client->c));
             goto fail;
         }
         uint32_t len = vase_seq_len(s->s);
@@ -287,6 +296,12 @@ static PyObject *batch_begin(BatchObject *self, PyObject *args) {
                 if (vase_seq_query_ptr(s->s, 0, pos + ring_from - 1, 0) == last)
                     break;
         }
+        for (uint32_t w = 0; w < need; w++)
+            if (tab[w] < 0 || (uint64_t)tab[w] >= (uint64_t)self->k[0].shape[0]) {
+                vpy_raisef(-EPROTO, "sequence %u: block %d of its table is not in the arena", s->id,
+                           (int)tab[w]);
+                goto fail;
+            }
         for (uint32_t j = 0; j < c; j++, t++) {
             uint32_t slot = len + j;
             self->dest[t] = tab[slot / B];
@@ -346,6 +361,8 @@ static PyObject *batch_layer(BatchObject *self, PyObject *args, PyObject *kw) {
         (othreads && vpy_get_u32(othreads, "threads", &threads) < 0))
         return NULL;
     ModelObject *m = self->model;
+    if (idle(self) < 0)
+        return NULL;
     if (!self->active) {
         PyErr_SetString(PyExc_RuntimeError, "Batch.layer(): no step begun (begin())");
         return NULL;
@@ -402,27 +419,29 @@ static PyObject *batch_layer(BatchObject *self, PyObject *args, PyObject *kw) {
     char why[256] = "";
     int r = 0;
     void **ring = self->ring + (size_t)layer * T;
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
         /* The new tokens' K and V, and the queries the policies read, into the arena; then the
          * attention over every slot each token's query sees, its own included. */
         for (uint32_t t = 0; t < T; t++) {
             if (self->dest[t] < 0)
                 continue;
-            int64_t at = (int64_t)self->dest[t] * kt->strides[0] +
-                         (int64_t)self->offset[t] * kt->strides[1];
+            int64_t at =
+                (int64_t)self->dest[t] * kt->strides[0] + (int64_t)self->offset[t] * kt->strides[1];
             memcpy((float *)kt->data + at, k + (size_t)t * row[1], kvrow * sizeof(float));
-            at = (int64_t)self->dest[t] * vt->strides[0] + (int64_t)self->offset[t] * vt->strides[1];
+            at =
+                (int64_t)self->dest[t] * vt->strides[0] + (int64_t)self->offset[t] * vt->strides[1];
             memcpy((float *)vt->data + at, v + (size_t)t * row[2], kvrow * sizeof(float));
             if (ring[t])
                 memcpy(ring[t], q + (size_t)t * row[0], qrow * sizeof(float));
         }
         if (bt.q == self->qbuf)
             for (uint32_t t = 0; t < T; t++)
-                memcpy(self->qbuf + (size_t)t * qrow, q + (size_t)t * row[0],
-                       qrow * sizeof(float));
+                memcpy(self->qbuf + (size_t)t * qrow, q + (size_t)t * row[0], qrow * sizeof(float));
         if (T)
             r = vpy_attend(&c, &bt, out, threads, why, sizeof(why));
     Py_END_ALLOW_THREADS
+    self->busy = 0;
     if (r == -ENOMEM)
         PyErr_NoMemory();
     else if (r < 0)
@@ -439,6 +458,8 @@ done:
  * list of (index in begin()'s list, errno, message); the others went on. */
 static PyObject *batch_finish(BatchObject *self, PyObject *unused) {
     (void)unused;
+    if (idle(self) < 0)
+        return NULL;
     if (!self->active) {
         PyErr_SetString(PyExc_RuntimeError, "Batch.finish(): no step begun (begin())");
         return NULL;
@@ -452,6 +473,7 @@ static PyObject *batch_finish(BatchObject *self, PyObject *unused) {
         release(self);
         return PyErr_NoMemory();
     }
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
             SeqObject *s = self->seqs[i];
@@ -466,6 +488,7 @@ static PyObject *batch_finish(BatchObject *self, PyObject *unused) {
             }
         }
     Py_END_ALLOW_THREADS
+    self->busy = 0;
     release(self);
     PyObject *failed = PyList_New(0);
     for (Py_ssize_t i = 0; failed && i < n; i++) {
@@ -484,6 +507,8 @@ static PyObject *batch_finish(BatchObject *self, PyObject *unused) {
 /* cancel(): ends a step without counting its tokens (what layer() wrote stays unused). */
 static PyObject *batch_cancel(BatchObject *self, PyObject *unused) {
     (void)unused;
+    if (idle(self) < 0)
+        return NULL;
     release(self);
     Py_RETURN_NONE;
 }

@@ -451,7 +451,8 @@ class VaseCache:
                 or not out.is_contiguous()):
             out = torch.empty(qf.shape, dtype=torch.float32)
         self._kernel(qf, self.k[layer], self.v[layer], plan["table"], plan["visible"], out,
-                     1.0 / math.sqrt(self.head_dim) if scale is None else scale)
+                     1.0 / math.sqrt(self.head_dim) if scale is None else scale,
+                     torch.get_num_threads())
         return out.to(q.dtype)
 
     def _step_plan(self, n: int) -> dict:
