@@ -12,9 +12,11 @@
  * (VASE_HOT) rounds the same. Where the CPU has AVX-512 and the pages are float32 with rows of a
  * multiple of 16 elements, 16 slots' rows are multiplied lane by lane with a query head's and their
  * lanes summed together, and the weighted sum of V keeps its rows in registers, with fused
- * multiply-adds: it rounds differently from the
- * portable path (both within a few float32 ulps of exact attention; tests/test_attend.c checks
- * both on one machine through vase__attend_portable).
+ * multiply-adds: it rounds differently from the portable path (both within a few float32 ulps of
+ * exact attention; tests/test_attend.c checks both on one machine through
+ * vase__attend_portable). It also runs a query column's KV heads inside the loop over blocks, so
+ * that a block's token rows, which hold every head, come from memory once for all of them (the
+ * next block's are prefetched meanwhile).
  */
 
 #include <errno.h>
@@ -101,11 +103,23 @@ static uint32_t kt_width(const struct vase_attend_cache *c) {
     return (c->block_tokens + ATTEND_TILE - 1) / ATTEND_TILE * ATTEND_TILE;
 }
 
+/* The floats of the scratch attend_column() takes: attend_group()'s (the portable path, one KV
+ * head at a time), or [q_heads][vis] scores, q_heads * d accumulators and q_heads sums. */
+static size_t column_floats(const struct vase_attend_cache *c, uint32_t q_heads, uint32_t vis,
+                            bool avx512);
+
 /* The floats of the scratch attend_group() takes: group * vis scores, group * d accumulators, a
  * block's K transposed (d rows of block_tokens rounded up to ATTEND_TILE), and group sums. */
 static size_t scratch_floats(const struct vase_attend_cache *c, uint32_t group, uint32_t vis) {
     return (size_t)group * vis + (size_t)group * c->head_dim + (size_t)c->head_dim * kt_width(c) +
            group;
+}
+
+static size_t column_floats(const struct vase_attend_cache *c, uint32_t q_heads, uint32_t vis,
+                            bool avx512) {
+    size_t group = scratch_floats(c, q_heads / c->kv_heads, vis);
+    size_t all = (size_t)q_heads * ((size_t)vis + c->head_dim + 1);
+    return avx512 && all > group ? all : group;
 }
 
 /* The scores of one query column's group of query heads against its vis slots, into
@@ -212,8 +226,8 @@ __attribute__((target("avx512f"))) static inline __m512 sum16(const __m512 *v) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xdd));
 }
 
-/* Asks for the rows of block `block`'s tokens 0 .. span - 1 (one head, row_bytes each) to be
- * brought into the cache while the current block is computed. */
+/* Asks for the rows of a block's tokens 0 .. span - 1 (row_bytes each, token_stride apart) to
+ * be brought into the cache while the current block is computed. */
 __attribute__((target("avx512f"))) static inline void
 prefetch_rows(const float *base, int64_t token_stride, uint32_t span, uint32_t row_bytes) {
     for (uint32_t t = 0; t < span; t++)
@@ -221,109 +235,136 @@ prefetch_rows(const float *base, int64_t token_stride, uint32_t span, uint32_t r
             _mm_prefetch((const char *)(base + (int64_t)t * token_stride) + b, _MM_HINT_T0);
 }
 
-/* The AVX-512 scores of float32 pages, 16 slots of a block at a time: each slot's row read
- * whole (16 elements a register), multiplied lane by lane with a query head's row, then the 16
- * products' lanes summed together (sum16). Inlined into scores_avx512 once per common head_dim
- * (d is then a constant: the products stay in registers). */
+/* The AVX-512 scores of one block's tokens 0 .. span - 1 (blk: its rows of one KV head) for the
+ * group of query heads q that share the head, into sc[g * vis + t], times scale: 16 slots at a
+ * time, each slot's row read whole (16 elements a register), multiplied lane by lane with a query
+ * head's row, then the 16 products' lanes summed together (sum16). Inlined once per common
+ * head_dim (d a constant: the products stay in registers). */
 __attribute__((target("avx512f"), always_inline)) static inline void
-scores_tiles(const struct vase_attend_cache *c, const int32_t *table, const float *q,
-             uint32_t group, uint32_t head, uint32_t vis, float scale, float *scores,
-             const uint32_t d) {
-    const uint32_t bt = c->block_tokens;
-    const int64_t ts = c->k_stride[1];
-    const __m512 sv = _mm512_set1_ps(scale);
-    for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
-        uint32_t span = vis - s0 < bt ? vis - s0 : bt;
-        const float *blk = (const float *)c->k + (int64_t)table[p] * c->k_stride[0] +
-                           (int64_t)head * c->k_stride[2];
-        if (s0 + bt < vis) {
-            uint32_t next = vis - s0 - bt < bt ? vis - s0 - bt : bt;
-            prefetch_rows((const float *)c->k + (int64_t)table[p + 1] * c->k_stride[0] +
-                              (int64_t)head * c->k_stride[2],
-                          ts, next, d * 4);
-        }
-        for (uint32_t t0 = 0; t0 < span; t0 += 16) {
-            const uint32_t m = span - t0 < 16 ? span - t0 : 16;
-            const float *k0 = blk + (int64_t)t0 * ts;
-            for (uint32_t g = 0; g < group; g++) {
-                const float *qg = q + (size_t)g * d;
-                __m512 prod[16];
+scores_block(const float *blk, int64_t ts, const float *q, uint32_t group, uint32_t span,
+             uint32_t vis, __m512 sv, float *sc, const uint32_t d) {
+    for (uint32_t t0 = 0; t0 < span; t0 += 16) {
+        const uint32_t m = span - t0 < 16 ? span - t0 : 16;
+        const float *k0 = blk + (int64_t)t0 * ts;
+        for (uint32_t g = 0; g < group; g++) {
+            const float *qg = q + (size_t)g * d;
+            __m512 prod[16];
 #pragma GCC unroll 16
-                for (uint32_t t = 0; t < 16; t++) {
-                    if (t < m) {
-                        const float *k = k0 + (int64_t)t * ts;
-                        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qg), _mm512_loadu_ps(k));
-                        for (uint32_t e = 16; e < d; e += 16)
-                            a = _mm512_fmadd_ps(_mm512_loadu_ps(qg + e), _mm512_loadu_ps(k + e), a);
-                        prod[t] = a;
-                    } else {
-                        prod[t] = _mm512_setzero_ps();
-                    }
+            for (uint32_t t = 0; t < 16; t++) {
+                if (t < m) {
+                    const float *k = k0 + (int64_t)t * ts;
+                    __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qg), _mm512_loadu_ps(k));
+                    for (uint32_t e = 16; e < d; e += 16)
+                        a = _mm512_fmadd_ps(_mm512_loadu_ps(qg + e), _mm512_loadu_ps(k + e), a);
+                    prod[t] = a;
+                } else {
+                    prod[t] = _mm512_setzero_ps();
                 }
-                _mm512_mask_storeu_ps(scores + (size_t)g * vis + s0 + t0,
-                                      (__mmask16)((1u << m) - 1u), _mm512_mul_ps(sum16(prod), sv));
             }
+            _mm512_mask_storeu_ps(sc + (size_t)g * vis + t0, (__mmask16)((1u << m) - 1u),
+                                  _mm512_mul_ps(sum16(prod), sv));
         }
     }
 }
 
-__attribute__((target("avx512f"))) static void
-scores_avx512(const struct vase_attend_cache *c, const int32_t *table, const float *q,
-              uint32_t group, uint32_t head, uint32_t vis, float scale, float *scores) {
-    switch (c->head_dim) {
-    case 32:
-        scores_tiles(c, table, q, group, head, vis, scale, scores, 32);
-        break;
-    case 64:
-        scores_tiles(c, table, q, group, head, vis, scale, scores, 64);
-        break;
-    case 128:
-        scores_tiles(c, table, q, group, head, vis, scale, scores, 128);
-        break;
-    default:
-        scores_tiles(c, table, q, group, head, vis, scale, scores, c->head_dim);
-    }
-}
-
-/* The AVX-512 weighted sum of float32 V rows: 32 elements of the rows at a time, in two
- * registers per query head. d is a multiple of 16. */
-__attribute__((target("avx512f"))) static void
-values_avx512(const struct vase_attend_cache *c, const int32_t *table, const float *scores,
-              const float *total, uint32_t group, uint32_t head, uint32_t vis, float *out) {
-    const uint32_t d = c->head_dim, bt = c->block_tokens;
+/* acc[g] += sum over the block's tokens 0 .. span - 1 of w[g * vis + t] v[t] (blk: the block's
+ * V rows of one KV head), for the group of query heads sharing the head: 32 elements of the
+ * rows at a time, in two registers per query head, four query heads at a time. */
+__attribute__((target("avx512f"))) static inline void
+values_block(const float *blk, int64_t ts, const float *w, uint32_t group, uint32_t span,
+             uint32_t vis, uint32_t d, float *acc) {
     for (uint32_t g0 = 0; g0 < group; g0 += 4) {
         const uint32_t gn = group - g0 < 4 ? group - g0 : 4;
         for (uint32_t e0 = 0; e0 < d; e0 += 32) {
             const int two = d - e0 >= 32;
             __m512 a[4][2];
-            for (uint32_t g = 0; g < 4; g++)
-                a[g][0] = a[g][1] = _mm512_setzero_ps();
-            for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
-                uint32_t span = vis - s0 < bt ? vis - s0 : bt;
-                const float *blk = (const float *)c->v + (int64_t)table[p] * c->v_stride[0] +
-                                   (int64_t)head * c->v_stride[2] + e0;
-                if (e0 == 0 && s0 + bt < vis)
-                    prefetch_rows((const float *)c->v + (int64_t)table[p + 1] * c->v_stride[0] +
-                                      (int64_t)head * c->v_stride[2],
-                                  c->v_stride[1], vis - s0 - bt < bt ? vis - s0 - bt : bt, d * 4);
-                for (uint32_t t = 0; t < span; t++) {
-                    const float *v = blk + (int64_t)t * c->v_stride[1];
-                    __m512 v0 = _mm512_loadu_ps(v), v1 = two ? _mm512_loadu_ps(v + 16) : v0;
-                    for (uint32_t g = 0; g < gn; g++) {
-                        __m512 w = _mm512_set1_ps(scores[(size_t)(g0 + g) * vis + s0 + t]);
-                        a[g][0] = _mm512_fmadd_ps(w, v0, a[g][0]);
-                        a[g][1] = _mm512_fmadd_ps(w, v1, a[g][1]);
-                    }
+            for (uint32_t g = 0; g < gn; g++) {
+                a[g][0] = _mm512_loadu_ps(acc + (size_t)(g0 + g) * d + e0);
+                a[g][1] = two ? _mm512_loadu_ps(acc + (size_t)(g0 + g) * d + e0 + 16)
+                              : _mm512_setzero_ps();
+            }
+            for (uint32_t t = 0; t < span; t++) {
+                const float *v = blk + (int64_t)t * ts + e0;
+                __m512 v0 = _mm512_loadu_ps(v), v1 = two ? _mm512_loadu_ps(v + 16) : v0;
+                for (uint32_t g = 0; g < gn; g++) {
+                    __m512 x = _mm512_set1_ps(w[(size_t)(g0 + g) * vis + t]);
+                    a[g][0] = _mm512_fmadd_ps(x, v0, a[g][0]);
+                    a[g][1] = _mm512_fmadd_ps(x, v1, a[g][1]);
                 }
             }
             for (uint32_t g = 0; g < gn; g++) {
-                __m512 inv = _mm512_set1_ps(1.0f / total[g0 + g]);
-                float *o = out + (size_t)(g0 + g) * d + e0;
-                _mm512_storeu_ps(o, _mm512_mul_ps(a[g][0], inv));
+                _mm512_storeu_ps(acc + (size_t)(g0 + g) * d + e0, a[g][0]);
                 if (two)
-                    _mm512_storeu_ps(o + 16, _mm512_mul_ps(a[g][1], inv));
+                    _mm512_storeu_ps(acc + (size_t)(g0 + g) * d + e0 + 16, a[g][1]);
             }
         }
+    }
+}
+
+/* The scores of every query head of one query column against its vis slots, block by block and,
+ * within a block, KV head by KV head: a block's rows are read from memory once for all the heads
+ * (they share its token rows), and stay in the cache while each head takes its part. scores:
+ * [q_heads][vis]. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+scores_column(const struct vase_attend_cache *c, const int32_t *table, const float *q,
+              uint32_t group, uint32_t vis, float scale, float *scores, const uint32_t d) {
+    const uint32_t bt = c->block_tokens, kv = c->kv_heads;
+    const int64_t ts = c->k_stride[1];
+    const __m512 sv = _mm512_set1_ps(scale);
+    for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
+        const uint32_t span = vis - s0 < bt ? vis - s0 : bt;
+        const float *blk = (const float *)c->k + (int64_t)table[p] * c->k_stride[0];
+        if (s0 + bt < vis)
+            prefetch_rows((const float *)c->k + (int64_t)table[p + 1] * c->k_stride[0], ts,
+                          vis - s0 - bt < bt ? vis - s0 - bt : bt, kv * d * 4);
+        for (uint32_t h = 0; h < kv; h++)
+            scores_block(blk + (int64_t)h * c->k_stride[2], ts, q + (size_t)h * group * d, group,
+                         span, vis, sv, scores + (size_t)h * group * vis + s0, d);
+    }
+}
+
+__attribute__((target("avx512f"))) static void
+scores_avx512(const struct vase_attend_cache *c, const int32_t *table, const float *q,
+              uint32_t group, uint32_t vis, float scale, float *scores) {
+    switch (c->head_dim) {
+    case 32:
+        scores_column(c, table, q, group, vis, scale, scores, 32);
+        break;
+    case 64:
+        scores_column(c, table, q, group, vis, scale, scores, 64);
+        break;
+    case 128:
+        scores_column(c, table, q, group, vis, scale, scores, 128);
+        break;
+    default:
+        scores_column(c, table, q, group, vis, scale, scores, c->head_dim);
+    }
+}
+
+/* out[h] = sum over the slots of p[h][slot] v[slot] / total[h] for every query head h of one
+ * column, block by block as scores_column() reads K. acc: q_heads * d floats. */
+__attribute__((target("avx512f"))) static void
+values_avx512(const struct vase_attend_cache *c, const int32_t *table, const float *scores,
+              const float *total, uint32_t q_heads, uint32_t vis, float *acc, float *out) {
+    const uint32_t d = c->head_dim, bt = c->block_tokens, kv = c->kv_heads, group = q_heads / kv;
+    const int64_t ts = c->v_stride[1];
+    memset(acc, 0, (size_t)q_heads * d * sizeof(float));
+    for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
+        const uint32_t span = vis - s0 < bt ? vis - s0 : bt;
+        const float *blk = (const float *)c->v + (int64_t)table[p] * c->v_stride[0];
+        if (s0 + bt < vis)
+            prefetch_rows((const float *)c->v + (int64_t)table[p + 1] * c->v_stride[0], ts,
+                          vis - s0 - bt < bt ? vis - s0 - bt : bt, kv * d * 4);
+        for (uint32_t h = 0; h < kv; h++)
+            values_block(blk + (int64_t)h * c->v_stride[2], ts,
+                         scores + (size_t)h * group * vis + s0, group, span, vis, d,
+                         acc + (size_t)h * group * d);
+    }
+    for (uint32_t h = 0; h < q_heads; h++) {
+        const __m512 inv = _mm512_set1_ps(1.0f / total[h]);
+        for (uint32_t e = 0; e < d; e += 16)
+            _mm512_storeu_ps(out + (size_t)h * d + e,
+                             _mm512_mul_ps(_mm512_loadu_ps(acc + (size_t)h * d + e), inv));
     }
 }
 #endif
@@ -344,28 +385,42 @@ static bool use_avx512(const struct vase_attend_cache *c) {
 #endif
 }
 
-/* The output rows of one query column's group of query heads over its vis slots. scratch: at
- * least scratch_floats(c, group, vis) floats. */
+/* The output rows of one query column's group of query heads over its vis slots, on the
+ * portable path. scratch: at least scratch_floats(c, group, vis) floats. */
 static void attend_group(const struct vase_attend_cache *c, const int32_t *table, const float *q,
-                         uint32_t group, uint32_t head, uint32_t vis, float scale, bool avx512,
-                         float *scratch, float *out) {
+                         uint32_t group, uint32_t head, uint32_t vis, float scale, float *scratch,
+                         float *out) {
     const uint32_t d = c->head_dim;
     float *scores = scratch, *acc = scores + (size_t)group * vis, *kt = acc + (size_t)group * d;
     const uint32_t width = kt_width(c);
     float *total = kt + (size_t)d * width;
+    scores_portable(c, table, q, group, head, vis, scale, scores, kt, acc);
+    softmax(scores, group, vis, total);
+    values_portable(c, table, scores, total, group, head, vis, acc, kt, out);
+}
+
+/* The output rows of one query column (every query head) over its vis slots. scratch: at least
+ * column_floats(c, q_heads, vis) floats. */
+static void attend_column(const struct vase_attend_cache *c, const int32_t *table, const float *q,
+                          uint32_t q_heads, uint32_t vis, float scale, bool avx512,
+                          float *scratch, float *out) {
+    const uint32_t d = c->head_dim, group = q_heads / c->kv_heads;
 #if ATTEND_AVX512
     if (avx512) {
-        scores_avx512(c, table, q, group, head, vis, scale, scores);
-        softmax(scores, group, vis, total);
-        values_avx512(c, table, scores, total, group, head, vis, out);
+        /* [q_heads][vis] scores, q_heads * d accumulators, q_heads sums. */
+        float *scores = scratch, *acc = scores + (size_t)q_heads * vis,
+              *total = acc + (size_t)q_heads * d;
+        scores_avx512(c, table, q, group, vis, scale, scores);
+        softmax(scores, q_heads, vis, total);
+        values_avx512(c, table, scores, total, q_heads, vis, acc, out);
         return;
     }
 #else
     (void)avx512;
 #endif
-    scores_portable(c, table, q, group, head, vis, scale, scores, kt, acc);
-    softmax(scores, group, vis, total);
-    values_portable(c, table, scores, total, group, head, vis, acc, kt, out);
+    for (uint32_t h = 0; h < c->kv_heads; h++)
+        attend_group(c, table, q + (size_t)h * group * d, group, h, vis, scale, scratch,
+                     out + (size_t)h * group * d);
 }
 
 /* The arguments' checks: 0 and the most slots a query sees, or -EINVAL with why. */
@@ -397,7 +452,7 @@ int vase_paged_attention(const struct vase_attend_cache *c, const struct vase_at
         return r;
     const uint32_t d = c->head_dim, group = bt->q_heads / c->kv_heads;
     const bool avx512 = use_avx512(c);
-    float *scratch = calloc(scratch_floats(c, group, most), sizeof(float));
+    float *scratch = calloc(column_floats(c, bt->q_heads, most, avx512), sizeof(float));
     if (!scratch) {
         snprintf(why, why_size, "out of memory");
         return -ENOMEM;
@@ -413,9 +468,7 @@ int vase_paged_attention(const struct vase_attend_cache *c, const struct vase_at
                 memset(o, 0, (size_t)bt->q_heads * d * sizeof(float));
                 continue;
             }
-            for (uint32_t h = 0; h < c->kv_heads; h++)
-                attend_group(c, table, q + (size_t)h * group * d, group, h, vis, bt->scale, avx512,
-                             scratch, o + (size_t)h * group * d);
+            attend_column(c, table, q, bt->q_heads, vis, bt->scale, avx512, scratch, o);
         }
     }
     free(scratch);

@@ -223,10 +223,14 @@ static void test_attend_refusals(void **state) {
         table[bad[x].i][bad[x].j] = bad[x].table;
         visible[bad[x].i][bad[x].j] = bad[x].visible;
         memset(out, 0x5a, sizeof(out));
-        char why[160] = "";
+        char why[160] = "", why_check[160] = "";
         assert_int_equal(vase_paged_attention(&c, &bt, &out[0][0][0][0], why, sizeof(why)),
                          -EINVAL);
         assert_non_null(strstr(why, bad[x].why));
+        /* The check alone refuses the same, with the same words. */
+        assert_int_equal(vase_paged_attention_check(&c, &bt, why_check, sizeof(why_check)),
+                         -EINVAL);
+        assert_string_equal(why_check, why);
         for (size_t e = 0; e < sizeof(out); e++)
             assert_int_equal(((unsigned char *)out)[e], 0x5a);
     }
@@ -236,8 +240,11 @@ static void test_attend_refusals(void **state) {
     memcpy(visible, VISIBLE, sizeof(visible));
     table[2][0] = -7, visible[2][1] = 0;
     char why[160];
+    assert_int_equal(vase_paged_attention_check(&c, &bt, why, sizeof(why)), 0);
     assert_int_equal(vase_paged_attention(&c, &bt, &out[0][0][0][0], why, sizeof(why)), 0);
+    assert_int_equal(vase_paged_attention(&c, &bt, NULL, why, sizeof(why)), -EINVAL);
     bt.q_heads = 5;
+    assert_int_equal(vase_paged_attention_check(&c, &bt, why, sizeof(why)), -EINVAL);
     assert_int_equal(vase_paged_attention(&c, &bt, &out[0][0][0][0], why, sizeof(why)), -EINVAL);
 }
 

@@ -9,8 +9,9 @@ greedy, ignore_eos) generating `--batch` requests of `--tokens` tokens each from
 - ``vase-full``: the plugin with a budget above every request's length (no eviction);
 - ``vase-quarter``: the plugin with a budget of a quarter of the output length.
 
-The plugin's two configurations run once per attention of `--attention` (vase.torch's way of
-reading the arena: ``gather`` and ``paged-cpu`` by default, VASE_VLLM_ATTENTION). They run
+The plugin's two configurations run once per attention of `--attention` (VASE_VLLM_ATTENTION;
+``gather`` and ``paged-cpu`` by default: on this host arena of float32, ``paged-cpu`` is the
+native step, vase.Batch, and ``gather`` the Python one, vase.torch's gather). They run
 `--rounds` times, interleaved (vllm, then each plugin configuration, then vllm again, ...), each
 round in its own process against the same private vased; the table gives the median tokens/s
 (generated tokens over generate()'s wall time, engine start excluded) and the ratio to vLLM's
