@@ -450,7 +450,7 @@ int vase_paged_attention(const struct vase_attend_cache *c, const struct vase_at
         snprintf(why, why_size, "bad arguments");
     if (r < 0)
         return r;
-    const uint32_t d = c->head_dim, group = bt->q_heads / c->kv_heads;
+    const uint32_t d = c->head_dim;
     const bool avx512 = use_avx512(c);
     float *scratch = calloc(column_floats(c, bt->q_heads, most, avx512), sizeof(float));
     if (!scratch) {
