@@ -14,8 +14,9 @@ The plugin's two configurations run once per attention of `--attention` (VASE_VL
 native step, vase.Batch, and ``gather`` the Python one, vase.torch's gather). They run
 `--rounds` times, interleaved (vllm, then each plugin configuration, then vllm again, ...), each
 round in its own process against the same private vased; the table gives the median tokens/s
-(generated tokens over generate()'s wall time, engine start excluded) and the ratio to vLLM's
-median. KV bytes: for vLLM, the blocks its block manager gives the batch at its longest
+(generated tokens over generate()'s wall time, engine start excluded), the ratio to vLLM's
+median, and the median over the rounds of each round's ratio to vLLM's of the same round (the
+rounds are interleaved, so on a machine whose speed drifts this pairs runs minutes apart). KV bytes: for vLLM, the blocks its block manager gives the batch at its longest
 (ceil(tokens / block) per request, times the bytes of a block of every layer); for the plugin,
 the most arena bytes vased's sequences held (`vasectl status`, sampled every 20 ms while the
 round ran). Output: a Markdown table on stdout and in --out (bench.md, bench.csv).
@@ -165,25 +166,31 @@ def main(argv=None) -> int:
             print(f"round {i + 1} {c} ({a}): {r['tokens'] / r['wall']:.1f} tok/s "
                   f"({r['tokens']} tokens in {r['wall']:.2f} s), vased peak "
                   f"{r['vase_kv_bytes'] / 2**20:.1f} MiB", flush=True)
-    base = statistics.median(r["tokens"] / r["wall"] for r in results[("vllm", "-")])
+    base_rounds = [r["tokens"] / r["wall"] for r in results[("vllm", "-")]]
+    base = statistics.median(base_rounds)
     rows = []
     for c, a in runs:
         got = results[(c, a)]
         tps = statistics.median(r["tokens"] / r["wall"] for r in got)
+        # Each round against vLLM's of the same round (they ran minutes apart at most): the
+        # median of those ratios is steadier than the ratio of the medians on a busy machine.
+        paired = statistics.median(r["tokens"] / r["wall"] / b for r, b in zip(got, base_rounds))
         kv = (max(r["vllm_kv_bytes"] for r in got) if c == "vllm"
               else max(r["vase_kv_bytes"] for r in got))
         budget = {"vllm": "-", "vase-full": str(args.max_len),
                   "vase-quarter": str(args.tokens // 4)}[c]
         rows.append(dict(config=c, attention=a, budget=budget, tok_s=round(tps, 1),
-                         x_vllm=round(tps / base, 3), kv_mib=round(kv / 2**20, 2),
+                         x_vllm=round(tps / base, 3), x_vllm_paired=round(paired, 3),
+                         kv_mib=round(kv / 2**20, 2),
                          rounds=" ".join(f"{r['tokens'] / r['wall']:.1f}" for r in got)))
     lines = [f"{args.batch} requests x {args.tokens} tokens, greedy, float32, CPU; median of "
              f"{args.rounds} rounds; policy {args.policy}, window {args.window}; model "
              f"{os.path.relpath(args.model, REPO)}", "",
-             "| configuration | attention | budget | tok/s | x vLLM | peak KV MiB | tok/s per "
-             "round |", "|---|---|---:|---:|---:|---:|---|"]
+             "| configuration | attention | budget | tok/s | x vLLM | x vLLM, per round | peak "
+             "KV MiB | tok/s per round |", "|---|---|---:|---:|---:|---:|---:|---|"]
     lines += [f"| {r['config']} | {r['attention']} | {r['budget']} | {r['tok_s']} | "
-              f"{r['x_vllm']} | {r['kv_mib']} | {r['rounds']} |" for r in rows]
+              f"{r['x_vllm']} | {r['x_vllm_paired']} | {r['kv_mib']} | {r['rounds']} |"
+              for r in rows]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -147,8 +147,9 @@ const void *vpy_dl_data(const struct vpy_dl *x);
 struct vase_attend_cache;
 struct vase_attend_batch;
 /* vase_paged_attention() on up to `threads` threads (OpenMP, the pool PyTorch's operators use
- * in the same process), each taking a run of the batch's sequences of about equal work. The
- * whole batch is checked first: a refusal leaves out untouched. Call without the GIL. */
+ * in the same process): the batch's sequences cut into runs of about equal work, a few per
+ * thread, which the threads take as they come free. The whole batch is checked first: a refusal
+ * leaves out untouched. Call without the GIL. */
 int vpy_attend(const struct vase_attend_cache *c, const struct vase_attend_batch *bt, float *out,
                uint32_t threads, char *why, size_t why_size);
 /* vase._vase.paged_attention(). */

@@ -218,53 +218,51 @@ int vpy_attend(const struct vase_attend_cache *c, const struct vase_attend_batch
                uint32_t threads, char *why, size_t why_size) {
     if (threads > VPY_MAX_THREADS)
         threads = VPY_MAX_THREADS;
-    if (threads > bt->b)
-        threads = bt->b;
-    if (threads <= 1)
+    if (threads <= 1 || bt->b <= 1)
         return vase_paged_attention(c, bt, out, why, why_size);
     int r = vase_paged_attention_check(c, bt, why, why_size);
     if (r < 0)
         return r;
-    /* The sequences cut into `threads` runs of about equal work: the slots their queries see. */
+    /* The sequences cut into runs of about equal work (the slots their queries see), a few per
+     * thread, which the threads take as they come free: a thread the machine delays holds up
+     * one run, not a thread's share. */
+    uint32_t parts = 4 * threads < bt->b ? 4 * threads : bt->b;
     uint64_t total = 0;
     for (size_t i = 0; i < (size_t)bt->b * bt->n; i++)
         total += (uint64_t)(bt->visible[i] > 0 ? bt->visible[i] : 0) + 1;
-    uint32_t first[VPY_MAX_THREADS + 1];
+    uint32_t first[4 * VPY_MAX_THREADS + 1];
     uint64_t done = 0;
     uint32_t k = 1;
     first[0] = 0;
-    for (uint32_t i = 0; i < bt->b && k < threads; i++) {
-        for (uint32_t j = 0; j < bt->n; j++)
-            done += (uint64_t)(bt->visible[(size_t)i * bt->n + j] > 0
-                                   ? bt->visible[(size_t)i * bt->n + j]
-                                   : 0) +
-                    1;
-        while (k < threads && done * threads >= total * k)
+    for (uint32_t i = 0; i < bt->b && k < parts; i++) {
+        for (uint32_t j = 0; j < bt->n; j++) {
+            int32_t vis = bt->visible[(size_t)i * bt->n + j];
+            done += (uint64_t)(vis > 0 ? vis : 0) + 1;
+        }
+        while (k < parts && done * parts >= total * k)
             first[k++] = i + 1;
     }
-    while (k <= threads)
+    while (k <= parts)
         first[k++] = bt->b;
-    int rc[VPY_MAX_THREADS] = {0};
-    char whys[VPY_MAX_THREADS][128];
+    int failed = 0;
     const size_t row = (size_t)bt->n * bt->q_heads * c->head_dim;
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-    for (uint32_t t = 0; t < threads; t++) {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) reduction(min : failed)
+    for (uint32_t t = 0; t < parts; t++) {
         struct vase_attend_batch part = *bt;
         part.b = first[t + 1] - first[t];
-        whys[t][0] = 0;
         if (!part.b)
             continue;
         part.q = bt->q + first[t] * row;
         part.table = bt->table + (size_t)first[t] * bt->width;
         part.visible = bt->visible + (size_t)first[t] * bt->n;
-        rc[t] = vase_paged_attention(c, &part, out + first[t] * row, whys[t], sizeof(whys[t]));
+        char w[64];
+        int rc = vase_paged_attention(c, &part, out + first[t] * row, w, sizeof(w));
+        failed = rc < failed ? rc : failed;
     }
-    for (uint32_t t = 0; t < threads; t++)
-        if (rc[t] < 0) {
-            snprintf(why, why_size, "%s", whys[t]);
-            return rc[t];
-        }
-    return 0;
+    /* Everything was checked above: what is left to fail is scratch memory. */
+    if (failed < 0)
+        snprintf(why, why_size, "out of memory");
+    return failed;
 }
 
 PyObject *vpy_paged_attention(PyObject *mod, PyObject *args, PyObject *kw) {
