@@ -270,9 +270,10 @@ scores_block(const float *blk, int64_t ts, const float *q, uint32_t group, uint3
 /* acc[g] += sum over the block's tokens 0 .. span - 1 of w[g * vis + t] v[t] (blk: the block's
  * V rows of one KV head), for the group of query heads sharing the head: 32 elements of the
  * rows at a time, in two registers per query head, four query heads at a time. */
-__attribute__((target("avx512f"))) static inline void
-values_block(const float *blk, int64_t ts, const float *w, uint32_t group, uint32_t span,
-             uint32_t vis, uint32_t d, float *acc) {
+__attribute__((target("avx512f"))) static inline void values_block(const float *blk, int64_t ts,
+                                                                   const float *w, uint32_t group,
+                                                                   uint32_t span, uint32_t vis,
+                                                                   uint32_t d, float *acc) {
     for (uint32_t g0 = 0; g0 < group; g0 += 4) {
         const uint32_t gn = group - g0 < 4 ? group - g0 : 4;
         for (uint32_t e0 = 0; e0 < d; e0 += 32) {
@@ -323,9 +324,10 @@ scores_column(const struct vase_attend_cache *c, const int32_t *table, const flo
     }
 }
 
-__attribute__((target("avx512f"))) static void
-scores_avx512(const struct vase_attend_cache *c, const int32_t *table, const float *q,
-              uint32_t group, uint32_t vis, float scale, float *scores) {
+__attribute__((target("avx512f"))) static void scores_avx512(const struct vase_attend_cache *c,
+                                                             const int32_t *table, const float *q,
+                                                             uint32_t group, uint32_t vis,
+                                                             float scale, float *scores) {
     switch (c->head_dim) {
     case 32:
         scores_column(c, table, q, group, vis, scale, scores, 32);
@@ -402,8 +404,8 @@ static void attend_group(const struct vase_attend_cache *c, const int32_t *table
 /* The output rows of one query column (every query head) over its vis slots. scratch: at least
  * column_floats(c, q_heads, vis) floats. */
 static void attend_column(const struct vase_attend_cache *c, const int32_t *table, const float *q,
-                          uint32_t q_heads, uint32_t vis, float scale, bool avx512,
-                          float *scratch, float *out) {
+                          uint32_t q_heads, uint32_t vis, float scale, bool avx512, float *scratch,
+                          float *out) {
     const uint32_t d = c->head_dim, group = q_heads / c->kv_heads;
 #if ATTEND_AVX512
     if (avx512) {

@@ -16,7 +16,8 @@ native step, vase.Batch, and ``gather`` the Python one, vase.torch's gather). Th
 round in its own process against the same private vased; the table gives the median tokens/s
 (generated tokens over generate()'s wall time, engine start excluded), the ratio to vLLM's
 median, and the median over the rounds of each round's ratio to vLLM's of the same round (the
-rounds are interleaved, so on a machine whose speed drifts this pairs runs minutes apart). KV bytes: for vLLM, the blocks its block manager gives the batch at its longest
+rounds are interleaved, so on a machine whose speed drifts this pairs runs minutes apart). KV
+bytes: for vLLM, the blocks its block manager gives the batch at its longest
 (ceil(tokens / block) per request, times the bytes of a block of every layer); for the plugin,
 the most arena bytes vased's sequences held (`vasectl status`, sampled every 20 ms while the
 round ran). Output: a Markdown table on stdout and in --out (bench.md, bench.csv).

@@ -32,8 +32,9 @@ Server-wide settings (environment, read in every vLLM process):
 ``VASE_VLLM_MODE``       async (default: plans run off the step) or sync
 ``VASE_VLLM_MIN_BUDGET`` default elastic floor (0: static budgets)
 ``VASE_VLLM_NAME``       the name the vase model is registered under (vllm)
-``VASE_VLLM_ATTENTION``  vase.torch's attention choice: auto (default), gather, flashinfer,
-                         flash-attn
+``VASE_VLLM_ATTENTION``  auto (default) or paged-cpu: on a host arena of float32 the native
+                         step (vase.Batch); gather: the Python step (vase.torch); on a CUDA
+                         arena vase.torch's choice: auto, gather, flashinfer, flash-attn
 
 Per request, ``extra_args`` (``vllm_xargs`` over HTTP): ``vase_policy``, ``vase_budget``,
 ``vase_window``, ``vase_mode``, ``vase_min_budget``, ``vase_seed``, ``vase_weight``.
