@@ -26,8 +26,11 @@
 
 #include "vase_attend.h"
 
-/* The most tokens one sequence may bring to a step (vase_seq_append() counts at most this). */
-#define BATCH_MAX_COUNT (1u << 24)
+/* The most tokens one sequence may bring to a step, and a whole step (engines batch thousands). */
+#define BATCH_MAX_COUNT (1u << 20)
+#define BATCH_MAX_TOKENS (1u << 20)
+/* The most entries of the step's tables (each token's row holds its sequence's table): 1 GiB. */
+#define BATCH_MAX_TABLE ((uint64_t)1 << 28)
 
 typedef struct {
     PyObject_HEAD ModelObject *model;
@@ -230,8 +233,9 @@ static PyObject *batch_begin(BatchObject *self, PyObject *args) {
         Py_INCREF(o);
         self->seqs[i] = s;
     }
-    if (tokens > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%llu tokens in one step", (unsigned long long)tokens);
+    if (tokens > BATCH_MAX_TOKENS) {
+        PyErr_Format(PyExc_ValueError, "%llu tokens in one step: at most %u",
+                     (unsigned long long)tokens, BATCH_MAX_TOKENS);
         goto fail;
     }
     /* Then each sequence's state: the width of the widest table the step needs. */
@@ -250,6 +254,13 @@ static PyObject *batch_begin(BatchObject *self, PyObject *args) {
         }
         uint32_t need = (uint32_t)(((uint64_t)len + self->counts[i] + B - 1) / B);
         width = need > width ? need : width;
+    }
+    if (tokens * (width ? width : 1) > BATCH_MAX_TABLE) {
+        PyErr_Format(PyExc_ValueError,
+                     "%llu tokens of sequences of up to %u blocks in one step: at most %llu "
+                     "tokens times blocks (split the step)",
+                     (unsigned long long)tokens, width, (unsigned long long)BATCH_MAX_TABLE);
+        goto fail;
     }
     if (reserve(self, n, tokens, width ? width : 1) < 0)
         goto fail;

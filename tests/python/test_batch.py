@@ -147,6 +147,17 @@ def test_refusals_leave_the_sequences_as_they_were(daemon):
             batch.begin([t], [1])
         with pytest.raises(ValueError, match="count out of range"):
             batch.begin([s], [-1])
+        with pytest.raises(ValueError, match="count out of range"):
+            batch.begin([None], [(1 << 20) + 1])
+        with pytest.raises(ValueError, match=r"tokens in one step: at most 1048576"):
+            batch.begin([None, None], [1 << 20, 1])
+        # Each token's row holds its sequence's table: a step whose tables would pass 2^28
+        # entries is refused (here 2^20 tokens and a sequence of 257 blocks).
+        long = model.open(policy="streaming", budget=4096, window=16, prompt_len=4096)
+        long.append(4096)
+        with pytest.raises(ValueError, match="tokens times blocks"):
+            batch.begin([None, long], [(1 << 20) - 1, 1])
+        long.close()
         # More tokens than its capacity: refused before anything is written.
         with pytest.raises(vase.VaseError, match="do not fit") as e:
             batch.begin([s], [s.capacity + 1])
