@@ -207,10 +207,15 @@ static PyObject *batch_begin(BatchObject *self, PyObject *args) {
     /* First the sequences, pinned, and the counts. */
     uint64_t tokens = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *o = PyList_GetItem(oseqs, i);
         unsigned long long cv;
         if (vpy_get_int(PyList_GetItem(ocounts, i), "count", 0, BATCH_MAX_COUNT, &cv) < 0)
             goto fail;
+        /* Taken after the count, whose conversion may run Python code that changes the lists. */
+        if (PyList_Size(oseqs) != n || PyList_Size(ocounts) != n) {
+            PyErr_SetString(PyExc_RuntimeError, "seqs or counts changed during begin()");
+            goto fail;
+        }
+        PyObject *o = PyList_GetItem(oseqs, i);
         uint32_t c = (uint32_t)cv;
         self->counts[i] = c;
         self->seqs[i] = NULL;
