@@ -103,11 +103,6 @@ static uint32_t kt_width(const struct vase_attend_cache *c) {
     return (c->block_tokens + ATTEND_TILE - 1) / ATTEND_TILE * ATTEND_TILE;
 }
 
-/* The floats of the scratch attend_column() takes: attend_group()'s (the portable path, one KV
- * head at a time), or [q_heads][vis] scores, q_heads * d accumulators and q_heads sums. */
-static size_t column_floats(const struct vase_attend_cache *c, uint32_t q_heads, uint32_t vis,
-                            bool avx512);
-
 /* The floats of the scratch attend_group() takes: group * vis scores, group * d accumulators, a
  * block's K transposed (d rows of block_tokens rounded up to ATTEND_TILE), and group sums. */
 static size_t scratch_floats(const struct vase_attend_cache *c, uint32_t group, uint32_t vis) {
@@ -115,6 +110,8 @@ static size_t scratch_floats(const struct vase_attend_cache *c, uint32_t group, 
            group;
 }
 
+/* The floats of the scratch attend_column() takes: attend_group()'s (the portable path, one KV
+ * head at a time), or [q_heads][vis] scores, q_heads * d accumulators and q_heads sums. */
 static size_t column_floats(const struct vase_attend_cache *c, uint32_t q_heads, uint32_t vis,
                             bool avx512) {
     size_t group = scratch_floats(c, q_heads / c->kv_heads, vis);
@@ -226,13 +223,20 @@ __attribute__((target("avx512f"))) static inline __m512 sum16(const __m512 *v) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xdd));
 }
 
-/* Asks for the rows of a block's tokens 0 .. span - 1 (row_bytes each, token_stride apart) to
- * be brought into the cache while the current block is computed. */
+/* Asks for the token rows (every head) of the block after the one at slot s0 of a column that
+ * sees vis slots, if there is one, to be brought into the cache while this block is computed.
+ * base, stride: K or V of the cache. */
 __attribute__((target("avx512f"))) static inline void
-prefetch_rows(const float *base, int64_t token_stride, uint32_t span, uint32_t row_bytes) {
+prefetch_next(const struct vase_attend_cache *c, const float *base, const int64_t stride[3],
+              const int32_t *table, uint32_t p, uint32_t s0, uint32_t vis) {
+    const uint32_t bt = c->block_tokens, row_bytes = c->kv_heads * c->head_dim * 4;
+    if (s0 + bt >= vis)
+        return;
+    const uint32_t span = vis - s0 - bt < bt ? vis - s0 - bt : bt;
+    const char *next = (const char *)(base + (int64_t)table[p + 1] * stride[0]);
     for (uint32_t t = 0; t < span; t++)
         for (uint32_t b = 0; b < row_bytes; b += 64)
-            _mm_prefetch((const char *)(base + (int64_t)t * token_stride) + b, _MM_HINT_T0);
+            _mm_prefetch(next + (int64_t)t * stride[1] * 4 + b, _MM_HINT_T0);
 }
 
 /* The AVX-512 scores of one block's tokens 0 .. span - 1 (blk: its rows of one KV head) for the
@@ -315,9 +319,7 @@ scores_column(const struct vase_attend_cache *c, const int32_t *table, const flo
     for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
         const uint32_t span = vis - s0 < bt ? vis - s0 : bt;
         const float *blk = (const float *)c->k + (int64_t)table[p] * c->k_stride[0];
-        if (s0 + bt < vis)
-            prefetch_rows((const float *)c->k + (int64_t)table[p + 1] * c->k_stride[0], ts,
-                          vis - s0 - bt < bt ? vis - s0 - bt : bt, kv * d * 4);
+        prefetch_next(c, c->k, c->k_stride, table, p, s0, vis);
         for (uint32_t h = 0; h < kv; h++)
             scores_block(blk + (int64_t)h * c->k_stride[2], ts, q + (size_t)h * group * d, group,
                          span, vis, sv, scores + (size_t)h * group * vis + s0, d);
@@ -354,9 +356,7 @@ values_avx512(const struct vase_attend_cache *c, const int32_t *table, const flo
     for (uint32_t s0 = 0, p = 0; s0 < vis; s0 += bt, p++) {
         const uint32_t span = vis - s0 < bt ? vis - s0 : bt;
         const float *blk = (const float *)c->v + (int64_t)table[p] * c->v_stride[0];
-        if (s0 + bt < vis)
-            prefetch_rows((const float *)c->v + (int64_t)table[p + 1] * c->v_stride[0], ts,
-                          vis - s0 - bt < bt ? vis - s0 - bt : bt, kv * d * 4);
+        prefetch_next(c, c->v, c->v_stride, table, p, s0, vis);
         for (uint32_t h = 0; h < kv; h++)
             values_block(blk + (int64_t)h * c->v_stride[2], ts,
                          scores + (size_t)h * group * vis + s0, group, span, vis, d,

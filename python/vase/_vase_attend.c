@@ -223,22 +223,20 @@ int vpy_attend(const struct vase_attend_cache *c, const struct vase_attend_batch
     int r = vase_paged_attention_check(c, bt, why, why_size);
     if (r < 0)
         return r;
-    /* The sequences cut into runs of about equal work (the slots their queries see), a few per
-     * thread, which the threads take as they come free: a thread the machine delays holds up
-     * one run, not a thread's share. */
+    /* The sequences cut into runs of about equal work (the slots their queries see, which the
+     * check found non-negative), a few per thread, which the threads take as they come free: a
+     * thread the machine delays holds up one run, not a thread's share. */
     uint32_t parts = 4 * threads < bt->b ? 4 * threads : bt->b;
     uint64_t total = 0;
     for (size_t i = 0; i < (size_t)bt->b * bt->n; i++)
-        total += (uint64_t)(bt->visible[i] > 0 ? bt->visible[i] : 0) + 1;
+        total += (uint64_t)bt->visible[i] + 1;
     uint32_t first[4 * VPY_MAX_THREADS + 1];
     uint64_t done = 0;
     uint32_t k = 1;
     first[0] = 0;
     for (uint32_t i = 0; i < bt->b && k < parts; i++) {
-        for (uint32_t j = 0; j < bt->n; j++) {
-            int32_t vis = bt->visible[(size_t)i * bt->n + j];
-            done += (uint64_t)(vis > 0 ? vis : 0) + 1;
-        }
+        for (uint32_t j = 0; j < bt->n; j++)
+            done += (uint64_t)bt->visible[(size_t)i * bt->n + j] + 1;
         while (k < parts && done * parts >= total * k)
             first[k++] = i + 1;
     }

@@ -42,6 +42,7 @@ typedef struct {
     Py_ssize_t nseq;
     SeqObject **seqs; /* [nseq]: pinned, or NULL for tokens that are not vase's */
     uint32_t *counts; /* [nseq] */
+    uint32_t *lens;   /* [nseq]: the slots each held at begin() */
     uint32_t tokens;  /* their sum */
     int32_t *dest;    /* [tokens]: arena block of the token's slot, -1 when not vase's */
     uint32_t *offset; /* [tokens]: its token within the block */
@@ -76,6 +77,7 @@ static void batch_dealloc(BatchObject *self) {
     free(self->v);
     free(self->seqs);
     free(self->counts);
+    free(self->lens);
     free(self->dest);
     free(self->offset);
     free(self->table);
@@ -134,6 +136,7 @@ PyObject *vpy_batch_new(ModelObject *m) {
     self->nseq = 0;
     self->seqs = NULL;
     self->counts = NULL;
+    self->lens = NULL;
     self->tokens = 0;
     self->dest = NULL;
     self->offset = NULL;
@@ -164,7 +167,8 @@ static int reserve(BatchObject *self, Py_ssize_t nseq, size_t tokens, size_t wid
     ModelObject *m = self->model;
     if ((size_t)nseq > self->cap_seqs) {
         if (grow(&self->seqs, (size_t)nseq, sizeof(*self->seqs)) < 0 ||
-            grow(&self->counts, (size_t)nseq, sizeof(*self->counts)) < 0)
+            grow(&self->counts, (size_t)nseq, sizeof(*self->counts)) < 0 ||
+            grow(&self->lens, (size_t)nseq, sizeof(*self->lens)) < 0)
             return -1;
         self->cap_seqs = (size_t)nseq;
     }
@@ -249,7 +253,7 @@ static PyObject *batch_begin(BatchObject *self, PyObject *args) {
         SeqObject *s = self->seqs[i];
         if (!s)
             continue;
-        uint32_t len = vase_seq_len(s->s), cap = vase_seq_capacity(s->s);
+        uint32_t len = self->lens[i] = vase_seq_len(s->s), cap = vase_seq_capacity(s->s);
         if ((uint64_t)len + self->counts[i] > cap) {
             vpy_raisef(-ENOSPC,
                        "sequence %u holds %u slots of %u: %u more do not fit (a step brings "
@@ -294,7 +298,7 @@ static PyObject *batch_begin(BatchObject *self, PyObject *args) {
             vpy_raisef(r, "sequence %u: its block table: %s", s->id, vase_last_error(s->client->c));
             goto fail;
         }
-        uint32_t len = vase_seq_len(s->s);
+        uint32_t len = self->lens[i];
         uint64_t pos = vase_seq_position(s->s);
         uint32_t need = (uint32_t)(((uint64_t)len + c + B - 1) / B);
         if (need > nt) {

@@ -210,13 +210,12 @@ class Runtime:
 
     def _connect(self) -> None:
         """Connects to vased and registers the model (at start, and after vased went away)."""
+        attention = os.environ.get("VASE_VLLM_ATTENTION", "") or "auto"
         client = vase.connect()
         try:
             self.cache = Requests(client, self.layers, self.q_heads, self.kv_heads,
                                   self.head_dim, DTYPES[self.dtype], self.block,
-                                  os.environ.get("VASE_VLLM_NAME", "") or "vllm",
-                                  os.environ.get("VASE_VLLM_ATTENTION", "") or "auto")
-            attention = os.environ.get("VASE_VLLM_ATTENTION", "") or "auto"
+                                  os.environ.get("VASE_VLLM_NAME", "") or "vllm", attention)
             native = (attention in ("auto", "paged-cpu") and self.cache.device.type == "cpu"
                       and self.dtype == "float32")
             self.batch = self.cache.model.batch() if native else None
